@@ -1,0 +1,247 @@
+"""Configuration: frozen dataclasses loaded from one TOML file; a typo fails loudly.
+
+`load_config(path, overrides)` reads `configs/default.toml` (or any other file) and applies
+`section.key=value` overrides (the CLI's flags end up here). Unknown sections or keys raise
+`ConfigError`; values are checked against the field's type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, get_args, get_origin, get_type_hints
+
+from .errors import ConfigError
+
+__all__ = [
+    "EnvConfig",
+    "RewardConfig",
+    "CurriculumConfig",
+    "RetrievalConfig",
+    "PolicyConfig",
+    "JudgeConfig",
+    "RolloutConfig",
+    "PreferenceConfig",
+    "TrainConfig",
+    "StudioConfig",
+    "Config",
+    "load_config",
+    "default_config_path",
+    "home_dir",
+    "db_url",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    t_max: int = 20
+    top_k: int = 5
+    corpus: str = "pooled"  # pooled | per-question
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    stage: str = "discovery"  # discovery | refinement
+    schedule: str = "time-dynamic"  # time-dynamic | two-stage | no-reward
+    preset: str = "full"  # full | best2 | best3 | exploration-heavy | efficiency-heavy
+    # `act` fires when the search is redundant: -r_dup > threshold (paper-literal: r_dup < 0).
+    redundancy_threshold: float = 0.0
+    act_progress: float = 0.3  # `act` applies only when p(t) >= this
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    ema_alpha: float = 0.5
+    epsilon: float = 0.01
+    patience: int = 2
+    max_rounds: int = 6
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    bm25_backend: str = "bm25s"  # bm25s | rank-bm25
+    dense_model: str = "embedded"  # "embedded" (all-MiniLM-L6-v2 from PyPI) or a local path / HF id
+    rrf_k: int = 60
+    fusion_depth: int = 50  # candidates taken from each retriever before fusion
+    max_seq_length: int = 256
+    dtype: str = "float32"  # float32 | bfloat16
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    backend: str = "transformers"  # transformers | vllm
+    model: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct from PyPI) or a local path / HF id
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "float32"
+    max_query_tokens: int = 32
+    max_answer_tokens: int = 24
+    temperature: float = 0.8
+    siblings: int = 4
+    passage_chars: int = 300  # each passage is cut to this many characters in the prompt
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    kind: str = "gold"  # gold | llm
+    threshold: float = 0.5  # llm judge: P(yes) / (P(yes)+P(no)) >= threshold -> enough evidence
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    siblings: int = 4
+    policy_margin: float = 0.2
+    preference_margin: float = 0.3
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PreferenceConfig:
+    epochs: int = 30
+    lr: float = 1e-3
+    holdout: float = 0.2
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    objective: str = "dpo"  # dpo | grpo | ppo
+    epochs: int = 1
+    lr: float = 5e-5
+    beta: float = 0.1
+    kl: str = "k3"  # k2 | k3
+    kl_coef: float = 0.05
+    clip_eps: float = 0.2
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    max_length: int = 512
+    batch_size: int = 4
+    seed: int = 0
+    lease_seconds: int = 60
+    retry_failed: bool = False
+
+
+@dataclass(frozen=True)
+class StudioConfig:
+    host: str = "127.0.0.1"
+    port: int = 7860
+    start_worker: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    preference: PreferenceConfig = field(default_factory=PreferenceConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    studio: StudioConfig = field(default_factory=StudioConfig)
+
+
+def default_config_path() -> Path:
+    return REPO_ROOT / "configs" / "default.toml"
+
+
+def home_dir() -> Path:
+    """EVORAG_HOME (default ./.evorag): indexes, caches, the database and adapters live here."""
+    return Path(os.environ.get("EVORAG_HOME", ".evorag")).resolve()
+
+
+def db_url() -> str:
+    """EVORAG_DB_URL, default a SQLite file in the home folder."""
+    return os.environ.get("EVORAG_DB_URL") or f"sqlite:///{home_dir() / 'evorag.db'}"
+
+
+def _coerce(value: Any, typ: Any, where: str) -> Any:
+    origin = get_origin(typ)
+    if origin is not None and type(None) in get_args(typ):  # Optional[X]
+        if value is None:
+            return None
+        typ = next(a for a in get_args(typ) if a is not type(None))
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if typ is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if typ is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _build_section(cls: type, raw: Mapping[str, Any], section: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"[{section}] must be a table")
+    hints = get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in [{section}]: {', '.join(unknown)} (known: {', '.join(sorted(names))})")
+    return cls(**{k: _coerce(v, hints[k], f"{section}.{k}") for k, v in raw.items()})
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> Config:
+    hints = get_type_hints(Config)
+    unknown = sorted(set(raw) - set(hints))
+    if unknown:
+        raise ConfigError(f"unknown section(s): {', '.join(unknown)} (known: {', '.join(sorted(hints))})")
+    return Config(**{name: _build_section(hints[name], raw[name], name) for name in raw})
+
+
+def apply_overrides(cfg: Config, overrides: Mapping[str, Any]) -> Config:
+    """Apply `{"section.key": value}` overrides; unknown names raise ConfigError."""
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        if not key or not hasattr(cfg, section) or not is_dataclass(getattr(cfg, section)):
+            raise ConfigError(f"override {dotted!r}: expected SECTION.KEY with a known section")
+        sub = getattr(cfg, section)
+        hints = get_type_hints(type(sub))
+        if key not in hints:
+            raise ConfigError(f"override {dotted!r}: unknown key {key!r} in [{section}]")
+        sub = replace(sub, **{key: _coerce(value, hints[key], dotted)})
+        cfg = replace(cfg, **{section: sub})
+    return cfg
+
+
+def load_config(path: Path | str | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+    path = Path(path) if path is not None else default_config_path()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    cfg = config_from_dict(raw)
+    return apply_overrides(cfg, overrides or {})
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
