@@ -1,0 +1,109 @@
+"""Evaluation metrics (SPEC §6): normalized EM/F1 over aliases, support recall, paired bootstrap."""
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "normalize_answer",
+    "exact_match",
+    "f1_score",
+    "support_recall",
+    "BootstrapResult",
+    "paired_bootstrap",
+    "mean",
+]
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = set(string.punctuation) - {"_"}
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, underscores -> spaces, drop punctuation and the articles a/an/the, collapse spaces."""
+    text = text.lower().replace("_", " ")
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _f1_single(prediction: str, gold: str) -> float:
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:
+        return float(pred_tokens == gold_tokens)
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision = overlap / len(pred_tokens)
+    recall = overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, golds: Sequence[str]) -> float:
+    """1.0 when the normalized prediction equals any normalized gold alias."""
+    pred = normalize_answer(prediction)
+    return float(any(pred == normalize_answer(g) for g in golds))
+
+
+def f1_score(prediction: str, golds: Sequence[str]) -> float:
+    """Token F1 after normalization, max over gold aliases."""
+    return max((_f1_single(prediction, g) for g in golds), default=0.0)
+
+
+def support_recall(retrieved: Iterable[str], gold: Iterable[str]) -> float | None:
+    """Fraction of gold passages among the retrieved ones; None when there is no gold support."""
+    gold_set = set(gold)
+    if not gold_set:
+        return None
+    return len(gold_set & set(retrieved)) / len(gold_set)
+
+
+def mean(values: Iterable[float | None]) -> float:
+    vals = [v for v in values if v is not None]
+    return float(sum(vals) / len(vals)) if vals else 0.0
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float  # mean(a) - mean(b)
+    ci_low: float
+    ci_high: float
+    p_value: float  # two-sided
+    resamples: int
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0) -> BootstrapResult:
+    """Paired bootstrap of mean(a) - mean(b) over per-question scores.
+
+    The p-value is two-sided: twice the smaller tail share of resampled differences on either side of 0
+    (capped at 1). With identical inputs the difference is 0 and p = 1.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired bootstrap needs equal lengths, got {len(a)} and {len(b)}")
+    if not a:
+        raise ValueError("paired bootstrap needs at least one pair")
+    x = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(resamples, len(x)))
+    diffs = x[idx].mean(axis=1)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    tail = min(float(np.mean(diffs <= 0.0)), float(np.mean(diffs >= 0.0)))
+    return BootstrapResult(
+        n=len(x),
+        mean_a=float(np.mean(a)),
+        mean_b=float(np.mean(b)),
+        diff=float(x.mean()),
+        ci_low=float(low),
+        ci_high=float(high),
+        p_value=min(1.0, 2.0 * tail),
+        resamples=resamples,
+    )
