@@ -1,0 +1,55 @@
+"""`evorag` command line. Each subcommand lives in evorag_core/commands/<name>.py with add_parser() and main().
+
+With `--json`, stdout holds only the JSON; logs and progress go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from .errors import EvoRagError
+
+__all__ = ["main", "COMMANDS"]
+
+# subcommand name -> module in evorag_core.commands (one literal table; no registries)
+COMMANDS: dict[str, str] = {
+    "run": "run",
+    "eval": "eval",
+    "compare": "compare",
+    "retrieval-eval": "retrieval_eval",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evorag", description="EVO-RAG Studio: phase-aware multi-hop RAG agents")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(f".commands.{module}", __package__)
+        p = mod.add_parser(sub, name)
+        p.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args._main(args) or 0)
+    except EvoRagError as exc:
+        print(f"evorag {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"evorag {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `evorag` subcommand; shared option helpers in `common`."""

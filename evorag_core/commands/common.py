@@ -1,0 +1,57 @@
+"""Options shared by subcommands and the code that turns them into a Config, a home folder and a Runtime."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import REPO_ROOT, Config, home_dir, load_config
+from ..errors import ConfigError
+
+__all__ = ["DEFAULT_DATA", "add_common", "config_from_args", "home_from_args", "runtime_from_args", "print_json"]
+
+DEFAULT_DATA = REPO_ROOT / "data" / "demo" / "demo.jsonl"
+
+
+def add_common(p: argparse.ArgumentParser, *, data: bool = True) -> None:
+    p.add_argument("--config", type=Path, default=None, help="TOML config (default configs/default.toml)")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override one config value"
+    )
+    p.add_argument("--home", type=Path, default=None, help="home folder (default $EVORAG_HOME or ./.evorag)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout, logs on stderr")
+    if data:
+        p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="data file (default: the bundled demo set)")
+
+
+def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Config:
+    overrides: dict[str, Any] = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects SECTION.KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    overrides.update({k: v for k, v in (extra or {}).items() if v is not None})
+    return load_config(args.config, overrides)
+
+
+def home_from_args(args: argparse.Namespace) -> Path:
+    home = Path(args.home).resolve() if args.home else home_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def runtime_from_args(args: argparse.Namespace, cfg: Config):
+    from ..datasets import load_dataset
+    from ..runtime import Runtime
+
+    return Runtime(cfg, home_from_args(args), load_dataset(args.data))
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, ensure_ascii=False, default=str)
+    sys.stdout.write("\n")
+    sys.stdout.flush()

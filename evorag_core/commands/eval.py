@@ -1,0 +1,62 @@
+"""`evorag eval`: run a method over a data file; per-question JSON lines and a summary."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..evaluation import evaluate, progress_printer
+from ..methods.base import EpisodeMethod
+from ..methods.oracle import OraclePolicy
+from ..methods.script import ScriptPolicy, load_script
+from .common import add_common, config_from_args, print_json, runtime_from_args
+
+__all__ = ["add_parser", "main", "METHODS"]
+
+# method name -> builder(args, runtime); one literal table.
+METHODS = {
+    "script": lambda args, rt: EpisodeMethod(ScriptPolicy(load_script(_need_script(args))), rt.make_env),
+    "oracle": lambda args, rt: EpisodeMethod(OraclePolicy(), rt.make_env),
+}
+
+
+def _need_script(args: argparse.Namespace) -> Path:
+    if args.script is None:
+        raise ConfigError("--method script needs --script FILE")
+    return args.script
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help="evaluate a method on a data file")
+    add_common(p)
+    p.add_argument("--method", required=True, choices=sorted(METHODS))
+    p.add_argument("--limit", type=int, default=None, help="first N questions")
+    p.add_argument("--corpus", choices=["pooled", "per-question"], default=None)
+    p.add_argument("--k", type=int, default=None, help="passages per SEARCH")
+    p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
+    p.add_argument("--script", type=Path, default=None, help="for --method script")
+    p.add_argument("--out", type=Path, default=None, help="per-question results (JSON lines)")
+    p.add_argument("--resume", action="store_true", help="skip questions already in --out")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args, {"env.corpus": args.corpus, "env.top_k": args.k, "reward.stage": args.stage})
+    rt = runtime_from_args(args, cfg)
+    method = METHODS[args.method](args, rt)
+    questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
+    show = progress_printer(len(questions)) if sys.stderr.isatty() and not args.json else None
+    summary, _ = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
+    summary["data"] = str(args.data)
+    summary["corpus"] = cfg.env.corpus
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"method: {summary['label']}")
+        for key in ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds"):
+            val = summary[key]
+            print(f"  {key:<15} {val:.4f}" if isinstance(val, float) else f"  {key:<15} {val}")
+        if args.out:
+            print(f"  results written to {args.out}")
+    return 0

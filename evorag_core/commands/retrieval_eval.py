@@ -1,0 +1,45 @@
+"""`evorag retrieval-eval`: support recall@k, full recall@k, MRR, queries/s and index build time per retriever."""
+from __future__ import annotations
+
+import argparse
+
+from .common import add_common, config_from_args, home_from_args, print_json
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help="evaluate bm25, dense and rrf retrieval with the question as the query")
+    add_common(p)
+    p.add_argument("--corpus", choices=["pooled", "per-question"], default="pooled")
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--limit", type=int, default=None, help="first N questions")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..datasets import load_dataset
+    from ..retrieval.evaluate import evaluate_retrieval
+    from ..types import Dataset
+
+    cfg = config_from_args(args)
+    dataset = load_dataset(args.data)
+    if args.limit:
+        dataset = Dataset(dataset.name, dataset.path, dataset.questions[: args.limit])
+    report = evaluate_retrieval(dataset, args.corpus, args.k, cfg.retrieval, home_from_args(args))
+    if args.json:
+        print_json(report)
+        return 0
+    print(f"data: {args.data}  corpus: {args.corpus}  k = {args.k}")
+    keys = sorted({k for row in report.values() if isinstance(row, dict) for k in row})
+    print(f"{'retriever':<10}" + "".join(f"{k:>18}" for k in keys))
+    for name, row in report.items():
+        if isinstance(row, dict):
+            print(f"{name:<10}" + "".join(f"{_fmt(row.get(k)):>18}" for k in keys))
+    return 0
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return "-" if v is None else str(v)

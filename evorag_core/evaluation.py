@@ -1,0 +1,147 @@
+"""Runs a method over a data set: per-question JSON lines (crash-safe, resumable) and a summary."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from .metrics import mean, paired_bootstrap
+from .methods.base import QuestionResult
+from .types import Question
+
+__all__ = ["Method", "summarize", "evaluate", "load_results", "compare_results", "SUMMARY_KEYS"]
+
+SUMMARY_KEYS = ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds")
+
+
+class Method(Protocol):
+    name: str
+    label: str
+
+    def run_question(self, question: Question) -> QuestionResult: ...
+
+
+def summarize(results: Sequence[QuestionResult], seconds: float | None = None) -> dict[str, Any]:
+    n = len(results)
+    steps = sum(r.steps for r in results)
+    return {
+        "n": n,
+        "em": mean(r.em for r in results),
+        "f1": mean(r.f1 for r in results),
+        "avg_steps": steps / n if n else 0.0,
+        "support_recall": mean(r.support_recall for r in results),
+        "refusal_rate": mean(float(r.refused) for r in results),
+        "format_valid": mean(float(r.format_valid) for r in results),
+        "fallback_rate": (sum(r.fallback for r in results) / steps) if steps else 0.0,
+        "seconds": seconds if seconds is not None else sum(r.seconds for r in results),
+    }
+
+
+def load_results(path: Path) -> list[QuestionResult]:
+    out = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                out.append(QuestionResult.from_dict(json.loads(line)))
+    return out
+
+
+def _done_ids(path: Path) -> set[str]:
+    """Question ids already written; a torn last line (killed mid-write) is dropped and rewritten later."""
+    if not path.exists():
+        return set()
+    good: list[str] = []
+    ids: set[str] = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            ids.add(json.loads(line)["question_id"])
+            good.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    path.write_text("".join(l + "\n" for l in good), encoding="utf-8")
+    return ids
+
+
+def evaluate(
+    method: Method,
+    questions: Iterable[Question],
+    *,
+    out_path: Path | None = None,
+    resume: bool = False,
+    on_result: Callable[[QuestionResult, list[QuestionResult]], None] | None = None,
+) -> tuple[dict[str, Any], list[QuestionResult]]:
+    """Run `method` on each question. Each result is appended and flushed as soon as it is done, so an
+    interrupted run keeps the finished questions; with `resume`, questions already in `out_path` are skipped
+    (and included in the summary)."""
+    questions = list(questions)
+    results: list[QuestionResult] = []
+    done: set[str] = set()
+    if out_path is not None:
+        out_path = Path(out_path)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            done = _done_ids(out_path)
+            wanted = {q.id for q in questions}
+            results = [r for r in load_results(out_path) if r.question_id in wanted] if done else []
+        elif out_path.exists():
+            out_path.unlink()
+    start = time.perf_counter()
+    fh = out_path.open("a", encoding="utf-8") if out_path is not None else None
+    try:
+        for q in questions:
+            if q.id in done:
+                continue
+            t0 = time.perf_counter()
+            res = method.run_question(q)
+            if not res.seconds:
+                res = QuestionResult(**{**res.__dict__, "seconds": time.perf_counter() - t0})
+            results.append(res)
+            if fh is not None:
+                fh.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
+                fh.flush()
+            if on_result is not None:
+                on_result(res, results)
+    finally:
+        if fh is not None:
+            fh.close()
+    summary = summarize(results, seconds=time.perf_counter() - start)
+    summary["method"] = method.name
+    summary["label"] = method.label
+    return summary, results
+
+
+def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
+    """Paired bootstrap of EM and F1 (and steps) on the questions both result sets contain."""
+    by_id = {r.question_id: r for r in b}
+    common = [(r, by_id[r.question_id]) for r in a if r.question_id in by_id]
+    if not common:
+        raise ValueError("the two result files share no question id")
+    out: dict[str, Any] = {"n": len(common)}
+    for metric in ("em", "f1", "steps"):
+        res = paired_bootstrap(
+            [float(getattr(x, metric)) for x, _ in common], [float(getattr(y, metric)) for _, y in common], resamples, seed
+        )
+        out[metric] = res.__dict__
+    return out
+
+
+def progress_printer(total: int, stream=sys.stderr) -> Callable[[QuestionResult, list[QuestionResult]], None]:
+    """A small progress bar on stderr with the running EM/F1."""
+    start = time.perf_counter()
+
+    def show(_: QuestionResult, results: list[QuestionResult]) -> None:
+        n = len(results)
+        width = 30
+        filled = int(width * n / max(total, 1))
+        em = mean(r.em for r in results)
+        f1 = mean(r.f1 for r in results)
+        rate = n / max(time.perf_counter() - start, 1e-9)
+        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {n}/{total} EM {em:.3f} F1 {f1:.3f} {rate:.2f} q/s")
+        if n >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
