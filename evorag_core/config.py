@@ -116,7 +116,9 @@ class TrainConfig:
     beta: float = 0.1
     kl: str = "k3"  # k2 | k3
     kl_coef: float = 0.05
-    clip_eps: float = 0.2
+    clip_eps: float = 0.2  # PPO ratio clip; GRPO's lower clip
+    clip_eps_high: float = 0.2  # GRPO's upper clip (R2AG uses 0.28; 0.2 = symmetric)
+    value_clip: float = 0.2  # PPO value-function clip (0 disables it)
     gamma: float = 1.0
     gae_lambda: float = 0.95
     lora_r: int = 8
@@ -124,6 +126,9 @@ class TrainConfig:
     lora_dropout: float = 0.05
     max_length: int = 512
     batch_size: int = 4
+    grad_accum: int = 1  # gradient accumulation steps (effective batch = batch_size * grad_accum)
+    dtype: str = "float32"  # float32 | bfloat16 (bf16 autocast; the weights stay as loaded)
+    gradient_checkpointing: bool = False
     seed: int = 0
     lease_seconds: int = 60
     retry_failed: bool = False
