@@ -315,6 +315,8 @@ def load_dataset(path: str | Path) -> Dataset:
     where = str(path)
     try:
         text = Path(path).read_bytes().decode("utf-8-sig")
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        raise DatasetFormatError(where, None, None, f"cannot read the file ({exc.strerror or exc})") from exc
     except UnicodeDecodeError as exc:
         raise DatasetFormatError(where, None, None, f"not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     if not text.strip():
