@@ -1,0 +1,282 @@
+"""DPO on preference pairs through TRL's `DPOTrainer`, with LoRA and our own held-out accuracy.
+
+L = −log σ(β [(log π(c) − log π_ref(c)) − (log π(r) − log π_ref(r))]), β = cfg.beta (SPEC §5).
+
+Reference policy. The trained model is always a `PeftModel` whose adapter "default" is trained; TRL (1.16) copies
+that adapter into a frozen adapter "ref" and computes the reference log-probs with "ref" active. So:
+- no previous adapter: "default" is a fresh LoRA (B = 0), "ref" equals the base model;
+- `ref_adapter` given (the previous round): it is verified and loaded as "default", training continues from it,
+  and the reference is that previous round's policy — iterative DPO.
+
+`model` is the *base* causal LM; it is modified in place (LoRA layers injected), so load a fresh one per job.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import resource
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+from peft import PeftModel
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import DPOConfig, DPOTrainer
+
+from evorag_core.config import TrainConfig
+
+from .data import PairExample, fit_pairs, pairs_to_dataset
+from .lora import attach_lora, load_adapter, save_adapter
+
+__all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accuracy", "completion_logps"]
+
+ProgressFn = Callable[[dict[str, Any]], None]
+_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class DpoResult:
+    adapter_dir: Path
+    checksum: str  # sha256 of adapter_model.safetensors
+    metrics: dict[str, float]  # last logged step (loss, rewards/*, logps/*) + train_loss, first_loss
+    heldout_accuracy: float | None  # share of held-out pairs with implicit reward margin > 0
+    heldout_margin: float | None  # mean implicit reward margin on held-out pairs
+    steps: int
+    n_train: int
+    n_heldout: int
+    truncated: int  # prompts shortened to fit max_length (train + held-out)
+    dropped: int  # pairs that could not fit at all
+    wall_seconds: float  # trainer.train() only
+    seconds_per_step: float
+    peak_rss_mb: float  # peak resident memory of this process so far
+    history: tuple[dict[str, float], ...] = field(repr=False, default=())
+
+
+def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool) -> DPOConfig:
+    """TRL's DPOConfig from the [train] section (logging every step, no checkpoints, no reporting)."""
+    if cfg.dtype not in _DTYPES:
+        raise ValueError(f"train.dtype must be one of {_DTYPES}, got {cfg.dtype!r}")
+    return DPOConfig(
+        output_dir=str(output_dir),
+        beta=cfg.beta,
+        learning_rate=cfg.lr,
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        max_length=cfg.max_length,
+        bf16=cfg.dtype == "bfloat16",
+        fp16=False,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        use_cpu=use_cpu,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+class _Progress(TrainerCallback):
+    """Forwards every log line (with step, wall time and seconds per step) to `on_progress` and keeps a history."""
+
+    def __init__(self, on_progress: ProgressFn | None):
+        self.on_progress = on_progress
+        self.history: list[dict[str, float]] = []
+        self.started = time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        elapsed = time.perf_counter() - self.started
+        entry = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+        entry.update(step=state.global_step, max_steps=state.max_steps, elapsed_s=elapsed,
+                     sec_per_step=elapsed / max(state.global_step, 1))
+        self.history.append(entry)
+        if self.on_progress is not None:
+            self.on_progress(dict(entry))
+
+
+def train_dpo(
+    pairs: Sequence[PairExample],
+    model: Any,
+    tokenizer: Any,
+    cfg: TrainConfig,
+    out_dir: Path,
+    ref_adapter: Path | None = None,
+    on_progress: ProgressFn | None = None,
+    *,
+    heldout: Sequence[PairExample] = (),
+    base_model_id: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> DpoResult:
+    """Train one DPO round on `pairs`, save the adapter to `out_dir` and score `heldout` pairs.
+
+    base_model_id defaults to model.config.name_or_path; it is checked against `ref_adapter` and recorded in the
+    adapter's metadata together with `meta` (e.g. round_id) and the final metrics.
+    """
+    if isinstance(model, PeftModel):
+        raise ValueError("train_dpo expects the base model; pass the previous round's adapter as ref_adapter")
+    base_id = base_model_id or str(model.config.name_or_path)
+    train_fit = fit_pairs(pairs, tokenizer, cfg.max_length)
+    held_fit = fit_pairs(heldout, tokenizer, cfg.max_length)
+    if not train_fit.pairs:
+        raise ValueError(f"no training pairs: {len(pairs)} given, {train_fit.dropped} dropped as too long")
+    use_cpu = next(model.parameters()).device.type == "cpu"
+    if ref_adapter is not None:
+        policy = load_adapter(model, Path(ref_adapter), base_id, trainable=True)
+    else:
+        policy = attach_lora(model, cfg)
+    progress = _Progress(on_progress)
+    with tempfile.TemporaryDirectory(prefix="evorag-dpo-") as scratch:
+        trainer = DPOTrainer(
+            model=policy,
+            ref_model=None,
+            args=dpo_config(cfg, Path(scratch), use_cpu=use_cpu),
+            train_dataset=pairs_to_dataset(train_fit.pairs),
+            processing_class=tokenizer,
+            callbacks=[progress],
+        )
+        trainer.remove_callback(PrinterCallback)  # progress goes through on_progress, not stdout
+        started = time.perf_counter()
+        output = trainer.train()
+        wall = time.perf_counter() - started
+    steps = int(output.global_step)
+    step_logs = [h for h in progress.history if "loss" in h]
+    metrics = dict(step_logs[-1]) if step_logs else {}
+    metrics.update(train_loss=float(output.training_loss), first_loss=step_logs[0]["loss"] if step_logs else math.nan)
+    accuracy = margin = None
+    if held_fit.pairs:
+        margins = pair_margins(policy, tokenizer, held_fit.pairs, beta=cfg.beta, max_length=cfg.max_length,
+                               batch_size=cfg.batch_size)
+        accuracy = sum(m > 0 for m in margins) / len(margins)
+        margin = sum(margins) / len(margins)
+        metrics.update(heldout_accuracy=accuracy, heldout_margin=margin)
+    record = {"round_id": None, "objective": "dpo", **dict(meta or {}), "base_model_id": base_id,
+              "metrics": metrics, "beta": cfg.beta, "seed": cfg.seed, "n_train": len(train_fit.pairs),
+              "n_heldout": len(held_fit.pairs), "reference": str(ref_adapter) if ref_adapter else "base"}
+    checksum = save_adapter(policy, Path(out_dir), record)
+    return DpoResult(
+        adapter_dir=Path(out_dir),
+        checksum=checksum,
+        metrics=metrics,
+        heldout_accuracy=accuracy,
+        heldout_margin=margin,
+        steps=steps,
+        n_train=len(train_fit.pairs),
+        n_heldout=len(held_fit.pairs),
+        truncated=train_fit.truncated + held_fit.truncated,
+        dropped=train_fit.dropped + held_fit.dropped,
+        wall_seconds=wall,
+        seconds_per_step=wall / max(steps, 1),
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        history=tuple(progress.history),
+    )
+
+
+@contextlib.contextmanager
+def _reference(model: PeftModel, ref_adapter_name: str | None) -> Iterator[None]:
+    """Run the block with the reference policy: adapter `ref_adapter_name` active, or all adapters disabled."""
+    if ref_adapter_name is None:
+        with model.disable_adapter():
+            yield
+        return
+    previous = model.active_adapter
+    model.set_adapter(ref_adapter_name)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)
+
+
+def _tokenize_pair_side(tokenizer: Any, prompt: str, completion: str, max_length: int) -> tuple[list[int], int]:
+    """(ids, completion start) as TRL builds them: EOS appended, split at the common prefix, keep_start."""
+    eos = tokenizer.eos_token
+    completion = completion if completion.endswith(eos) else completion + eos
+    prompt_ids = tokenizer(text=prompt)["input_ids"]
+    full_ids = tokenizer(text=prompt + completion)["input_ids"]
+    start = 0
+    while start < min(len(prompt_ids), len(full_ids)) and prompt_ids[start] == full_ids[start]:
+        start += 1
+    return full_ids[:max_length], start
+
+
+@torch.no_grad()
+def completion_logps(
+    model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str], *, max_length: int
+) -> torch.Tensor:
+    """Σ log π(completion token | prefix) per row, float32 `[B]`, under the model's active adapter.
+
+    Only the completion positions go through the LM head, so the `[B, T, vocab]` logits are never built.
+    """
+    rows = [_tokenize_pair_side(tokenizer, p, c, max_length) for p, c in zip(prompts, completions, strict=True)]
+    device = next(model.parameters()).device
+    length = max(len(ids) for ids, _ in rows)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), length), dtype=torch.long)
+    completion = torch.zeros((len(rows), length), dtype=torch.bool)
+    for i, (ids, start) in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        attention[i, : len(ids)] = 1
+        completion[i, start : len(ids)] = True
+    lm = model.get_base_model() if isinstance(model, PeftModel) else model
+    hidden = lm.base_model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).last_hidden_state
+    predicts = completion[:, 1:].to(device)  # position t predicts token t + 1
+    logits = lm.get_output_embeddings()(hidden[:, :-1][predicts]).float()
+    targets = input_ids[:, 1:].to(device)[predicts]
+    token_logps = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    row_of = torch.arange(len(rows), device=device)[:, None].expand_as(predicts)[predicts]
+    return torch.zeros(len(rows), device=device).index_add_(0, row_of, token_logps).cpu()
+
+
+def pair_margins(
+    model: PeftModel,
+    tokenizer: Any,
+    pairs: Sequence[PairExample],
+    *,
+    beta: float,
+    max_length: int,
+    ref_adapter_name: str | None = "ref",
+    batch_size: int = 4,
+) -> list[float]:
+    """Implicit reward margins β[(log π(c) − log π_ref(c)) − (log π(r) − log π_ref(r))], one per pair.
+
+    π is the active adapter; π_ref is the adapter `ref_adapter_name` if the model has it (TRL's frozen copy of
+    the starting adapter), else the base model (adapters disabled).
+    """
+    if ref_adapter_name is not None and ref_adapter_name not in model.peft_config:
+        ref_adapter_name = None
+    was_training = model.training
+    model.eval()
+    margins: list[float] = []
+    try:
+        for i in range(0, len(pairs), batch_size):
+            batch = pairs[i : i + batch_size]
+            prompts = [p.prompt for p in batch] * 2
+            completions = [p.chosen for p in batch] + [p.rejected for p in batch]
+            policy = completion_logps(model, tokenizer, prompts, completions, max_length=max_length)
+            with _reference(model, ref_adapter_name):
+                reference = completion_logps(model, tokenizer, prompts, completions, max_length=max_length)
+            ratio_c, ratio_r = (policy - reference).chunk(2)
+            margins.extend((beta * (ratio_c - ratio_r)).tolist())
+    finally:
+        model.train(was_training)
+    return margins
+
+
+def heldout_accuracy(
+    model: PeftModel, tokenizer: Any, pairs: Sequence[PairExample], *, beta: float, max_length: int,
+    ref_adapter_name: str | None = "ref",
+) -> float:
+    """Share of pairs whose implicit reward margin is > 0 (a tie, e.g. an untrained adapter, counts as wrong)."""
+    if not pairs:
+        raise ValueError("heldout_accuracy needs at least one pair")
+    margins = pair_margins(model, tokenizer, pairs, beta=beta, max_length=max_length, ref_adapter_name=ref_adapter_name)
+    return sum(m > 0 for m in margins) / len(margins)
