@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "eval": "eval",
     "compare": "compare",
     "retrieval-eval": "retrieval_eval",
+    "studio": "studio",
 }
 
 

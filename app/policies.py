@@ -1,0 +1,207 @@
+"""The policies the studio can run, by name: the oracle, a script, and the language-model policy with or
+without a LoRA adapter. `PolicyProvider` loads the language model once per process and swaps adapters.
+
+Policy choices (the dropdown's values):
+  "oracle"      the upper bound that reads gold passages (an environment check)
+  "script"      replays a JSON list of actions typed in the page
+  "lm:live"     the LM with whatever adapter is active when the episode starts (base model if none)
+  "lm:base"     the LM without adapter
+  "lm:<name>"   the LM with the named adapter
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from evorag_core.actions import Action, action_to_dict
+from evorag_core.config import Config
+from evorag_core.errors import ActionParseError, EvoRagError
+from evorag_core.methods.oracle import ORACLE_LABEL, OraclePolicy
+from evorag_core.methods.script import ScriptPolicy, load_script
+from evorag_core.state import AgentView
+from evorag_core.types import Question
+
+__all__ = [
+    "FeatureUnavailable",
+    "BASE",
+    "LIVE",
+    "StudioPolicy",
+    "Candidate",
+    "PolicyProvider",
+    "policy_choices",
+    "parse_script",
+]
+
+BASE = "lm:base"
+LIVE = "lm:live"
+
+
+class FeatureUnavailable(EvoRagError):
+    """A part of the system the studio would use is not installed or not built yet."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A sibling action sampled at a state."""
+
+    action: Action
+    logprob: float | None
+    info: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        act = action_to_dict(self.action)
+        return {"action": act["action"], "argument": act.get("query") or act.get("answer"), "logprob": self.logprob}
+
+
+@dataclass
+class StudioPolicy:
+    """A policy ready for one episode: `policy` follows the EpisodePolicy protocol (begin/act).
+    `sample` is set when the policy can sample K sibling candidates at a state."""
+
+    choice: str
+    label: str
+    policy: Any
+    adapter: str | None = None
+    sample: Callable[[AgentView, int, float, int], list[Candidate]] | None = None
+
+
+def parse_script(text: str):
+    """A script typed in the page: a JSON list of actions (or an object of lists keyed by question id)."""
+    if not text or not text.strip():
+        raise ActionParseError("the script policy needs a JSON list of actions, e.g. "
+                               '[{"action": "SEARCH", "query": "..."}, {"action": "REFUSE"}]')
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ActionParseError(f"the script is not valid JSON: {exc}") from None
+    return load_script(raw)
+
+
+def policy_choices(adapter_names: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, value) pairs for the policy dropdown."""
+    out = [("oracle (upper bound, reads gold)", "oracle"), ("script (JSON actions)", "script"),
+           ("LM · live adapter", LIVE), ("LM · base model", BASE)]
+    out += [(f"LM · adapter {name}", f"lm:{name}") for name in adapter_names]
+    return out
+
+
+class PolicyProvider:
+    """Loads the policy language model once (lazily) and hands out per-episode policies.
+
+    The model and its adapters are shared by every browser session; each LM call activates the episode's
+    adapter under one lock, so two sessions with different adapters never step on each other.
+    """
+
+    def __init__(self, cfg: Config, home: Path):
+        self.cfg, self.home = cfg, Path(home)
+        self._lock = threading.RLock()
+        self._backend: Any = None
+        self._loaded_adapters: dict[str, str] = {}  # name -> path loaded into the backend
+
+    def make(self, choice: str, *, script: str = "", adapter_lookup: Callable[[str | None], Any] | None = None
+             ) -> StudioPolicy:
+        """The policy for `choice` (see the module docstring). `adapter_lookup(name)` returns the store's Adapter
+        row for a name, or the active adapter (or None) for name None."""
+        if choice == "oracle":
+            return StudioPolicy(choice, ORACLE_LABEL, OraclePolicy())
+        if choice == "script":
+            return StudioPolicy(choice, "script", ScriptPolicy(parse_script(script)))
+        if choice.startswith("lm:"):
+            return self._lm(choice, adapter_lookup)
+        raise ValueError(f"unknown policy {choice!r}; expected oracle, script, {BASE}, {LIVE} or lm:<adapter>")
+
+    # -- the language-model policy -----------------------------------------------------------------------------
+    def _lm(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> StudioPolicy:
+        adapter = None
+        if choice == LIVE:
+            adapter = adapter_lookup(None) if adapter_lookup else None
+        elif choice != BASE:
+            if adapter_lookup is None:
+                raise FeatureUnavailable("adapters need the store, which is not available")
+            adapter = adapter_lookup(choice[3:])
+        name = adapter.name if adapter is not None else None
+        backend = self._get_backend()
+        if adapter is not None:
+            self._ensure_adapter(backend, adapter.name, adapter.path)
+        lm = self._lm_policy(backend)
+        label = f"LM {self._model_name()}" + (f" + adapter {name}" if name else " (base)")
+        return StudioPolicy(
+            choice, label, _LockedPolicy(lm, self, name), adapter=name,
+            sample=lambda view, k, temperature, seed: self._sample(lm, name, view, k, temperature, seed),
+        )
+
+    def _model_name(self) -> str:
+        return "SmolLM2-135M-Instruct" if self.cfg.policy.model == "embedded" else self.cfg.policy.model
+
+    def _get_backend(self):
+        with self._lock:
+            if self._backend is None:
+                try:
+                    from evorag_core.policy import TransformersBackend
+                except ImportError as exc:
+                    raise FeatureUnavailable(f"the LM policy is not available yet (evorag_core.policy: {exc})") from None
+                self._backend = TransformersBackend(self.cfg.policy, self.home)
+            return self._backend
+
+    def _lm_policy(self, backend):
+        from evorag_core.policy import LMPolicy
+
+        return LMPolicy(backend, self.cfg.policy)
+
+    def _ensure_adapter(self, backend, name: str, path: str) -> None:
+        with self._lock:
+            if self._loaded_adapters.get(name) != path:
+                backend.load_adapter(name, Path(path))
+                self._loaded_adapters[name] = path
+
+    def use(self, adapter: str | None) -> None:
+        """Make `adapter` (None: the base model) the one the backend runs; call with the lock held."""
+        self._backend.activate(adapter)
+
+    def _sample(self, lm, adapter: str | None, view: AgentView, k: int, temperature: float, seed: int
+                ) -> list[Candidate]:
+        with self._lock:
+            self.use(adapter)
+            found = lm.candidates(view, k=k, temperature=temperature, seed=seed)
+        return [Candidate(c.action, _logprob(c), _info(c)) for c in found]
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+
+class _LockedPolicy:
+    """An LMPolicy seen through the EpisodePolicy protocol, with its adapter activated under the lock."""
+
+    def __init__(self, lm, provider: PolicyProvider, adapter: str | None):
+        self.lm, self.provider, self.adapter = lm, provider, adapter
+        self.name = getattr(lm, "name", "lm")
+
+    def begin(self, question: Question) -> None:
+        begin = getattr(self.lm, "begin", None)
+        if begin is not None:
+            begin(question)
+
+    def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
+        with self.provider.lock:
+            self.provider.use(self.adapter)
+            decision = self.lm.act(view)
+        if isinstance(decision, tuple):
+            return decision
+        return decision.action, _info(decision)
+
+
+def _logprob(decision: Any) -> float | None:
+    value = getattr(decision, "logprob", None)
+    return None if value is None else float(value)
+
+
+def _info(decision: Any) -> dict[str, Any]:
+    info = dict(getattr(decision, "info", {}) or {})
+    lp = _logprob(decision)
+    if lp is not None:
+        info.setdefault("logprob", lp)
+    return info

@@ -1,0 +1,218 @@
+"""What the studio's handlers work with: the config, runtimes per data file, the store, the policy provider and
+the background worker process. One `Services` object per studio process, shared by every browser session.
+
+Everything heavy (indexes, the embedder, the language model, the database) is opened lazily on first use, so
+the page is served before any of it is loaded.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from evorag_core.config import REPO_ROOT, Config
+from evorag_core.errors import StoreError
+from evorag_core.runtime import Runtime
+
+from .policies import FeatureUnavailable, PolicyProvider
+
+__all__ = ["FeatureUnavailable", "Services", "WorkerProcess", "worker_command_available", "BENCHMARKS_DIR"]
+
+log = logging.getLogger(__name__)
+
+BENCHMARKS_DIR = REPO_ROOT.parent / "shared" / "benchmarks"
+_MAX_RUNTIMES = 4  # data files kept loaded (each holds its corpus; indexes are cached on disk)
+
+
+def worker_command_available() -> bool:
+    """True when `evorag worker` exists (the CLI's command table names it)."""
+    from evorag_core.cli import COMMANDS
+
+    return "worker" in COMMANDS
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux only)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class WorkerProcess:
+    """The background `evorag worker` subprocess: started with the studio, stopped with it.
+
+    On Linux the child also gets SIGTERM if the studio dies without cleaning up (PR_SET_PDEATHSIG).
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
+        self.argv, self.env, self.log_path = argv, env, log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        log.info("started worker pid %s: %s (log %s)", self.proc.pid, " ".join(self.argv), self.log_path)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def describe(self) -> str:
+        if self.proc is None:
+            return "worker: not started"
+        code = self.proc.poll()
+        return f"worker: running (pid {self.proc.pid})" if code is None else f"worker: exited with code {code}"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=timeout)
+        log.info("worker pid %s stopped (code %s)", self.proc.pid, self.proc.returncode)
+
+
+class Services:
+    """Shared, lazily built back end of the studio (thread-safe: Gradio runs handlers in worker threads)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        home: Path,
+        *,
+        data_path: Path,
+        db_url: str | None = None,
+        auth_users: dict[str, str] | None = None,
+    ):
+        self.cfg = cfg
+        self.home = Path(home)
+        self.default_data = Path(data_path).resolve()
+        self.db_url = db_url or os.environ.get("EVORAG_DB_URL") or f"sqlite:///{self.home / 'evorag.db'}"
+        self.auth_users = auth_users
+        self.policies = PolicyProvider(cfg, self.home)
+        self.worker: WorkerProcess | None = None
+        self.extra_files: list[Path] = []  # uploaded or typed data files, newest last
+        self.loss_history: dict[int, list[tuple[float, float]]] = {}  # round id -> (step, loss) seen by the UI
+        self._lock = threading.RLock()
+        self._runtimes: OrderedDict[Path, Runtime] = OrderedDict()
+        self._retrieval: Any = None
+        self._store: Any = None
+
+    # -- data and runtimes ----------------------------------------------------------------------------------
+    @property
+    def retrieval(self):
+        """One RetrievalService (embedder, embedding cache, memoised indexes) for every runtime."""
+        with self._lock:
+            if self._retrieval is None:
+                from evorag_core.retrieval import RetrievalService
+
+                self._retrieval = RetrievalService(self.cfg.retrieval, self.home)
+            return self._retrieval
+
+    def runtime(self, path: str | Path | None = None) -> Runtime:
+        """The Runtime of a data file (loaded once, then cached); the default data file when `path` is empty."""
+        from evorag_core.datasets import load_dataset
+
+        resolved = Path(path).expanduser().resolve() if path else self.default_data
+        with self._lock:
+            if resolved in self._runtimes:
+                self._runtimes.move_to_end(resolved)
+                return self._runtimes[resolved]
+        dataset = load_dataset(resolved)
+        rt = Runtime(self.cfg, self.home, dataset)
+        rt.__dict__["retrieval"] = self.retrieval  # share one embedder/cache: pre-fill Runtime's cached_property
+        with self._lock:
+            self._runtimes[resolved] = rt
+            while len(self._runtimes) > _MAX_RUNTIMES:
+                self._runtimes.popitem(last=False)
+            if resolved != self.default_data and resolved not in self.extra_files and not _in(resolved, BENCHMARKS_DIR):
+                self.extra_files.append(resolved)
+        return rt
+
+    def data_files(self) -> list[tuple[str, str]]:
+        """(label, path) of the data files offered in the pickers: the default, the benchmark samples, uploads."""
+        files = [self.default_data]
+        if BENCHMARKS_DIR.is_dir():
+            files += sorted(BENCHMARKS_DIR.glob("*.jsonl"))
+        files += self.extra_files
+        seen: dict[Path, None] = {}
+        for f in files:
+            seen.setdefault(f, None)
+        return [(_label(f), str(f)) for f in seen]
+
+    def warm(self) -> None:
+        """Load the default data file and its retrieval index (called in the background after launch)."""
+        rt = self.runtime()
+        rt.retrieval.retriever_for(rt.pooled_corpus)
+        rt.embed(["warm-up"])
+
+    # -- store ------------------------------------------------------------------------------------------------
+    def store(self):
+        """The Store (migrated on first open); StoreError with a readable message when it cannot be opened."""
+        with self._lock:
+            if self._store is None:
+                from evorag_core.store import open_store
+
+                self._store = open_store(self.db_url)
+            return self._store
+
+    def store_or_none(self):
+        try:
+            return self.store()
+        except (StoreError, OSError) as exc:
+            log.warning("store unavailable: %s", exc)
+            return None
+
+    def active_adapter(self):
+        store = self.store_or_none()
+        return store.active_adapter() if store is not None else None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def start_worker(self) -> WorkerProcess | None:
+        """Start `evorag worker` against this studio's home and database, if that command exists."""
+        if not worker_command_available():
+            log.info("no `evorag worker` command yet: training rounds stay queued until a worker runs")
+            return None
+        env = dict(os.environ, EVORAG_HOME=str(self.home), EVORAG_DB_URL=self.db_url)
+        argv = [sys.executable, "-m", "evorag_core.cli", "worker"]
+        self.worker = WorkerProcess(argv, env, self.home / "logs" / "worker.log")
+        self.worker.start()
+        return self.worker
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+def _in(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def _label(path: Path) -> str:
+    if _in(path, REPO_ROOT):
+        return str(path.relative_to(REPO_ROOT))
+    if _in(path, BENCHMARKS_DIR):
+        return f"benchmarks/{path.name}"
+    return path.name

@@ -1,0 +1,234 @@
+"""One browser session's live episode: settings, environment, policy, record with human overrides, siblings.
+
+An `EpisodeSession` is kept in a `gr.State`; it is mutated in place by the handlers (one session, one user, one
+event at a time) and every change is mirrored to the store when the store is available. A store failure never
+stops the episode: it is reported in `notes` and shown in the page.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from evorag_core.actions import Action, action_to_dict
+from evorag_core.env import RagEnv
+from evorag_core.episode import EpisodeRecord, StepRecord, apply_override
+from evorag_core.errors import ConfigError, EnvStateError, StoreError
+from evorag_core.judge import GoldCoverageJudge, OverrideJudge, Verdict
+from evorag_core.runtime import Runtime
+from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
+from evorag_core.types import Passage, Question
+
+from .policies import Candidate, StudioPolicy
+
+__all__ = ["EpisodeSettings", "EpisodeSession", "free_question", "verdict_name"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    data_path: str = ""  # empty: the studio's default data file
+    question_id: str = ""  # empty: the first question of the file
+    free_question: str = ""  # when set, asked instead of question_id, over the file's pooled corpus
+    policy: str = "oracle"
+    stage: str = "discovery"
+    schedule: str = "time-dynamic"
+    preset: str = "full"
+    script: str = ""
+
+    def check(self) -> None:
+        for what, value, allowed in (("stage", self.stage, STAGES), ("schedule", self.schedule, SCHEDULES),
+                                     ("preset", self.preset, tuple(PRESETS))):
+            if value not in allowed:
+                raise ConfigError(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
+
+
+def free_question(text: str, dataset: str) -> Question:
+    """A typed question: no gold answer, no gold passages (the retrieval bonus is then 0)."""
+    text = " ".join(text.split())
+    qid = "free-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+    return Question(id=qid, dataset=dataset, question=text, answers=())
+
+
+def verdict_name(answerable: bool) -> str:
+    return "answerable" if answerable else "unanswerable"
+
+
+@dataclass
+class EpisodeSession:
+    settings: EpisodeSettings
+    question: Question
+    runtime: Runtime
+    env: RagEnv
+    judge: OverrideJudge
+    policy: StudioPolicy
+    store: Any = None  # evorag_core.store.Store or None
+    db_id: int | None = None
+    overrides: dict[int, Verdict] = field(default_factory=dict)
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # siblings sampled at the current state
+    candidate_actions: list[Action] = field(default_factory=list)
+    candidates_t: int | None = None
+    step_seconds: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
+
+    # -- construction ---------------------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, settings: EpisodeSettings, runtime: Runtime, policy: StudioPolicy, store: Any = None
+              ) -> "EpisodeSession":
+        settings.check()
+        if settings.free_question.strip():
+            question = free_question(settings.free_question, runtime.dataset.name)
+        elif settings.question_id:
+            question = runtime.dataset.get(settings.question_id)
+        else:
+            question = runtime.dataset.questions[0]
+        judge = OverrideJudge(GoldCoverageJudge())
+        env = _make_env(runtime, question, judge, bool(settings.free_question.strip()))
+        policy.policy.begin(question)
+        meta = {"policy": policy.choice, "label": policy.label, "adapter": policy.adapter,
+                "data": runtime.dataset.path}
+        env.reset(question, stage=settings.stage, schedule=settings.schedule, preset=settings.preset, meta=meta)
+        session = cls(settings, question, runtime, env, judge, policy, store)
+        session._save_start()
+        return session
+
+    # -- reading -----------------------------------------------------------------------------------------------------
+    @property
+    def record(self) -> EpisodeRecord:
+        """The environment's record with the human overrides applied (rewards and return recomputed)."""
+        record = self.env.record
+        for t, verdict in sorted(self.overrides.items()):
+            record = apply_override(record, t, verdict)
+        return record
+
+    @property
+    def done(self) -> bool:
+        return self.env.done
+
+    def passages(self, step: StepRecord | None) -> tuple[Passage, ...]:
+        return tuple(self.env.passage(pid) for pid in step.passages) if step else ()
+
+    def gold(self) -> frozenset[str]:
+        return frozenset(self.record.gold_pids)
+
+    # -- acting ------------------------------------------------------------------------------------------------------
+    def step(self) -> StepRecord:
+        if self.env.done:
+            raise EnvStateError("the episode has ended; press Reset to start another")
+        start = time.perf_counter()
+        view = self.env.view()
+        action, info = self.policy.policy.act(view)
+        result = self.env.step(action, info=info)
+        self.step_seconds.append(time.perf_counter() - start)
+        siblings = self.candidates if self.candidates_t == result.record.t else []
+        self.candidates, self.candidate_actions, self.candidates_t = [], [], None
+        self._save_step(result.record, siblings)
+        return result.record
+
+    def run_to_end(self) -> int:
+        """Step until ANSWER, REFUSE or T_max; returns how many steps were taken."""
+        n = 0
+        while not self.env.done:
+            self.step()
+            n += 1
+        return n
+
+    def override(self, t: int, answerable: bool, who: str) -> StepRecord:
+        """A person's verdict for step t: the refusal signal, R_t and the return are recomputed at once."""
+        steps = {s.t: s for s in self.env.record.steps}
+        if t not in steps or steps[t].verdict is None:
+            judged = [s.t for s in self.env.record.steps if s.verdict is not None]
+            raise ValueError(f"step t={t} has no judge verdict to override; judged steps: {judged or 'none'}")
+        verdict = self.judge.set_override(self.record.episode_id, t, answerable, who or None)
+        self.overrides[t] = verdict
+        if self.store is not None and self.db_id is not None:
+            self._store_call(self.store.set_override, self.db_id, t, verdict_name(answerable), who or "anonymous")
+            if self.done:
+                self._store_call(self.store.finish_episode, self.db_id, total_return=self.record.total_return,
+                                 status=self._final_status())
+        return next(s for s in self.record.steps if s.t == t)
+
+    def set_candidates(self, candidates: list[Candidate]) -> None:
+        self.candidate_actions = [c.action for c in candidates]
+        self.candidates = [c.as_dict() for c in candidates]
+        self.candidates_t = self.env.view().t
+
+    def score_candidates(self) -> None:
+        """Continue each sibling branch to the end with the episode's policy; its return from the branch point on."""
+        if not self.candidates:
+            raise ValueError("sample candidates first")
+        prefix = [s.action for s in self.env.record.steps]
+        for cand, action in zip(self.candidates, self.candidate_actions):
+            env = _make_env(self.runtime, self.question, OverrideJudge(GoldCoverageJudge()),
+                           bool(self.settings.free_question.strip()))
+            rec = self.env.record
+            env.reset(self.question, stage=rec.stage, schedule=rec.schedule, preset=rec.preset)
+            for a in prefix:
+                env.step(a)
+            total, steps = env.step(action).reward, 1
+            while not env.done:
+                next_action, info = self.policy.policy.act(env.view())
+                total += env.step(next_action, info=info).reward
+                steps += 1
+            cand["branch_return"], cand["branch_steps"] = float(total), steps
+
+    # -- store mirroring ---------------------------------------------------------------------------------------------
+    def _store_call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (StoreError, SQLAlchemyError, KeyError, ValueError) as exc:
+            log.warning("store write failed: %s", exc)
+            self.notes.append(f"not saved to the store: {exc}")
+            return None
+
+    def _save_start(self) -> None:
+        if self.store is None:
+            return
+        rec = self.env.record
+        config = {"preset": rec.preset, "t_max": rec.t_max, "top_k": rec.top_k, "adapter": self.policy.adapter,
+                  "data": self.runtime.dataset.path, "episode_key": rec.episode_id}
+        self.db_id = self._store_call(
+            self.store.add_episode, question_id=self.question.id, dataset=rec.dataset, question=rec.question,
+            policy=self.policy.label, stage=rec.stage, schedule=rec.schedule, config=config, status="running",
+        )
+
+    def _save_step(self, step: StepRecord, siblings: list[dict[str, Any]]) -> None:
+        if self.store is None or self.db_id is None:
+            return
+        from evorag_core.store import Sibling, Step
+
+        act = action_to_dict(step.action)
+        row = Step(
+            t=step.t, action=act["action"], argument=act.get("query") or act.get("answer"),
+            passages=tuple(step.passages), signals=dict(step.signals), weights=dict(step.weights),
+            reward=step.reward, judge_verdict=verdict_name(step.verdict.answerable) if step.verdict else None,
+            siblings=tuple(Sibling(c["action"], c.get("argument"), c.get("logprob"), c.get("branch_return"))
+                           for c in siblings),
+        )
+        self._store_call(self.store.add_step, self.db_id, row)
+        if step.verdict is not None:
+            self._store_call(self.store.record_judgment, self.db_id, step.t, judge=step.verdict.judge,
+                             verdict=verdict_name(step.verdict.answerable))
+        if self.env.done:
+            self._store_call(self.store.finish_episode, self.db_id, total_return=self.record.total_return,
+                             status=self._final_status())
+
+    def _final_status(self) -> str:
+        return "truncated" if self.env.record.truncated else "finished"
+
+    def take_notes(self) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+
+def _make_env(runtime: Runtime, question: Question, judge: OverrideJudge, free: bool) -> RagEnv:
+    if not free:
+        return runtime.make_env(question, judge)
+    corpus = runtime.pooled_corpus  # a typed question searches the file's whole (pooled) corpus
+    return RagEnv(corpus, runtime.retrieval.retriever_for(corpus), runtime.embed, judge, runtime.cfg.env,
+                  runtime.cfg.reward)

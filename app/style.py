@@ -1,0 +1,64 @@
+"""The studio's stylesheet (passed to `launch(css=...)`): tables, passages, badges, cards, progress bars."""
+from __future__ import annotations
+
+__all__ = ["CSS"]
+
+CSS = """
+.gradio-container { max-width: 1680px !important; margin: 0 auto; }
+#evo-title h1 { margin: 0; font-size: 1.5rem; }
+.evo-header-status { font-size: 0.9rem; padding: 6px 0; color: var(--body-text-color-subdued); }
+.evo-table { border-collapse: collapse; width: 100%; font-size: 0.85rem; margin: 4px 0 10px; }
+.evo-table caption { text-align: left; font-size: 0.9rem; padding: 4px 0; }
+.evo-table th { background: var(--background-fill-secondary); font-weight: 600; text-align: left;
+  padding: 4px 6px; border-bottom: 2px solid var(--border-color-primary); white-space: nowrap; }
+.evo-table td { padding: 3px 6px; border-bottom: 1px solid var(--border-color-primary); vertical-align: top; }
+.evo-table td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.evo-table td.pos { color: #127a2e; }
+.evo-table td.neg { color: #b3261e; }
+.evo-table td.zero { color: #999; }
+.evo-table td.strong { font-weight: 600; }
+.evo-table td.arg { max-width: 320px; overflow-wrap: anywhere; }
+.evo-table tr.current td { background: rgba(255, 213, 79, 0.18); }
+.evo-empty { color: var(--body-text-color-subdued); font-style: italic; padding: 8px 2px; }
+.evo-h { font-weight: 600; margin: 4px 0; }
+.evo-msg { padding: 6px 10px; border-radius: 6px; margin: 4px 0; font-size: 0.9rem; }
+.evo-msg-ok, .evo-msg-info { background: rgba(46, 125, 50, 0.09); border-left: 4px solid #2e7d32; }
+.evo-msg-warn { background: rgba(237, 108, 2, 0.10); border-left: 4px solid #ed6c02; }
+.evo-msg-error { background: rgba(211, 47, 47, 0.10); border-left: 4px solid #d32f2f; }
+.evo-status .evo-q { font-size: 1.05rem; font-weight: 600; margin-bottom: 2px; }
+.evo-status .evo-meta { font-size: 0.85rem; color: var(--body-text-color-subdued); margin: 2px 0; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 8px; font-size: 0.75rem; font-weight: 600;
+  margin-left: 4px; vertical-align: middle; }
+.badge.gold { background: #ffd54f; color: #5d4300; }
+.badge.human { background: #e1bee7; color: #4a148c; }
+.badge.answerable { background: #c8e6c9; color: #1b5e20; }
+.badge.unanswerable { background: #ffcdd2; color: #b71c1c; }
+.badge.done { background: #cfd8dc; color: #263238; }
+.badge.running { background: #bbdefb; color: #0d47a1; }
+.act { font-family: var(--font-mono); font-size: 0.8rem; font-weight: 600; }
+.act-search { color: #1565c0; } .act-answer { color: #2e7d32; } .act-refuse { color: #6a1b9a; }
+.act-backtrack { color: #c62828; }
+.evo-passages { margin: 0; padding-left: 0; list-style: none; max-height: 420px; overflow-y: auto; }
+.evo-passages li { border: 1px solid var(--border-color-primary); border-radius: 6px; padding: 6px 8px;
+  margin-bottom: 6px; }
+.evo-passages li.gold { border-color: #f9a825; background: rgba(255, 213, 79, 0.10); }
+.evo-passages .ptitle { font-weight: 600; font-size: 0.9rem; }
+.evo-passages .pid { float: right; font-family: var(--font-mono); font-size: 0.7rem; color: #999; }
+.evo-passages .ptext { font-size: 0.85rem; white-space: pre-wrap; overflow-wrap: anywhere; }
+.evo-cards { display: flex; flex-wrap: wrap; gap: 8px; }
+.evo-card { flex: 1 1 200px; border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 8px;
+  min-width: 200px; }
+.evo-card-h { font-weight: 600; }
+.evo-card .arg { font-size: 0.9rem; margin: 4px 0; overflow-wrap: anywhere; }
+.evo-card-f { font-size: 0.8rem; color: var(--body-text-color-subdued); }
+.evo-counts { font-size: 0.85rem; margin: 3px 0; }
+.chip { display: inline-block; background: var(--background-fill-secondary); border-radius: 10px;
+  padding: 1px 8px; margin: 1px 2px; }
+.chip.warn { background: #ffe0b2; }
+.evo-progress { margin: 6px 0; }
+.evo-progress-label { font-size: 0.9rem; margin-bottom: 3px; }
+.evo-bar { height: 14px; background: var(--background-fill-secondary); border-radius: 7px; overflow: hidden; }
+.evo-fill { height: 100%; background: #1e88e5; transition: width 0.4s; }
+.evo-fill.succeeded { background: #43a047; } .evo-fill.failed { background: #e53935; }
+.evo-fill.cancelled { background: #9e9e9e; }
+"""

@@ -1,0 +1,381 @@
+"""Layout and event wiring of the studio. No logic here: every event calls a function of `handlers` and maps its
+plain result onto components. Errors become a readable message in the page (`gr.Error`), never a stack trace.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import gradio as gr
+
+from evorag_core.errors import EvoRagError
+from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
+from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
+
+from . import handlers, views
+from .handlers import EpisodeView
+from .services import Services
+from .session import EpisodeSettings
+
+__all__ = ["build_ui", "guard", "error_message"]
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_SCRIPT = '[\n  {"action": "SEARCH", "query": "Ansel Travine"},\n  {"action": "SEARCH", "query": "Mirrow"},\n  {"action": "REFUSE"}\n]'
+TIMER_SECONDS = 2.0
+
+
+def error_message(exc: BaseException) -> str:
+    """A one-line, human-readable message for an error raised by a handler."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc) or type(exc).__name__
+
+
+def guard(fn: Callable) -> Callable:
+    """Run a UI callback; expected errors become `gr.Error(message)`, unexpected ones are logged with their
+    traceback on the server and shown as one line. The app keeps running either way."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except (EvoRagError, ValueError, KeyError, OSError) as exc:
+            log.info("%s: %s", fn.__name__, exc)
+            raise gr.Error(views.esc(error_message(exc)), print_exception=False) from None
+        except Exception as exc:  # UI boundary: keep serving, log the traceback for the operator
+            log.exception("unexpected error in %s", fn.__name__)
+            msg = f"internal error ({type(exc).__name__}): {error_message(exc)} — details are in the studio log"
+            raise gr.Error(views.esc(msg), print_exception=False) from None
+
+    return wrapper
+
+
+def build_ui(svc: Services) -> gr.Blocks:
+    with gr.Blocks(title="EVO-RAG Studio", fill_width=True, analytics_enabled=False) as demo:
+        with gr.Row(equal_height=True):
+            gr.Markdown("# EVO-RAG Studio", elem_id="evo-title")
+            header = gr.HTML(elem_id="evo-header")
+            annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=0, min_width=180,
+                                   elem_id="evo-annotator")
+        with gr.Tabs():
+            with gr.Tab("Episode", id="episode"):
+                policy_dd = _episode_tab(svc, annotator, demo)
+            with gr.Tab("Pairs", id="pairs"):
+                _pairs_tab(svc, demo)
+            with gr.Tab("Training", id="training"):
+                _training_tab(svc, policy_dd)
+            with gr.Tab("Evaluate", id="evaluate"):
+                _eval_tab(svc)
+
+        timer = gr.Timer(TIMER_SECONDS)
+        timer.tick(guard(lambda: handlers.header_status(svc)), None, header, show_progress="hidden",
+                   concurrency_limit=None, api_visibility="private")
+
+        def on_load(request: gr.Request):
+            user = getattr(request, "username", None) if request is not None else None
+            box = gr.Textbox(value=user, interactive=False) if user else gr.Textbox()
+            return handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc))
+
+        demo.load(guard(on_load), None, [header, annotator, policy_dd], api_visibility="private")
+    return demo
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def _episode_outputs(view: EpisodeView) -> tuple:
+    judged = view.judged_steps
+    return (
+        view.status, view.message, view.steps, view.weights, view.contributions, view.breakdown, view.passages,
+        view.verdicts, gr.Dropdown(choices=judged, value=judged[-1] if judged else None),
+        view.candidates,
+        gr.Dropdown(choices=view.candidate_choices, value=None), gr.Dropdown(choices=view.candidate_choices, value=None),
+    )
+
+
+def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dropdown:
+    session = gr.State(None)
+    first = handlers.episode_view(None)
+    with gr.Row():
+        with gr.Column(scale=1, min_width=330):
+            files = handlers.data_choices(svc)
+            data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file (pick, or type a path)",
+                                  allow_custom_value=True, elem_id="evo-data")
+            with gr.Row():
+                upload = gr.UploadButton("Upload data file", file_types=[".jsonl", ".json", ".csv", ".txt"],
+                                         size="sm", type="filepath", min_width=120)
+                load_btn = gr.Button("Load", size="sm", min_width=80)
+            data_info = gr.Markdown()
+            question_dd = gr.Dropdown(label="Question", choices=[], elem_id="evo-question")
+            free_q = gr.Textbox(label="…or a free question over this file's corpus", lines=2,
+                                placeholder="typed questions have no gold answer")
+            policy_dd = gr.Dropdown(choices=handlers.policy_options(svc), value="oracle", label="Policy",
+                                    elem_id="evo-policy")
+            script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (JSON actions)", visible=False,
+                             elem_id="evo-script", lines=6)
+            stage = gr.Radio(list(STAGES), value=svc.cfg.reward.stage, label="Stage")
+            with gr.Row():
+                schedule = gr.Dropdown(list(SCHEDULES), value=svc.cfg.reward.schedule, label="Schedule")
+                preset = gr.Dropdown(list(PRESETS), value=svc.cfg.reward.preset, label="Reward preset")
+            with gr.Row():
+                reset_btn = gr.Button("Reset", variant="primary", elem_id="evo-reset", min_width=80)
+                step_btn = gr.Button("Step", elem_id="evo-step", min_width=80)
+                run_btn = gr.Button("Run to end", elem_id="evo-run", min_width=100)
+        with gr.Column(scale=3):
+            status = gr.HTML(first.status)
+            message = gr.HTML(first.message, elem_id="evo-message")
+            steps = gr.HTML(first.steps, elem_id="evo-steps-box")
+            with gr.Row():
+                weights = gr.Plot(first.weights, label="Weight schedule", elem_id="evo-weights")
+                contrib = gr.Plot(first.contributions, label="Per-step contributions", elem_id="evo-contrib")
+            with gr.Row():
+                breakdown = gr.HTML(first.breakdown)
+                passages = gr.HTML(first.passages, elem_id="evo-passages-box")
+            with gr.Accordion("Judge verdicts and refusal override", open=True):
+                verdicts = gr.HTML(first.verdicts, elem_id="evo-verdicts-box")
+                with gr.Row():
+                    judged_dd = gr.Dropdown(label="Step", choices=[], elem_id="evo-judged", scale=1)
+                    verdict = gr.Radio(["answerable", "unanswerable"], value="answerable", label="Your verdict",
+                                       elem_id="evo-verdict", scale=2)
+                    override_btn = gr.Button("Override verdict", elem_id="evo-override", scale=1)
+            with gr.Accordion("Sibling candidates and annotation", open=False, elem_id="evo-siblings"):
+                with gr.Row():
+                    k = gr.Slider(2, 8, value=svc.cfg.policy.siblings, step=1, label="K candidates")
+                    temperature = gr.Slider(0.1, 2.0, value=svc.cfg.policy.temperature, step=0.1, label="Temperature")
+                    seed = gr.Number(value=svc.cfg.policy.seed, precision=0, label="Seed")
+                with gr.Row():
+                    sample_btn = gr.Button("Sample candidates", elem_id="evo-sample")
+                    score_btn = gr.Button("Score branches", elem_id="evo-score")
+                candidates = gr.HTML(first.candidates, elem_id="evo-candidates")
+                with gr.Row():
+                    preferred = gr.Dropdown(label="Preferred", choices=[], elem_id="evo-preferred")
+                    rejected = gr.Dropdown(label="Rejected", choices=[], elem_id="evo-rejected")
+                    pair_btn = gr.Button("Queue human pair", variant="primary", elem_id="evo-queue-pair")
+                pair_msg = gr.HTML(elem_id="evo-pair-msg")
+
+    outputs = [status, message, steps, weights, contrib, breakdown, passages, verdicts, judged_dd, candidates,
+               preferred, rejected]
+    settings_inputs = [data_dd, question_dd, free_q, policy_dd, stage, schedule, preset, script]
+
+    def settings_of(data, qid, free, pol, stg, sched, pre, scr) -> EpisodeSettings:
+        return EpisodeSettings(data or "", qid or "", free or "", pol or "oracle", stg, sched, pre, scr or "")
+
+    def on_data(path):
+        info = handlers.load_data(svc, path)
+        first_q = info.questions[0][1] if info.questions else None
+        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary,
+                gr.Dropdown(choices=info.questions, value=first_q))
+
+    def on_upload(file):
+        info = handlers.upload_data(svc, file)
+        first_q = info.questions[0][1] if info.questions else None
+        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary,
+                gr.Dropdown(choices=info.questions, value=first_q))
+
+    data_outputs = [data_dd, data_info, question_dd]
+    load_btn.click(guard(on_data), data_dd, data_outputs)
+    data_dd.input(guard(on_data), data_dd, data_outputs)
+    upload.upload(guard(on_upload), upload, data_outputs)
+
+    def on_reset(*args):
+        view, sess = handlers.start_episode(svc, settings_of(*args))
+        return (*_episode_outputs(view), sess)
+
+    def on_step(sess):
+        view, sess = handlers.step_episode(sess)
+        return (*_episode_outputs(view), sess)
+
+    def on_run(sess):
+        view, sess = handlers.run_to_end(sess)
+        return (*_episode_outputs(view), sess)
+
+    def on_override(sess, t, v, who):
+        view, sess = handlers.override_verdict(sess, t, v, who or "")
+        return (*_episode_outputs(view), sess)
+
+    def on_sample(sess, kk, temp, sd):
+        view, sess = handlers.sample_siblings(sess, kk, temp, sd)
+        return (*_episode_outputs(view), sess)
+
+    def on_score(sess):
+        view, sess = handlers.score_siblings(sess)
+        return (*_episode_outputs(view), sess)
+
+    def on_pair(sess, i, j, who):
+        msg, _ = handlers.queue_pair(sess, svc, i, j, who or "")
+        return views.message_html(msg, "ok")
+
+    reset_btn.click(guard(on_reset), settings_inputs, [*outputs, session])
+    step_btn.click(guard(on_step), session, [*outputs, session])
+    run_btn.click(guard(on_run), session, [*outputs, session])
+    override_btn.click(guard(on_override), [session, judged_dd, verdict, annotator], [*outputs, session])
+    sample_btn.click(guard(on_sample), [session, k, temperature, seed], [*outputs, session])
+    score_btn.click(guard(on_score), session, [*outputs, session])
+    pair_btn.click(guard(on_pair), [session, preferred, rejected, annotator], pair_msg)
+    policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
+    demo.load(guard(on_data), data_dd, data_outputs, api_visibility="private")
+    return policy_dd
+
+
+def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
+    with gr.Row():
+        source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Source", elem_id="evo-f-source")
+        status = gr.Dropdown(["all", *PAIR_STATUSES], value="all", label="Status", elem_id="evo-f-status")
+        annot = gr.Textbox(label="Annotator", placeholder="all", elem_id="evo-f-annotator")
+        stage = gr.Dropdown(["all", *STAGES], value="all", label="Stage", elem_id="evo-f-stage")
+        refresh = gr.Button("Refresh", elem_id="evo-pairs-refresh", scale=0, min_width=120)
+    counts = gr.HTML(elem_id="evo-pair-counts")
+    table = gr.HTML(elem_id="evo-pairs-box")
+    with gr.Accordion("Edit or discard a pair", open=True):
+        with gr.Row():
+            pair_dd = gr.Dropdown(label="Pair", choices=[], elem_id="evo-pair-pick", scale=1)
+            pair_stage = gr.Textbox(label="Stage", scale=1)
+        prompt = gr.Textbox(label="Prompt (state)", lines=4, max_lines=12, interactive=False)
+        with gr.Row():
+            chosen = gr.Textbox(label="Chosen (preferred)", lines=2)
+            rejected = gr.Textbox(label="Rejected", lines=2)
+        with gr.Row():
+            save = gr.Button("Save edit", elem_id="evo-pair-save")
+            discard = gr.Button("Discard", variant="stop", elem_id="evo-pair-discard")
+            restore = gr.Button("Restore", elem_id="evo-pair-restore")
+        edit_msg = gr.HTML()
+
+    filters = [source, status, annot, stage]
+
+    def show(*f):
+        view = handlers.pairs_view(svc, *f)
+        return view.counts, view.table, gr.Dropdown(choices=view.ids)
+
+    outs = [counts, table, pair_dd]
+    refresh.click(guard(show), filters, outs)
+    for f in (source, status, stage):
+        f.input(guard(show), filters, outs)
+    annot.submit(guard(show), filters, outs)
+    demo.load(guard(show), filters, outs, api_visibility="private")
+    pair_dd.input(guard(lambda i: handlers.pair_fields(svc, i)), pair_dd, [prompt, chosen, rejected, pair_stage])
+
+    def act(fn):
+        def run(pid, c, r, s, *f):
+            msg = fn(pid, c, r, s)
+            return (views.message_html(msg, "ok"), *show(*f))
+        return run
+
+    save.click(guard(act(lambda pid, c, r, s: handlers.edit_pair(svc, pid, c, r, s))),
+               [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+    discard.click(guard(act(lambda pid, c, r, s: handlers.discard_pair(svc, pid))),
+                  [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+    restore.click(guard(act(lambda pid, c, r, s: handlers.restore_pair(svc, pid))),
+                  [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+
+
+def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
+    t = svc.cfg.train
+    names_state = gr.State([])
+    with gr.Row():
+        with gr.Column(scale=1, min_width=300):
+            objective = gr.Dropdown(list(handlers.OBJECTIVES), value=t.objective, label="Objective",
+                                    elem_id="evo-objective")
+            n_pairs = gr.Number(value=64, precision=0, minimum=1, label="Pairs to use (at most)", elem_id="evo-n-pairs")
+            with gr.Row():
+                epochs = gr.Number(value=t.epochs, precision=0, minimum=1, label="Epochs", elem_id="evo-epochs")
+                lr = gr.Number(value=t.lr, label="Learning rate", elem_id="evo-lr")
+            kl = gr.Radio(list(handlers.KL_ESTIMATORS), value=t.kl, label="KL estimator")
+            with gr.Row():
+                source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Pair source")
+                stage = gr.Dropdown(["all", *STAGES], value="all", label="Pair stage")
+            launch = gr.Button("Launch round", variant="primary", elem_id="evo-launch")
+            launch_msg = gr.HTML(elem_id="evo-launch-msg")
+        with gr.Column(scale=2):
+            progress = gr.HTML(elem_id="evo-round-progress")
+            loss = gr.Plot(label="Loss", elem_id="evo-loss")
+    gr.Markdown("### Rounds")
+    rounds = gr.HTML(elem_id="evo-rounds-box")
+    gr.Markdown("### Adapters")
+    adapters = gr.HTML(elem_id="evo-adapters-box")
+    with gr.Row():
+        adapter_dd = gr.Dropdown(label="Adapter", choices=[], elem_id="evo-adapter-pick")
+        activate = gr.Button("Activate", variant="primary", elem_id="evo-activate")
+        base = gr.Button("Use base model", elem_id="evo-base")
+        live = gr.HTML(elem_id="evo-live-box")
+    act_msg = gr.HTML()
+
+    def refresh(names, current_policy=None):
+        view = handlers.training_view(svc)
+        live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
+        changed = view.adapter_names != list(names or [])
+        pick = gr.Dropdown(choices=view.adapter_names) if changed else gr.Dropdown()
+        pol = gr.Dropdown(choices=handlers.policy_options(svc)) if changed else gr.Dropdown()
+        return view.progress, view.loss, view.rounds, view.adapters, pick, live_html, view.adapter_names, pol
+
+    outs = [progress, loss, rounds, adapters, adapter_dd, live, names_state, policy_dd]
+
+    def on_launch(obj, n, ep, rate, k, src, stg, names):
+        msg, _ = handlers.launch_round(svc, obj, n, ep, rate, k, src, stg)
+        return (views.message_html(msg, "ok"), *refresh(names))
+
+    def on_activate(name, names):
+        msg = handlers.activate_adapter(svc, name)
+        return (views.message_html(msg, "ok"), *refresh(names))
+
+    def on_base(names):
+        msg = handlers.use_base_model(svc)
+        return (views.message_html(msg, "ok"), *refresh(names))
+
+    launch.click(guard(on_launch), [objective, n_pairs, epochs, lr, kl, source, stage, names_state], [launch_msg, *outs])
+    activate.click(guard(on_activate), [adapter_dd, names_state], [act_msg, *outs])
+    base.click(guard(on_base), names_state, [act_msg, *outs])
+    timer = gr.Timer(TIMER_SECONDS)
+    timer.tick(guard(refresh), names_state, outs, show_progress="hidden", concurrency_limit=None,
+               api_visibility="private")
+    return names_state
+
+
+def _eval_tab(svc: Services) -> None:
+    runs = gr.State({})
+    with gr.Row():
+        files = handlers.data_choices(svc)
+        data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file", allow_custom_value=True, scale=2)
+        method = gr.Dropdown(handlers.policy_options(svc), value="oracle", label="Method", scale=2,
+                             elem_id="evo-eval-method")
+        start = gr.Number(value=0, precision=0, minimum=0, label="From question #", scale=1)
+        count = gr.Number(value=10, precision=0, minimum=1, label="How many", scale=1, elem_id="evo-eval-count")
+        run_btn = gr.Button("Run evaluation", variant="primary", scale=1, elem_id="evo-eval-run")
+    script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (for the script method)", lines=4)
+    summary = gr.HTML(handlers.eval_summary({}), elem_id="evo-eval-summary-box")
+    gr.Markdown("### Paired bootstrap between two runs")
+    with gr.Row():
+        run_a = gr.Dropdown(label="Run A", choices=[])
+        run_b = gr.Dropdown(label="Run B", choices=[])
+        resamples = gr.Number(value=10_000, precision=0, minimum=100, label="Resamples")
+        compare = gr.Button("Compare", scale=0, min_width=120)
+    boot = gr.HTML(elem_id="evo-bootstrap-box")
+    gr.Markdown("### Per-question drill-down")
+    with gr.Row():
+        run_pick = gr.Dropdown(label="Run", choices=[])
+        q_pick = gr.Dropdown(label="Question", choices=[])
+        open_btn = gr.Button("Open trace", scale=0, min_width=120)
+    trace_head = gr.HTML()
+    trace_steps = gr.HTML()
+    trace_plot = gr.Plot(label="Contributions")
+
+    def on_run(state, data, m, scr, s, c, progress=gr.Progress()):
+        def report(done: int, total: int, res) -> None:
+            progress((done, total), desc=f"{res.question_id}: EM {res.em:.0f}")
+
+        new_runs, run = handlers.run_eval(svc, state, data, m, scr or "", s, c, report)
+        names = list(new_runs)
+        return (new_runs, handlers.eval_summary(new_runs), gr.Dropdown(choices=names, value=names[0]),
+                gr.Dropdown(choices=names, value=names[-1]), gr.Dropdown(choices=names, value=run.name),
+                gr.Dropdown(choices=handlers.eval_questions(new_runs, run.name), value=None))
+
+    run_btn.click(guard(on_run), [runs, data_dd, method, script, start, count],
+                  [runs, summary, run_a, run_b, run_pick, q_pick])
+    compare.click(guard(lambda st, a, b, n: handlers.compare_runs(st, a, b, n)), [runs, run_a, run_b, resamples], boot)
+    run_pick.input(guard(lambda st, name: gr.Dropdown(choices=handlers.eval_questions(st, name), value=None)),
+                   [runs, run_pick], q_pick)
+    open_btn.click(guard(lambda st, name, q: handlers.drill_down(st, name, q)), [runs, run_pick, q_pick],
+                   [trace_head, trace_steps, trace_plot])
+    q_pick.input(guard(lambda st, name, q: handlers.drill_down(st, name, q)), [runs, run_pick, q_pick],
+                 [trace_head, trace_steps, trace_plot])

@@ -1,0 +1,287 @@
+"""Rendering for the studio: HTML tables, passage lists and Plotly figures built from plain records.
+
+Every piece of text that comes from data, a model or a person goes through `esc` (passage text, titles,
+queries, answers, annotator names): the studio shows it as text, never as HTML.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any, Iterable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from evorag_core.actions import action_to_dict
+from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.scheduler import SIGNAL_WEIGHT, weights_at
+from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.types import Passage
+
+__all__ = [
+    "SIGNAL_LABELS",
+    "WEIGHT_SYMBOLS",
+    "esc",
+    "message_html",
+    "steps_table",
+    "step_breakdown",
+    "passages_html",
+    "verdicts_html",
+    "weights_figure",
+    "contributions_figure",
+    "candidates_html",
+    "table_html",
+    "counts_html",
+    "progress_html",
+    "loss_figure",
+    "empty_figure",
+]
+
+SIGNAL_LABELS: Mapping[str, str] = {
+    "ret": "retrieval bonus",
+    "act": "retrieval action penalty",
+    "dup": "sub-query overlap",
+    "bt": "backtrack penalty",
+    "ref": "refusal reward",
+    "step": "step cost",
+    "ans": "answer correctness",
+}
+WEIGHT_SYMBOLS: Mapping[str, str] = {
+    "beta": "β", "lambda": "λ", "gamma": "γ", "delta": "δ", "rho": "ρ", "eta": "η", "kappa": "κ",
+}
+_COLORS: Mapping[str, str] = {
+    "ret": "#1f77b4", "act": "#ff7f0e", "dup": "#2ca02c", "bt": "#d62728",
+    "ref": "#9467bd", "step": "#8c564b", "ans": "#e377c2",
+}
+_FIG_LAYOUT = dict(
+    template="plotly_white",
+    height=300,
+    margin=dict(l=50, r=20, t=40, b=45),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, font=dict(size=11)),
+    font=dict(size=12),
+)
+
+
+def esc(value: Any) -> str:
+    """Text as HTML text: `<`, `>`, `&` and quotes escaped; None becomes an empty string."""
+    return "" if value is None else html.escape(str(value), quote=True)
+
+
+def message_html(text: str, kind: str = "info") -> str:
+    """A one-line notice box (kind: info, warn, error, ok)."""
+    return f'<div class="evo-msg evo-msg-{esc(kind)}">{esc(text)}</div>' if text else ""
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+.{digits}f}"
+
+
+def _cell(value: float) -> str:
+    cls = "pos" if value > 1e-12 else "neg" if value < -1e-12 else "zero"
+    return f'<td class="num {cls}">{value:+.2f}</td>'
+
+
+def _argument(step: StepRecord) -> str:
+    act = action_to_dict(step.action)
+    return act.get("query") or act.get("answer") or ""
+
+
+def steps_table(record: EpisodeRecord | None) -> str:
+    """t | action | sub-query or answer | the seven r_t^(k) | R_t | running return; the last row is highlighted."""
+    if record is None or not record.steps:
+        return '<div class="evo-empty">No steps yet: press Step or Run to end.</div>'
+    head = "".join(f'<th title="{esc(SIGNAL_LABELS[k])}">{k}</th>' for k in SIGNAL_NAMES)
+    rows = []
+    running = 0.0
+    for i, s in enumerate(record.steps):
+        running += s.reward
+        cur = ' class="current"' if i == len(record.steps) - 1 else ""
+        signals = "".join(_cell(float(s.signals.get(k, 0.0))) for k in SIGNAL_NAMES)
+        name = action_to_dict(s.action)["action"]
+        override = ' <span class="badge human">override</span>' if s.verdict and s.verdict.judge == "human" else ""
+        rows.append(
+            f"<tr{cur}><td>{s.t}</td><td><span class=\"act act-{name.lower()}\">{name}</span>{override}</td>"
+            f'<td class="arg">{esc(_argument(s))}</td>{signals}'
+            f'<td class="num strong">{s.reward:+.3f}</td><td class="num strong">{running:+.3f}</td></tr>'
+        )
+    return (
+        '<table class="evo-table" id="evo-steps"><thead><tr><th>t</th><th>action</th><th>sub-query / answer</th>'
+        f"{head}<th>R<sub>t</sub></th><th>return</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def step_breakdown(step: StepRecord | None) -> str:
+    """The current step's reward: one row per signal with r, w_k(t) and w·r, and their sum R_t."""
+    if step is None:
+        return '<div class="evo-empty">The reward breakdown of the latest step appears here.</div>'
+    rows = []
+    for k in SIGNAL_NAMES:
+        wname = SIGNAL_WEIGHT[k]
+        r, w = float(step.signals.get(k, 0.0)), float(step.weights.get(wname, 0.0))
+        rows.append(
+            f"<tr><td>{k}</td><td>{esc(SIGNAL_LABELS[k])}</td><td>{WEIGHT_SYMBOLS[wname]}</td>"
+            f"{_cell(r)}<td class=\"num\">{w:.3f}</td>{_cell(w * r)}</tr>"
+        )
+    return (
+        f'<table class="evo-table" id="evo-breakdown"><caption>Step t = {step.t}: R<sub>t</sub> = Σ w<sub>k</sub>(t)·r<sub>k</sub>'
+        f" = <b>{step.reward:+.3f}</b></caption><thead><tr><th>k</th><th>signal</th><th>weight</th><th>r</th>"
+        f"<th>w(t)</th><th>w·r</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def passages_html(passages: Sequence[Passage], gold: Iterable[str], gold_known: bool, heading: str = "") -> str:
+    """Numbered passages with titles; gold-support passages are marked when gold is known."""
+    if not passages:
+        return f'<div class="evo-empty">{esc(heading or "No passages retrieved at this step.")}</div>'
+    gold = set(gold)
+    items = []
+    for i, p in enumerate(passages, 1):
+        is_gold = gold_known and p.pid in gold
+        badge = '<span class="badge gold">gold</span>' if is_gold else ""
+        items.append(
+            f'<li class="{"gold" if is_gold else ""}"><div class="ptitle">[{i}] {esc(p.title)} {badge}'
+            f'<span class="pid">{esc(p.pid)}</span></div><div class="ptext">{esc(p.text)}</div></li>'
+        )
+    title = f'<div class="evo-h">{esc(heading)}</div>' if heading else ""
+    return f'{title}<ol class="evo-passages">{"".join(items)}</ol>'
+
+
+def verdicts_html(record: EpisodeRecord | None) -> str:
+    """Every sufficiency verdict of the episode: step, answerable/unanswerable, judge type, score, who."""
+    judged = [s for s in (record.steps if record else ()) if s.verdict is not None]
+    if not judged:
+        return '<div class="evo-empty">No judge verdicts yet (a verdict is made at each REFUSE).</div>'
+    rows = []
+    for s in judged:
+        v = s.verdict
+        label = "answerable" if v.answerable else "unanswerable"
+        score = "–" if v.score is None else f"{v.score:.2f}"
+        rows.append(
+            f'<tr><td>{s.t}</td><td><span class="badge {label}">{label}</span></td><td>{esc(v.judge)}</td>'
+            f"<td>{score}</td><td>{esc(v.who or '')}</td>{_cell(float(s.signals.get('ref', 0.0)))}"
+            f'<td class="num">{s.reward:+.3f}</td></tr>'
+        )
+    return (
+        '<table class="evo-table" id="evo-verdicts"><thead><tr><th>t</th><th>verdict</th><th>judge</th><th>score</th>'
+        f"<th>who</th><th>ref</th><th>R<sub>t</sub></th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def empty_figure(title: str, note: str = "") -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), **_FIG_LAYOUT)
+    if note:
+        fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(color="#888"))
+    fig.update_xaxes(visible=bool(not note))
+    fig.update_yaxes(visible=bool(not note))
+    return fig
+
+
+def weights_figure(stage: str, schedule: str, preset: str, t_max: int, current_t: int | None) -> go.Figure:
+    """w_k(t) for t = 1..T_max, one line per weight, with the current step marked."""
+    ts = list(range(1, t_max + 1))
+    table = [weights_at(stage, t, t_max, schedule=schedule, preset=preset) for t in ts]
+    fig = go.Figure()
+    for k in SIGNAL_NAMES:
+        wname = SIGNAL_WEIGHT[k]
+        fig.add_trace(
+            go.Scatter(
+                x=ts, y=[w[wname] for w in table], mode="lines", name=f"{WEIGHT_SYMBOLS[wname]} ({k})",
+                line=dict(color=_COLORS[k], width=2),
+            )
+        )
+    if current_t is not None and 1 <= current_t <= t_max:
+        fig.add_vline(x=current_t, line=dict(color="#444", dash="dash", width=1.5))
+        fig.add_annotation(x=current_t, y=1.0, yref="paper", text=f"t = {current_t}", showarrow=False,
+                           xanchor="left", yanchor="top", font=dict(size=11, color="#444"))
+    fig.update_layout(title=dict(text=f"Weight schedule w<sub>k</sub>(t) — {stage}, {schedule}", font=dict(size=14)),
+                      **_FIG_LAYOUT)
+    fig.update_xaxes(title_text="step t", range=[1, t_max], dtick=max(1, t_max // 10))
+    fig.update_yaxes(title_text="weight")
+    return fig
+
+
+def contributions_figure(record: EpisodeRecord | None) -> go.Figure:
+    """Per-step signal contributions w_k(t)·r_t^(k) as stacked bars, with R_t as a marker."""
+    if record is None or not record.steps:
+        return empty_figure("Signal contributions w·r per step", "no steps yet")
+    ts = [s.t for s in record.steps]
+    fig = go.Figure()
+    for k in SIGNAL_NAMES:
+        wname = SIGNAL_WEIGHT[k]
+        ys = [float(s.weights.get(wname, 0.0)) * float(s.signals.get(k, 0.0)) for s in record.steps]
+        fig.add_trace(go.Bar(x=ts, y=ys, name=k, marker_color=_COLORS[k]))
+    fig.add_trace(
+        go.Scatter(x=ts, y=[s.reward for s in record.steps], mode="markers+lines", name="R_t",
+                   marker=dict(color="black", size=8, symbol="diamond"), line=dict(color="black", width=1, dash="dot"))
+    )
+    fig.update_layout(barmode="relative", title=dict(text="Signal contributions w·r per step", font=dict(size=14)),
+                      **_FIG_LAYOUT)
+    fig.update_xaxes(title_text="step t", dtick=1)
+    fig.update_yaxes(title_text="w·r", zeroline=True, zerolinecolor="#999")
+    return fig
+
+
+def candidates_html(candidates: Sequence[Mapping[str, Any]]) -> str:
+    """Sibling candidates side by side: action, argument, log-prob, branch return (when scored)."""
+    if not candidates:
+        return '<div class="evo-empty">No candidates sampled yet.</div>'
+    cards = []
+    for i, c in enumerate(candidates, 1):
+        logprob = "–" if c.get("logprob") is None else f"{c['logprob']:.3f}"
+        ret = c.get("branch_return")
+        ret_txt = "not scored" if ret is None else f"{ret:+.3f}"
+        steps = "" if c.get("branch_steps") is None else f" over {c['branch_steps']} steps"
+        cards.append(
+            f'<div class="evo-card"><div class="evo-card-h">#{i} <span class="act act-{esc(c["action"].lower())}">'
+            f'{esc(c["action"])}</span></div><div class="arg">{esc(c.get("argument") or "")}</div>'
+            f'<div class="evo-card-f">log-prob {logprob} · branch return {ret_txt}{esc(steps)}</div></div>'
+        )
+    return f'<div class="evo-cards">{"".join(cards)}</div>'
+
+
+def table_html(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, table_id: str = "", empty: str = "") -> str:
+    """A plain table; every cell is escaped (numbers formatted to 4 significant decimals)."""
+    if not rows:
+        return f'<div class="evo-empty">{esc(empty or "Nothing to show.")}</div>'
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f'<td class="num">{v:.4g}</td>'
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f'<td class="num">{v}</td>'
+        return f"<td>{esc(v)}</td>"
+
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(fmt(v) for v in row) + "</tr>" for row in rows)
+    ident = f' id="{esc(table_id)}"' if table_id else ""
+    return f'<table class="evo-table"{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def counts_html(title: str, counts: Mapping[Any, int]) -> str:
+    """`title: a 3 · b 1` chips."""
+    chips = " ".join(f'<span class="chip">{esc(k if k is not None else "—")} <b>{v}</b></span>' for k, v in counts.items())
+    return f'<div class="evo-counts"><span class="evo-h">{esc(title)}</span> {chips or "<i>none</i>"}</div>'
+
+
+def progress_html(label: str, done: float | None, total: float | None, eta: float | None, status: str) -> str:
+    """A progress bar with `done/total`, the ETA and the status."""
+    frac = 0.0 if not total else max(0.0, min(1.0, float(done or 0) / float(total)))
+    eta_txt = "" if eta is None or status != "running" else f" · ETA {eta:.0f} s"
+    count = "" if total is None else f" {int(done or 0)}/{int(total)}"
+    return (
+        f'<div class="evo-progress" data-status="{esc(status)}"><div class="evo-progress-label">{esc(label)} — '
+        f'<b>{esc(status)}</b>{esc(count)}{esc(eta_txt)}</div><div class="evo-bar"><div class="evo-fill '
+        f'{esc(status)}" style="width:{frac * 100:.1f}%"></div></div></div>'
+    )
+
+
+def loss_figure(points: Sequence[tuple[float, float]], title: str = "Training loss") -> go.Figure:
+    if not points:
+        return empty_figure(title, "no loss reported yet")
+    fig = go.Figure(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
+                               line=dict(color="#1f77b4")))
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), showlegend=False, **_FIG_LAYOUT)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="loss")
+    return fig

@@ -1,0 +1,291 @@
+"""The studio's handlers without a browser: real demo data, real retrieval indexes, a real SQLite store.
+
+Weights used in the hand-computed expectations (SPEC Table 2, discovery = Start -> Mid, T_max = 20):
+t = 1: beta = 2.0, rho = 0.5, eta = 0.02;  t = 2: p = 1/19, rho = 0.5, eta = 0.02 + 0.03/19 = 0.021579.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from app import handlers, views
+from app.main import load_auth_file
+from app.services import Services
+from app.session import EpisodeSettings
+from app.ui import error_message, guard
+from evorag_core.config import load_config
+from evorag_core.errors import ActionParseError, ConfigError, EnvStateError
+from evorag_core.signals import SIGNAL_NAMES
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
+ETA_2 = 0.02 + 0.03 / 19
+
+
+@pytest.fixture(scope="module")
+def svc(session_home, tmp_path_factory) -> Services:
+    db = tmp_path_factory.mktemp("studio_db") / "studio.db"
+    services = Services(load_config(), session_home, data_path=DEMO, db_url=f"sqlite:///{db}")
+    yield services
+    services.close()
+
+
+def _settings(**kw) -> EpisodeSettings:
+    return EpisodeSettings(**{"policy": "oracle", **kw})
+
+
+def test_load_data_lists_the_demo_questions(svc):
+    info = handlers.load_data(svc, str(DEMO))
+    assert info.questions[0][1] == "demo-001"
+    assert len(info.questions) == 52
+    assert info.summary.startswith("demo: 52 questions")
+    assert any(label.endswith("demo.jsonl") for label, _ in handlers.data_choices(svc))
+
+
+def test_three_oracle_steps_show_signals_weights_and_return(svc):
+    """demo-001 with the oracle: SEARCH, SEARCH, ANSWER.
+    t = 1: SEARCH hits gold -> ret = +1, step = -1: R_1 = 2.0 * 1 + 0.02 * (-1) = 1.98."""
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    assert "No steps yet" in view.steps
+    for _ in range(3):
+        view, sess = handlers.step_episode(sess)
+    rec = sess.record
+    assert [type(s.action).__name__ for s in rec.steps] == ["Search", "Search", "Answer"]
+    assert rec.steps[0].reward == pytest.approx(1.98)
+    assert rec.answer == "Sable River" and rec.done
+    assert view.steps.count("<tr") == 4  # header + 3 steps
+    assert f"{rec.total_return:+.3f}" in view.steps and f"{rec.total_return:+.3f}" in view.status
+    assert all(f'title="{views.SIGNAL_LABELS[k]}">{k}<' in view.steps for k in SIGNAL_NAMES)
+    # weight chart: seven lines over t = 1..20 and the current step marked
+    assert len(view.weights.data) == 7 and list(view.weights.data[0].x) == list(range(1, 21))
+    assert view.weights.layout.shapes[0].x0 == 3
+    # contributions: seven stacked bar series + R_t; per step the bars sum to R_t
+    bars = [tr for tr in view.contributions.data if tr.type == "bar"]
+    assert len(bars) == 7
+    for i, step in enumerate(rec.steps):
+        assert sum(tr.y[i] for tr in bars) == pytest.approx(step.reward)
+    assert "Evidence in the active chain" in view.passages  # ANSWER retrieves nothing: the chain is shown
+    with pytest.raises(EnvStateError):
+        handlers.step_episode(sess)
+
+
+def test_step_passages_are_numbered_and_gold_is_marked(svc):
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = handlers.step_episode(sess)
+    assert "[1] " in view.passages and "[5] " in view.passages
+    assert view.passages.count('class="badge gold"') == 1  # 'Ansel Travine' is the one gold passage retrieved
+    assert "Passages retrieved at t = 1" in view.passages
+
+
+def test_refusal_override_recomputes_signal_and_return_and_is_stored(svc):
+    """Script: SEARCH 'Ansel Travine', REFUSE on demo-001 (2 gold passages, 1 retrieved -> unanswerable).
+    Judge: ref = +1 -> R_2 = 0.5 - eta(2) = 0.478421. Override 'answerable': ref = -1 -> R_2 = -0.521579,
+    the return drops by exactly 2 * rho = 1.0."""
+    script = json.dumps([{"action": "SEARCH", "query": "Ansel Travine"}, {"action": "REFUSE"}])
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001", policy="script", script=script))
+    view, sess = handlers.run_to_end(sess)
+    assert view.judged_steps == [2]
+    assert "unanswerable" in view.verdicts and ">gold<" in view.verdicts
+    before = sess.record.total_return
+    assert sess.record.steps[1].reward == pytest.approx(0.5 - ETA_2)
+
+    view, sess = handlers.override_verdict(sess, 2, "answerable", "tester")
+    step = sess.record.steps[1]
+    assert step.signals["ref"] == -1.0
+    assert step.reward == pytest.approx(-0.5 - ETA_2)
+    assert sess.record.total_return == pytest.approx(before - 1.0)
+    assert ">human<" in view.verdicts and "tester" in view.verdicts and "badge human" in view.steps
+
+    store = svc.store()
+    assert store.effective_verdict(sess.db_id, 2) == "answerable"
+    assert [j.who for j in store.judgments(sess.db_id) if j.is_override] == ["tester"]
+    assert store.get_episode(sess.db_id).total_return == pytest.approx(before - 1.0)
+
+
+def test_override_needs_a_judged_step(svc):
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = handlers.step_episode(sess)
+    with pytest.raises(ValueError, match="no judge verdict"):
+        handlers.override_verdict(sess, 1, "answerable", "x")
+    with pytest.raises(ValueError, match="answerable"):
+        handlers.override_verdict(sess, 1, "maybe", "x")
+
+
+def test_episode_is_mirrored_to_the_store(svc):
+    """Unanswerable demo-004: the oracle refuses at t = 1; R_1 = 0.5 * (+1) + 0.02 * (-1) = 0.48."""
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-004"))
+    view, sess = handlers.run_to_end(sess)
+    ep = svc.store().get_episode(sess.db_id)
+    assert ep.status == "finished" and ep.question_id == "demo-004"
+    assert [s.action for s in ep.steps] == ["REFUSE"]
+    assert ep.steps[0].judge_verdict == "unanswerable"
+    assert ep.total_return == pytest.approx(0.48)
+
+
+def test_free_question_has_no_gold_so_no_retrieval_bonus(svc):
+    script = json.dumps([{"action": "SEARCH", "query": "Sable River"}, {"action": "ANSWER", "answer": "x"}])
+    view, sess = handlers.start_episode(
+        svc, _settings(policy="script", script=script, free_question="Which river flows through Mirrow?"))
+    assert sess.question.id.startswith("free-") and "unknown (free question)" in view.status
+    view, sess = handlers.run_to_end(sess)
+    assert [s.signals["ret"] for s in sess.record.steps] == [0.0, 0.0]
+    assert sess.record.steps[1].signals["ans"] == 0.0
+    assert "badge gold" not in handlers.episode_view(sess).passages
+
+
+def test_passage_text_from_an_uploaded_file_is_escaped(svc, tmp_path):
+    evil = {
+        "id": "x1", "dataset": "evil", "question": "Who wrote <b>bold</b>?", "answers": ["<img src=x onerror=alert(1)>"],
+        "passages": [
+            {"pid": "evil:x1:0", "title": "<script>alert('t')</script>", "text": "<img src=x onerror=alert(2)> & co",
+             "gold": True},
+            {"pid": "evil:x1:1", "title": "Other", "text": "plain text", "gold": False},
+        ],
+    }
+    path = tmp_path / "evil.jsonl"
+    path.write_text(json.dumps(evil) + "\n", encoding="utf-8")
+    info = handlers.upload_data(svc, str(path))
+    assert info.questions[0][1] == "x1" and (svc.home / "uploads" / "evil.jsonl").is_file()
+    view, sess = handlers.start_episode(svc, _settings(data_path=info.path, question_id="x1"))
+    view, sess = handlers.run_to_end(sess)
+    html_out = view.status + view.steps + view.passages + handlers.episode_view(sess).passages
+    for raw in ("<script>", "<img", "<b>bold"):
+        assert raw not in html_out
+    assert "&lt;script&gt;" in handlers.episode_view(sess).passages
+    assert "&lt;b&gt;bold&lt;/b&gt;" in view.status
+
+
+def test_readable_errors_for_bad_input(svc, tmp_path):
+    with pytest.raises(ValueError, match="press Reset"):
+        handlers.step_episode(None)
+    with pytest.raises(ActionParseError, match="not valid JSON"):
+        handlers.start_episode(svc, _settings(policy="script", script="[{"))
+    with pytest.raises(KeyError, match="nope"):
+        handlers.start_episode(svc, _settings(question_id="nope"))
+    with pytest.raises(ConfigError, match="unknown stage"):
+        handlers.start_episode(svc, _settings(stage="middle"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n', encoding="utf-8")
+    with pytest.raises(Exception) as info:
+        handlers.load_data(svc, str(bad))
+    assert "bad.jsonl" in str(info.value)
+
+
+def test_siblings_need_a_language_model_policy(svc):
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    with pytest.raises(handlers.FeatureUnavailable, match="language-model policy"):
+        handlers.sample_siblings(sess, 4, 0.8, 0)
+
+
+def test_guard_turns_errors_into_readable_page_messages():
+    def boom_value():
+        raise ValueError("bad <input>")
+
+    def boom_bug():
+        raise ZeroDivisionError("division by zero")
+
+    with pytest.raises(gr.Error) as info:
+        guard(boom_value)()
+    assert info.value.message == "bad &lt;input&gt;"
+    with pytest.raises(gr.Error) as info:
+        guard(boom_bug)()
+    assert "internal error (ZeroDivisionError)" in info.value.message and "Traceback" not in info.value.message
+    assert error_message(KeyError("no pair 3")) == "no pair 3"
+
+
+def test_pairs_filters_counts_edit_discard_restore(svc):
+    store = svc.store()
+    a = store.add_pair("state A", "SEARCH: a", "SEARCH: b", source="human", annotator="ann", stage="discovery")
+    b = store.add_pair("state B", "ANSWER: x", "REFUSE", source="rollout", stage="refinement", margin=0.5)
+    view = handlers.pairs_view(svc, source="human", status="all", annotator="ann", stage="all")
+    assert [pid for _, pid in view.ids] == [a]
+    assert 'id="evo-pair-total">1<' in view.counts
+    view = handlers.pairs_view(svc, "all", "all", "", "all")
+    assert {a, b} <= {pid for _, pid in view.ids}
+    assert handlers.pair_fields(svc, a) == ("state A", "SEARCH: a", "SEARCH: b", "discovery")
+    assert "saved" in handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "refinement")
+    assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
+    with pytest.raises(ValueError, match="differ"):
+        handlers.edit_pair(svc, a, "same", "same", "")
+    assert "discarded" in handlers.discard_pair(svc, b)
+    assert store.get_pair(b).status == "discarded"
+    assert b in [pid for _, pid in handlers.pairs_view(svc, "all", "discarded", "", "all").ids]
+    assert "queued again" in handlers.restore_pair(svc, b)
+    assert store.get_pair(b).status == "queued"
+
+
+def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
+    """The studio side of a round: enqueue -> (a worker claims it and reports progress) -> succeeded -> the
+    registered adapter is listed with its metrics and, once activated, is the live adapter."""
+    msg, rid = handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
+    assert f"Round #{rid} queued" in msg
+    store = svc.store()
+    r = store.get_round(rid)
+    assert r.status == "queued" and r.config["kl"] == "k2" and r.config["pairs"] == 8 and r.config["source"] == "human"
+    with pytest.raises(ValueError, match="objective"):
+        handlers.launch_round(svc, "sft", 8, 1, 5e-5, "k2")
+
+    # stand-in for the worker process: the same store calls it makes
+    assert store.claim_round("test-worker", 60).id == rid
+    store.heartbeat(rid, "test-worker", {"step": 1, "total": 4, "loss": 0.69, "eta": 3.0})
+    view = handlers.training_view(svc)
+    assert "running" in view.progress and "1/4" in view.progress and "ETA 3 s" in view.progress
+    store.heartbeat(rid, "test-worker", {"step": 2, "total": 4, "loss": 0.61, "eta": 1.5})
+    view = handlers.training_view(svc)
+    assert list(view.loss.data[0].y) == [0.69, 0.61]
+    store.finish_round(rid, metrics={"loss": 0.55, "margin_accuracy": 0.75}, worker_id="test-worker")
+    name = f"round{rid}-dpo"
+    store.register_adapter(name, str(tmp_path), base_model="embedded", round_id=rid, objective="dpo",
+                           metrics={"margin_accuracy": 0.75})
+    view = handlers.training_view(svc)
+    assert "succeeded" in view.progress and name in view.adapters and "margin_accuracy" in view.adapters
+    assert view.live == "base model"
+    assert ("LM · adapter " + name, "lm:" + name) in handlers.policy_options(svc)
+
+    assert name in handlers.activate_adapter(svc, name)
+    assert handlers.training_view(svc).live == name
+    assert f'id="evo-live-adapter">{name}<' in handlers.header_status(svc)
+    handlers.use_base_model(svc)
+    assert handlers.training_view(svc).live == "base model"
+
+
+def test_evaluate_slice_bootstrap_and_drill_down(svc):
+    """Oracle on demo[0:4]: demo-001..003 answered (EM 1), demo-004 unanswerable -> REFUSE (EM 0): EM = 0.75.
+    A script that refuses at once scores EM 0 everywhere: A - B = +0.75 on EM."""
+    seen = []
+    runs, run = handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 4, lambda d, t, r: seen.append((d, t)))
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert run.summary["n"] == 4 and run.summary["em"] == pytest.approx(0.75)
+    runs, run_b = handlers.run_eval(svc, runs, str(DEMO), "script", '[{"action": "REFUSE"}]', 0, 4)
+    assert run_b.summary["em"] == 0.0 and run_b.summary["avg_steps"] == 1.0
+    summary = handlers.eval_summary(runs)
+    assert run.name in summary and run_b.name in summary
+    boot = handlers.compare_runs(runs, run.name, run_b.name, resamples=500)
+    assert "4 common questions" in boot and "<td>+0.7500</td>" in boot
+    with pytest.raises(ValueError, match="different"):
+        handlers.compare_runs(runs, run.name, run.name)
+    head, steps, fig = handlers.drill_down(runs, run.name, "demo-002")
+    assert "prediction: <b>Sable River</b>" in head and "EM 1" in head
+    assert steps.count("<tr") >= 3 and len(fig.data) == 8
+    assert handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
+    with pytest.raises(ValueError, match="holds no question"):
+        handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
+
+
+def test_auth_file(tmp_path):
+    good = tmp_path / "users.toml"
+    good.write_text('[users]\nalice = "s3cret"\n', encoding="utf-8")
+    assert load_auth_file(good) == {"alice": "s3cret"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[users]\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="users"):
+        load_auth_file(bad)
+
+
+def test_studio_command_is_registered():
+    from evorag_core.cli import build_parser
+
+    args = build_parser().parse_args(["studio", "--port", "7999", "--no-worker", "--auth", "users.toml"])
+    assert args.port == 7999 and args.no_worker and args.auth == "users.toml"
