@@ -1,0 +1,49 @@
+"""The database: one schema versioned by Alembic, and the `Store` service layer over it.
+
+`open_store(url)` migrates the database (SQLite file by default, any SQLAlchemy URL works) and returns a
+`Store`; see `store.py` for the error conventions and `pairs.py` / `rounds.py` for the queue lifecycles.
+"""
+from __future__ import annotations
+
+from .migrate import MIGRATIONS_DIR, current_revisions, head_revisions
+from .records import (
+    PAIR_SOURCES,
+    PAIR_STATUSES,
+    ROUND_STATUSES,
+    USER_ROLES,
+    Adapter,
+    DatasetInfo,
+    Episode,
+    ExpiryReport,
+    Judgment,
+    NewPair,
+    Pair,
+    Round,
+    Sibling,
+    Step,
+    User,
+)
+from .store import Store, open_store
+
+__all__ = [
+    "open_store",
+    "Store",
+    "MIGRATIONS_DIR",
+    "current_revisions",
+    "head_revisions",
+    "PAIR_SOURCES",
+    "PAIR_STATUSES",
+    "ROUND_STATUSES",
+    "USER_ROLES",
+    "Adapter",
+    "DatasetInfo",
+    "Episode",
+    "ExpiryReport",
+    "Judgment",
+    "NewPair",
+    "Pair",
+    "Round",
+    "Sibling",
+    "Step",
+    "User",
+]

@@ -1,0 +1,72 @@
+"""LoRA adapters produced by training rounds; at most one is active (also enforced by a unique partial index)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import StoreError
+from .base import StoreBase, utcnow
+from .records import Adapter
+from .schema import adapters
+
+__all__ = ["AdapterOps"]
+
+
+class AdapterOps(StoreBase):
+    def register_adapter(
+        self,
+        name: str,
+        path: str,
+        *,
+        base_model: str,
+        round_id: int | None = None,
+        objective: str | None = None,
+        checksum: str | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        activate: bool = False,
+    ) -> Adapter:
+        """Record a saved adapter (name must be new); with `activate`, it becomes the active one."""
+        row = {"name": name, "path": str(path), "base_model": base_model, "round_id": round_id,
+               "objective": objective, "checksum": checksum, "metrics": dict(metrics or {}),
+               "active": False, "created_at": utcnow()}
+        try:
+            with self._write() as conn:
+                conn.execute(adapters.insert().values(**row))
+        except IntegrityError as exc:
+            raise StoreError(f"cannot register adapter {name!r} (name taken or round unknown): {exc.orig}") from exc
+        return self.activate_adapter(name) if activate else self.get_adapter(name)
+
+    def get_adapter(self, name: str) -> Adapter:
+        with self._read() as conn:
+            row = conn.execute(select(adapters).where(adapters.c.name == name)).mappings().first()
+        if row is None:
+            raise KeyError(f"no adapter named {name!r}")
+        return Adapter(**row)
+
+    def list_adapters(self) -> list[Adapter]:
+        """Oldest first."""
+        with self._read() as conn:
+            return [Adapter(**row) for row in conn.execute(select(adapters).order_by(adapters.c.id)).mappings()]
+
+    def activate_adapter(self, name: str) -> Adapter:
+        """Make `name` the only active adapter, in one transaction (all adapter rows locked on PostgreSQL)."""
+        with self._write() as conn:
+            lock_all = select(adapters.c.name).order_by(adapters.c.id).with_for_update()  # id order: no deadlock
+            if name not in set(conn.scalars(lock_all)):
+                raise KeyError(f"no adapter named {name!r}")
+            conn.execute(adapters.update().where(adapters.c.active, adapters.c.name != name).values(active=False))
+            conn.execute(adapters.update().where(adapters.c.name == name).values(active=True))
+            return Adapter(**conn.execute(select(adapters).where(adapters.c.name == name)).mappings().one())
+
+    def deactivate_adapters(self) -> int:
+        """No adapter active afterwards (the base model is used); returns how many were active."""
+        with self._write() as conn:
+            return conn.execute(adapters.update().where(adapters.c.active).values(active=False)).rowcount
+
+    def active_adapter(self) -> Adapter | None:
+        with self._read() as conn:
+            row = conn.execute(select(adapters).where(adapters.c.active)).mappings().first()
+        return Adapter(**row) if row is not None else None

@@ -1,0 +1,140 @@
+"""Episodes with their steps and sibling candidates: written once (or step by step), read back whole."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import StoreError
+from .base import StoreBase, utcnow
+from .records import Episode, Sibling, Step
+from .schema import episodes, siblings, steps
+
+__all__ = ["EpisodeOps"]
+
+_EPISODE_COLUMNS = [c for c in episodes.c]
+
+
+def _insert_steps(conn: Connection, episode_id: int, new_steps: Iterable[Step]) -> None:
+    for step in new_steps:
+        step_id = conn.execute(
+            steps.insert().values(
+                episode_id=episode_id,
+                t=step.t,
+                action=step.action,
+                argument=step.argument,
+                passages=list(step.passages),
+                signals=dict(step.signals),
+                weights=dict(step.weights),
+                reward=step.reward,
+                judge_verdict=step.judge_verdict,
+            )
+        ).inserted_primary_key[0]
+        if step.siblings:
+            conn.execute(
+                siblings.insert(),
+                [
+                    {"step_id": step_id, "action": s.action, "argument": s.argument,
+                     "logprob": s.logprob, "branch_return": s.branch_return}
+                    for s in step.siblings
+                ],
+            )
+
+
+def _episode(row: Mapping[str, Any], loaded: tuple[Step, ...] | None) -> Episode:
+    return Episode(**{c.name: row[c.name] for c in _EPISODE_COLUMNS}, steps=loaded)
+
+
+def _load_steps(conn: Connection, episode_id: int) -> tuple[Step, ...]:
+    step_rows = conn.execute(select(steps).where(steps.c.episode_id == episode_id).order_by(steps.c.t)).mappings()
+    step_rows = list(step_rows)
+    by_step: dict[int, list[Sibling]] = {row["id"]: [] for row in step_rows}
+    if by_step:
+        query = select(siblings).where(siblings.c.step_id.in_(list(by_step))).order_by(siblings.c.id)
+        for s in conn.execute(query).mappings():
+            by_step[s["step_id"]].append(Sibling(s["action"], s["argument"], s["logprob"], s["branch_return"]))
+    return tuple(
+        Step(
+            t=row["t"], action=row["action"], argument=row["argument"], passages=tuple(row["passages"]),
+            signals=row["signals"], weights=row["weights"], reward=row["reward"],
+            judge_verdict=row["judge_verdict"], siblings=tuple(by_step[row["id"]]),
+        )
+        for row in step_rows
+    )
+
+
+class EpisodeOps(StoreBase):
+    def add_episode(
+        self,
+        *,
+        question_id: str,
+        dataset: str,
+        question: str,
+        policy: str,
+        stage: str,
+        schedule: str,
+        config: Mapping[str, Any] | None = None,
+        steps: Sequence[Step] = (),
+        status: str = "finished",
+        total_return: float | None = None,
+    ) -> int:
+        """Store an episode (and its steps, if any) in one transaction; returns its id."""
+        now = utcnow()
+        try:
+            with self._write() as conn:
+                episode_id = conn.execute(
+                    episodes.insert().values(
+                        question_id=question_id, dataset=dataset, question=question, policy=policy, stage=stage,
+                        schedule=schedule, config=dict(config or {}), status=status, total_return=total_return,
+                        created_at=now, finished_at=None if status == "running" else now,
+                    )
+                ).inserted_primary_key[0]
+                _insert_steps(conn, episode_id, steps)
+        except IntegrityError as exc:
+            raise StoreError(f"cannot store the episode of question {question_id!r}: {exc.orig}") from exc
+        return int(episode_id)
+
+    def add_step(self, episode_id: int, step: Step) -> None:
+        """Append one step to a running episode (the unique (episode, t) key refuses a duplicate t)."""
+        try:
+            with self._write() as conn:
+                _insert_steps(conn, episode_id, [step])
+        except IntegrityError as exc:
+            raise StoreError(f"cannot add step t={step.t} to episode {episode_id}: {exc.orig}") from exc
+
+    def finish_episode(self, episode_id: int, *, total_return: float, status: str = "finished") -> None:
+        with self._write() as conn:
+            done = conn.execute(
+                episodes.update()
+                .where(episodes.c.id == episode_id)
+                .values(status=status, total_return=total_return, finished_at=utcnow())
+            )
+            if done.rowcount != 1:
+                raise KeyError(f"no episode {episode_id}")
+
+    def get_episode(self, episode_id: int) -> Episode:
+        """The episode with its steps (ordered by t) and their siblings; KeyError if there is none."""
+        with self._read() as conn:
+            row = conn.execute(select(episodes).where(episodes.c.id == episode_id)).mappings().first()
+            if row is None:
+                raise KeyError(f"no episode {episode_id}")
+            return _episode(row, _load_steps(conn, episode_id))
+
+    def list_episodes(
+        self,
+        *,
+        dataset: str | None = None,
+        question_id: str | None = None,
+        policy: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Episode]:
+        """Newest first, without steps (`steps` is None)."""
+        query = select(episodes).order_by(episodes.c.id.desc()).limit(limit).offset(offset)
+        for column, value in (("dataset", dataset), ("question_id", question_id), ("policy", policy)):
+            if value is not None:
+                query = query.where(episodes.c[column] == value)
+        with self._read() as conn:
+            return [_episode(row, None) for row in conn.execute(query).mappings()]

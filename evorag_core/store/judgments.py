@@ -1,0 +1,65 @@
+"""Sufficiency judgments per step, and human overrides: the latest override wins over every judge."""
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import StoreError
+from .base import StoreBase, utcnow
+from .records import Judgment
+from .schema import judgments, steps
+
+__all__ = ["JudgmentOps", "HUMAN"]
+
+HUMAN = "human"
+
+
+class JudgmentOps(StoreBase):
+    def record_judgment(self, episode_id: int, t: int, *, judge: str, verdict: str, who: str | None = None) -> Judgment:
+        """A judge's verdict (e.g. judge 'llm', verdict 'insufficient') on the evidence at step t."""
+        return self._add_judgment(episode_id, t, judge, verdict, who, is_override=False)
+
+    def set_override(self, episode_id: int, t: int, verdict: str, who: str) -> Judgment:
+        """A person's verdict for step t; it wins over every judge, and a later override wins over it."""
+        if not who:
+            raise ValueError("an override needs the name of who made it")
+        return self._add_judgment(episode_id, t, HUMAN, verdict, who, is_override=True)
+
+    def judgments(self, episode_id: int, t: int | None = None) -> list[Judgment]:
+        """All judgments of an episode (or of one step), oldest first."""
+        query = select(judgments).where(judgments.c.episode_id == episode_id).order_by(judgments.c.id)
+        if t is not None:
+            query = query.where(judgments.c.t == t)
+        with self._read() as conn:
+            return [Judgment(**row) for row in conn.execute(query).mappings()]
+
+    def effective_verdict(self, episode_id: int, t: int) -> str | None:
+        """Latest override, else the latest recorded judgment, else the step's own judge verdict, else None."""
+        latest = (
+            select(judgments.c.verdict)
+            .where(judgments.c.episode_id == episode_id, judgments.c.t == t)
+            .order_by(judgments.c.is_override.desc(), judgments.c.id.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            verdict = conn.scalar(latest)
+            if verdict is None:
+                verdict = conn.scalar(
+                    select(steps.c.judge_verdict).where(steps.c.episode_id == episode_id, steps.c.t == t)
+                )
+        return verdict
+
+    def _add_judgment(
+        self, episode_id: int, t: int, judge: str, verdict: str, who: str | None, *, is_override: bool
+    ) -> Judgment:
+        if not verdict:
+            raise ValueError("a judgment needs a verdict")
+        row = {"episode_id": episode_id, "t": t, "judge": judge, "verdict": verdict,
+               "is_override": is_override, "who": who, "created_at": utcnow()}
+        try:
+            with self._write() as conn:
+                new_id = conn.execute(judgments.insert().values(**row)).inserted_primary_key[0]
+        except IntegrityError as exc:
+            raise StoreError(f"cannot record a judgment for episode {episode_id}: {exc.orig}") from exc
+        return Judgment(id=int(new_id), **row)
+

@@ -1,0 +1,180 @@
+"""Typed results of the store's service methods (frozen dataclasses; JSON columns come back as dicts/lists)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "PAIR_SOURCES",
+    "PAIR_STATUSES",
+    "ROUND_STATUSES",
+    "USER_ROLES",
+    "DatasetInfo",
+    "Sibling",
+    "Step",
+    "Episode",
+    "Judgment",
+    "NewPair",
+    "Pair",
+    "Round",
+    "ExpiryReport",
+    "Adapter",
+    "User",
+]
+
+PAIR_SOURCES: tuple[str, ...] = ("rollout", "human")
+# queued -> claimed(round) -> consumed, or claimed -> released (= queued again); discarded by a person.
+PAIR_STATUSES: tuple[str, ...] = ("queued", "claimed", "consumed", "discarded")
+ROUND_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
+USER_ROLES: tuple[str, ...] = ("admin", "annotator", "viewer")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    id: int
+    name: str
+    path: str
+    n_questions: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Sibling:
+    """A candidate action sampled at the same state as a step, with the return of its continued branch."""
+
+    action: str
+    argument: str | None = None
+    logprob: float | None = None
+    branch_return: float | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One environment step. `passages` holds JSON values (pid strings or {pid, title, text} objects);
+    `signals` are the seven r_t^(k) by name (ret, act, dup, bt, ref, step, ans), `weights` the w_k(t)."""
+
+    t: int
+    action: str
+    argument: str | None = None
+    passages: tuple[Any, ...] = ()
+    signals: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    reward: float = 0.0
+    judge_verdict: str | None = None
+    siblings: tuple[Sibling, ...] = ()
+
+
+@dataclass(frozen=True)
+class Episode:
+    """An episode row; `steps` is None when it was not loaded (listings), else ordered by t."""
+
+    id: int
+    question_id: str
+    dataset: str
+    question: str
+    policy: str
+    stage: str
+    schedule: str
+    config: dict[str, Any]
+    status: str
+    total_return: float | None
+    created_at: datetime
+    finished_at: datetime | None
+    steps: tuple[Step, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Judgment:
+    id: int
+    episode_id: int
+    t: int
+    judge: str  # gold | llm | human | ...
+    verdict: str
+    is_override: bool
+    who: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewPair:
+    """A preference pair to insert: `chosen` is preferred over `rejected` at the shared `prompt` (state)."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    source: str = "rollout"
+    annotator: str | None = None
+    margin: float | None = None
+    stage: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pair:
+    id: int
+    prompt: str
+    chosen: str
+    rejected: str
+    source: str
+    annotator: str | None
+    margin: float | None
+    stage: str | None
+    status: str
+    round_id: int | None
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Round:
+    """A training round; `progress` is {step, total, loss, eta} as last reported by its worker."""
+
+    id: int
+    objective: str
+    config: dict[str, Any]
+    status: str
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    lease_seconds: float | None
+    heartbeat_at: datetime | None
+    progress: dict[str, Any] | None
+    metrics: dict[str, Any] | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: int
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ExpiryReport:
+    """What `expire_leases` did: rounds marked failed, rounds put back in the queue, pairs released."""
+
+    failed: tuple[int, ...] = ()
+    requeued: tuple[int, ...] = ()
+    released_pairs: int = 0
+
+
+@dataclass(frozen=True)
+class Adapter:
+    id: int
+    name: str
+    path: str
+    base_model: str
+    round_id: int | None
+    objective: str | None
+    checksum: str | None
+    metrics: dict[str, Any]
+    active: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    name: str
+    role: str
+    created_at: datetime

@@ -1,0 +1,193 @@
+"""Training rounds as a leased job queue: queued -> running(lease) -> succeeded | failed | cancelled.
+
+A worker claims a round with a lease, heartbeats to extend it, and finishes it. `expire_leases` reaps rounds
+whose lease ran out: failed (or queued again while attempts < max_attempts), their claimed pairs released.
+A lease is lost only when reaped; until then the owner's heartbeat still extends it.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from ..errors import StoreError
+from .base import StoreBase, check_choice, utcnow
+from .pairs import release_round_pairs
+from .records import ROUND_STATUSES, ExpiryReport, Round
+from .schema import pairs, rounds
+
+__all__ = ["RoundOps"]
+
+
+def _get(conn: Connection, round_id: int) -> Round:
+    row = conn.execute(select(rounds).where(rounds.c.id == round_id)).mappings().first()
+    if row is None:
+        raise KeyError(f"no round {round_id}")
+    return Round(**row)
+
+
+def _lock(conn: Connection, round_id: int) -> Round:
+    row = conn.execute(select(rounds).where(rounds.c.id == round_id).with_for_update()).mappings().first()
+    if row is None:
+        raise KeyError(f"no round {round_id}")
+    return Round(**row)
+
+
+class RoundOps(StoreBase):
+    def enqueue_round(self, objective: str, config: Mapping[str, Any] | None = None, *, max_attempts: int = 1) -> int:
+        """Queue a training round; it is retried after an expired lease while attempts < max_attempts."""
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1; got {max_attempts}")
+        with self._write() as conn:
+            result = conn.execute(
+                rounds.insert().values(
+                    objective=objective, config=dict(config or {}), status="queued", created_at=utcnow(),
+                    attempts=0, max_attempts=max_attempts,
+                )
+            )
+            return int(result.inserted_primary_key[0])
+
+    def get_round(self, round_id: int) -> Round:
+        with self._read() as conn:
+            return _get(conn, round_id)
+
+    def list_rounds(self, *, status: str | None = None, limit: int = 100) -> list[Round]:
+        """Newest first."""
+        query = select(rounds).order_by(rounds.c.id.desc()).limit(limit)
+        if status is not None:
+            check_choice("status", status, ROUND_STATUSES)
+            query = query.where(rounds.c.status == status)
+        with self._read() as conn:
+            return [Round(**row) for row in conn.execute(query).mappings()]
+
+    def claim_round(
+        self, worker_id: str, lease_s: float, *, objective: str | None = None, now: datetime | None = None
+    ) -> Round | None:
+        """Atomically take the oldest queued round (optionally of one objective) with a lease; None if none."""
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be positive; got {lease_s}")
+        now = now or utcnow()
+        pick = select(rounds.c.id).where(rounds.c.status == "queued")
+        if objective is not None:
+            pick = pick.where(rounds.c.objective == objective)
+        pick = pick.order_by(rounds.c.id).limit(1).with_for_update(skip_locked=True)
+        with self._write() as conn:
+            round_id = conn.scalar(pick)
+            if round_id is None:
+                return None
+            taken = conn.execute(
+                rounds.update()
+                .where(rounds.c.id == round_id, rounds.c.status == "queued")
+                .values(
+                    status="running", lease_owner=worker_id, lease_seconds=lease_s,
+                    lease_expires_at=now + timedelta(seconds=lease_s), heartbeat_at=now,
+                    started_at=func.coalesce(rounds.c.started_at, now), attempts=rounds.c.attempts + 1,
+                    error=None,
+                )
+            )
+            return _get(conn, round_id) if taken.rowcount == 1 else None
+
+    def heartbeat(
+        self, round_id: int, worker_id: str, progress: Mapping[str, Any] | None = None, *, now: datetime | None = None
+    ) -> bool:
+        """Extend the lease and record progress ({step, total, loss, eta}). False if the worker no longer
+        holds the round (reaped, cancelled, finished): the worker should stop."""
+        now = now or utcnow()
+        with self._write() as conn:
+            current = _lock(conn, round_id)
+            if current.status != "running" or current.lease_owner != worker_id:
+                return False
+            values: dict[str, Any] = {
+                "heartbeat_at": now,
+                "lease_expires_at": now + timedelta(seconds=current.lease_seconds or 0.0),
+            }
+            if progress is not None:
+                values["progress"] = dict(progress)
+            conn.execute(rounds.update().where(rounds.c.id == round_id).values(**values))
+            return True
+
+    def finish_round(
+        self,
+        round_id: int,
+        *,
+        metrics: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        worker_id: str | None = None,
+    ) -> Round:
+        """End a running round: succeeded (its claimed pairs become consumed) or, with `error`, failed
+        (its claimed pairs are released). With `worker_id`, refuses unless that worker holds the lease."""
+        now = utcnow()
+        with self._write() as conn:
+            current = _lock(conn, round_id)
+            if current.status != "running":
+                raise StoreError(f"round {round_id} is {current.status}, not running (was its lease reaped?)")
+            if worker_id is not None and current.lease_owner != worker_id:
+                raise StoreError(f"round {round_id} is leased to {current.lease_owner!r}, not {worker_id!r}")
+            if error is None:
+                conn.execute(
+                    pairs.update()
+                    .where(pairs.c.round_id == round_id, pairs.c.status == "claimed")
+                    .values(status="consumed", updated_at=now)
+                )
+            else:
+                release_round_pairs(conn, [round_id], now)
+            conn.execute(
+                rounds.update()
+                .where(rounds.c.id == round_id)
+                .values(
+                    status="succeeded" if error is None else "failed",
+                    metrics=dict(metrics) if metrics is not None else current.metrics,
+                    error=error, finished_at=now, lease_expires_at=None,
+                )
+            )
+            return _get(conn, round_id)
+
+    def cancel_round(self, round_id: int) -> Round:
+        """Cancel a queued or running round (its worker sees heartbeat() -> False); its pairs are released."""
+        now = utcnow()
+        with self._write() as conn:
+            current = _lock(conn, round_id)
+            if current.status not in ("queued", "running"):
+                raise StoreError(
+                    f"round {round_id} is {current.status}; only a queued or running round can be cancelled"
+                )
+            release_round_pairs(conn, [round_id], now)
+            conn.execute(
+                rounds.update()
+                .where(rounds.c.id == round_id)
+                .values(status="cancelled", finished_at=now, lease_expires_at=None)
+            )
+            return _get(conn, round_id)
+
+    def expire_leases(self, now: datetime | None = None) -> ExpiryReport:
+        """Reap running rounds whose lease expired before `now`; see the module docstring."""
+        now = now or utcnow()
+        overdue = (
+            select(rounds)
+            .where(rounds.c.status == "running", rounds.c.lease_expires_at < now)
+            .order_by(rounds.c.id)
+            .with_for_update(skip_locked=True)
+        )
+        failed: list[int] = []
+        requeued: list[int] = []
+        with self._write() as conn:
+            for r in [Round(**row) for row in conn.execute(overdue).mappings()]:
+                note = (
+                    f"attempt {r.attempts}: the lease of worker {r.lease_owner!r} expired at "
+                    f"{r.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC (last heartbeat {r.heartbeat_at:%H:%M:%S})"
+                )
+                retry = r.attempts < r.max_attempts
+                conn.execute(
+                    rounds.update()
+                    .where(rounds.c.id == r.id, rounds.c.status == "running")
+                    .values(
+                        status="queued" if retry else "failed", error=note,
+                        lease_owner=None if retry else r.lease_owner, lease_expires_at=None,
+                        finished_at=None if retry else now,
+                    )
+                )
+                (requeued if retry else failed).append(r.id)
+            released = release_round_pairs(conn, failed + requeued, now)
+        return ExpiryReport(failed=tuple(failed), requeued=tuple(requeued), released_pairs=released)

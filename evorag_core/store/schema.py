@@ -1,0 +1,234 @@
+"""The database schema as SQLAlchemy Core tables (the hand-written migration 0001 creates exactly these).
+
+Timestamps are stored as naive UTC and come back timezone-aware (`UTCDateTime`). JSON columns use the
+portable `JSON` type (TEXT on SQLite, json on PostgreSQL). Constraint names follow `NAMING` so that later
+migrations (batch mode on SQLite) can refer to them.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    true,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "NAMING",
+    "metadata",
+    "UTCDateTime",
+    "datasets",
+    "questions",
+    "episodes",
+    "steps",
+    "siblings",
+    "judgments",
+    "rounds",
+    "pairs",
+    "adapters",
+    "users",
+]
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC; naive inputs are taken as UTC; results are aware (UTC)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None or value.tzinfo is None:
+            return value
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _created() -> Column[datetime]:
+    return Column("created_at", UTCDateTime(), nullable=False)
+
+
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("path", Text, nullable=False),
+    Column("n_questions", Integer, nullable=False),
+    _created(),
+)
+
+questions = Table(
+    "questions",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("dataset_id", Integer, ForeignKey("datasets.id", ondelete="CASCADE"), nullable=False),
+    Column("qid", String(200), nullable=False),
+    Column("question", Text, nullable=False),
+    Column("answers", JSON, nullable=False),
+    Column("type", String(50)),
+    Column("hops", Integer),
+    Column("passages", JSON, nullable=False),
+    Column("gold_pids", JSON, nullable=False),
+    UniqueConstraint("dataset_id", "qid", name="uq_questions_dataset_id_qid"),
+)
+
+episodes = Table(
+    "episodes",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("question_id", String(200), nullable=False),
+    Column("dataset", String(200), nullable=False),
+    Column("question", Text, nullable=False),
+    Column("policy", String(200), nullable=False),
+    Column("stage", String(20), nullable=False),
+    Column("schedule", String(40), nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("total_return", Float),
+    _created(),
+    Column("finished_at", UTCDateTime()),
+    Index("ix_episodes_dataset_question_id", "dataset", "question_id"),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("episode_id", Integer, ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+    Column("t", Integer, nullable=False),
+    Column("action", String(20), nullable=False),
+    Column("argument", Text),
+    Column("passages", JSON, nullable=False),
+    Column("signals", JSON, nullable=False),
+    Column("weights", JSON, nullable=False),
+    Column("reward", Float, nullable=False),
+    Column("judge_verdict", String(40)),
+    UniqueConstraint("episode_id", "t", name="uq_steps_episode_id_t"),
+)
+
+siblings = Table(
+    "siblings",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("step_id", Integer, ForeignKey("steps.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("action", String(20), nullable=False),
+    Column("argument", Text),
+    Column("logprob", Float),
+    Column("branch_return", Float),
+)
+
+judgments = Table(
+    "judgments",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("episode_id", Integer, ForeignKey("episodes.id", ondelete="CASCADE"), nullable=False),
+    Column("t", Integer, nullable=False),
+    Column("judge", String(40), nullable=False),
+    Column("verdict", String(40), nullable=False),
+    Column("is_override", Boolean, nullable=False),
+    Column("who", String(200)),
+    _created(),
+    Index("ix_judgments_episode_id_t", "episode_id", "t"),
+)
+
+rounds = Table(
+    "rounds",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("objective", String(40), nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("status", String(20), nullable=False, index=True),
+    Column("lease_owner", String(200)),
+    Column("lease_expires_at", UTCDateTime()),
+    Column("lease_seconds", Float),
+    Column("heartbeat_at", UTCDateTime()),
+    Column("progress", JSON),
+    Column("metrics", JSON),
+    Column("error", Text),
+    _created(),
+    Column("started_at", UTCDateTime()),
+    Column("finished_at", UTCDateTime()),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+)
+
+pairs = Table(
+    "pairs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("prompt", Text, nullable=False),
+    Column("chosen", Text, nullable=False),
+    Column("rejected", Text, nullable=False),
+    Column("source", String(20), nullable=False),
+    Column("annotator", String(200)),
+    Column("margin", Float),
+    Column("stage", String(20)),
+    Column("status", String(20), nullable=False),
+    Column("round_id", Integer, ForeignKey("rounds.id"), index=True),
+    _created(),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Index("ix_pairs_status_id", "status", "id"),
+)
+
+adapters = Table(
+    "adapters",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("path", Text, nullable=False),
+    Column("base_model", Text, nullable=False),
+    Column("round_id", Integer, ForeignKey("rounds.id")),
+    Column("objective", String(40)),
+    Column("checksum", String(128)),
+    Column("metrics", JSON, nullable=False),
+    Column("active", Boolean, nullable=False),
+    _created(),
+)
+# At most one active adapter, enforced by the database itself (partial unique index).
+Index(
+    "uq_adapters_one_active",
+    adapters.c.active,
+    unique=True,
+    sqlite_where=adapters.c.active == true(),
+    postgresql_where=adapters.c.active == true(),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("password_hash", Text, nullable=False),
+    Column("role", String(20), nullable=False),
+    _created(),
+)

@@ -1,0 +1,47 @@
+"""`Store`: the service layer over the database, and `open_store(url)`, which migrates before returning it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import URL
+
+from ..config import db_url
+from .adapters import AdapterOps
+from .datasets import DatasetOps
+from .engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
+from .episodes import EpisodeOps
+from .judgments import JudgmentOps
+from .migrate import MIGRATIONS_DIR, upgrade
+from .pairs import PairOps
+from .rounds import RoundOps
+from .users import UserOps
+
+__all__ = ["Store", "open_store"]
+
+
+class Store(DatasetOps, EpisodeOps, JudgmentOps, PairOps, RoundOps, AdapterOps, UserOps):
+    """Plain methods returning typed dataclasses, each in its own short transaction.
+
+    Errors: KeyError for an unknown id or name, ValueError for a bad argument, StoreError for a request the
+    current state refuses (e.g. discarding a claimed pair, finishing a round that is not running).
+    Build it with `open_store`, which applies the migrations first.
+    """
+
+
+def open_store(
+    url: str | URL | None = None,
+    *,
+    busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    script_location: Path | str = MIGRATIONS_DIR,
+) -> Store:
+    """Open (creating or upgrading its schema) the database at `url` (default: evorag_core.config.db_url()).
+
+    Raises StoreError if the database cannot be reached or its schema revision is unknown to this code.
+    """
+    engine = make_engine(url if url is not None else db_url(), busy_timeout_s=busy_timeout_s)
+    try:
+        upgrade(engine, script_location=script_location)
+    except BaseException:
+        engine.dispose()
+        raise
+    return Store(engine)

@@ -1,0 +1,40 @@
+"""Studio users (annotators and admins): name, scrypt password hash, role."""
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import StoreError
+from .base import StoreBase, check_choice, utcnow
+from .passwords import check_password, hash_password
+from .records import USER_ROLES, User
+from .schema import users
+
+__all__ = ["UserOps"]
+
+
+class UserOps(StoreBase):
+    def add_user(self, name: str, password: str, role: str = "annotator") -> User:
+        check_choice("role", role, USER_ROLES)
+        if not name or not password:
+            raise ValueError("a user needs a non-empty name and password")
+        row = {"name": name, "password_hash": hash_password(password), "role": role, "created_at": utcnow()}
+        try:
+            with self._write() as conn:
+                user_id = conn.execute(users.insert().values(**row)).inserted_primary_key[0]
+        except IntegrityError as exc:
+            raise StoreError(f"a user named {name!r} already exists") from exc
+        return User(id=int(user_id), name=name, role=role, created_at=row["created_at"])
+
+    def verify_user(self, name: str, password: str) -> User | None:
+        """The user if `password` is theirs, else None (unknown name or wrong password)."""
+        with self._read() as conn:
+            row = conn.execute(select(users).where(users.c.name == name)).mappings().first()
+        if row is None or not check_password(password, row["password_hash"]):
+            return None
+        return User(id=row["id"], name=row["name"], role=row["role"], created_at=row["created_at"])
+
+    def list_users(self) -> list[User]:
+        query = select(users.c.id, users.c.name, users.c.role, users.c.created_at).order_by(users.c.name)
+        with self._read() as conn:
+            return [User(**row) for row in conn.execute(query).mappings()]
