@@ -64,12 +64,15 @@ class CurriculumConfig:
 @dataclass(frozen=True)
 class RetrievalConfig:
     bm25_backend: str = "bm25s"  # bm25s | rank-bm25
+    bm25_method: str = "lucene"  # lucene | robertson | atire (BM25 idf variant, both backends)
     dense_model: str = "embedded"  # "embedded" (all-MiniLM-L6-v2 from PyPI) or a local path / HF id
     rrf_k: int = 60
     fusion_depth: int = 50  # candidates taken from each retriever before fusion
     max_seq_length: int = 256
     dtype: str = "float32"  # float32 | bfloat16
     batch_size: int = 64
+    stopwords: str = "en_plus"  # BM25 stopword list: en (33 words) | en_plus (179) | none
+    stemmer: bool = True  # BM25: Snowball English stemming (PyStemmer)
 
 
 @dataclass(frozen=True)
