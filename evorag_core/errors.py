@@ -11,6 +11,7 @@ __all__ = [
     "ModelLoadError",
     "StoreError",
     "AdapterError",
+    "TrainingError",
 ]
 
 
@@ -57,3 +58,7 @@ class StoreError(EvoRagError):
 
 class AdapterError(EvoRagError):
     """A LoRA adapter is missing, corrupt or incompatible with the base model."""
+
+
+class TrainingError(EvoRagError):
+    """A training round cannot run: nothing to train on, or its inputs do not fit together."""
