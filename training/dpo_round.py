@@ -1,0 +1,97 @@
+"""A DPO round: claimed preference pairs -> TRL DPO on LoRA (`training.dpo.train_dpo`) -> registered adapter.
+
+The round claims up to `job.pairs` of the oldest queued pairs (optionally of one source/stage) for itself; the
+worker's `finish_round` then consumes them on success or releases them on failure, and an expired lease releases
+them too. The reference (and starting point) is the previous round's adapter, or the base model for the first
+round (`job.reference`). With `job.holdout` > 0 that share of the claimed pairs' states is held out of training and
+scored afterwards (pair accuracy = share with implicit reward margin > 0). Pairs that cannot be trained on (empty
+or identical completions) are counted in `skipped_pairs`; they are consumed with the others.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from evorag_core.errors import DatasetFormatError, TrainingError
+
+from .data import PairExample, split_pairs
+from .job import AdapterRef, ProgressFn, RoundJob
+from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+
+__all__ = ["run", "pair_examples"]
+
+_DPO_LOGGED = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+               "logps/chosen", "logps/rejected")
+
+
+def pair_examples(pairs: list[Any]) -> tuple[list[PairExample], list[int]]:
+    """(trainable examples, ids of pairs that are not trainable)."""
+    good: list[PairExample] = []
+    bad: list[int] = []
+    for p in pairs:
+        try:
+            good.append(PairExample(p.prompt, p.chosen, p.rejected))
+        except DatasetFormatError:
+            bad.append(p.id)
+    return good, bad
+
+
+def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
+    if on_progress is None:
+        return None
+
+    def forward(entry: dict[str, Any]) -> None:
+        if "loss" in entry:
+            on_progress({"step": entry.get("step"), "total": entry.get("max_steps"), "loss": entry["loss"],
+                         "elapsed_s": entry.get("elapsed_s"), "margin": entry.get("rewards/margins"),
+                         "accuracy": entry.get("rewards/accuracies")})
+
+    return forward
+
+
+def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (see the module docstring)."""
+    from .dpo import train_dpo
+
+    done = registered(store, job)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    with RssSampler() as rss:
+        claimed = store.claim_pairs(job.round_id, job.pairs, source=job.source, stage=job.stage)
+        examples, skipped = pair_examples(claimed)
+        if not examples:
+            raise TrainingError(
+                f"no trainable queued pairs (claimed {len(claimed)}, filters source={job.source}, stage={job.stage}); "
+                "add pairs by rollouts or annotation first"
+            )
+        train, heldout = split_pairs(examples, job.holdout, job.train.seed) if job.holdout > 0 else (examples, [])
+        model, tokenizer, base_id = load_base(job)
+        reference = resolve_reference(store, job, base_id)
+        out_dir = prepare_adapter_dir(job.adapter_dir)
+        setup_s = time.perf_counter() - started
+        pair_ids = [p.id for p in claimed]
+        result = train_dpo(
+            train, model, tokenizer, job.train, out_dir, reference.path if reference is not None else None,
+            _forward_progress(on_progress), heldout=heldout, base_model_id=base_id,
+            meta={"round_id": job.round_id, "objective": "dpo", "pair_ids": pair_ids},
+        )
+    steps = [h for h in result.history if "loss" in h]
+    metrics: dict[str, Any] = {
+        "objective": "dpo", "beta": job.train.beta, "steps": result.steps, "pairs": len(claimed),
+        "pair_ids": pair_ids, "skipped_pairs": len(skipped), "n_train": result.n_train, "n_heldout": result.n_heldout,
+        "truncated_prompts": result.truncated, "dropped_pairs": result.dropped,
+        "first_loss": result.metrics.get("first_loss"), "final_loss": result.metrics.get("loss"),
+        "train_loss": result.metrics.get("train_loss"),
+        **{f"final_{k.replace('/', '_')}": result.metrics[k] for k in _DPO_LOGGED[1:] if k in result.metrics},
+        "heldout_accuracy": result.heldout_accuracy, "heldout_margin": result.heldout_margin,
+        "loss_history": [[h["step"], h["loss"]] for h in steps],
+        "margin_history": [[h["step"], h.get("rewards/margins")] for h in steps],
+        "accuracy_history": [[h["step"], h.get("rewards/accuracies")] for h in steps],
+        "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
+        "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
+        "config": job.raw,
+    }
+    metrics = {k: v for k, v in metrics.items() if v is not None}
+    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
+    return register(store, job, out_dir, result.checksum, base_id, metrics)

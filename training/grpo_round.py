@@ -1,0 +1,177 @@
+"""A step-level GRPO round: sibling groups from stored rollouts -> LoRA update -> saved, registered adapter.
+
+Data: every stored state with K >= 2 sibling candidates whose branches were scored; candidate i's r̃ is its branch
+return, its advantage A_i = (r̃_i − μ) / (σ + ε) over the group (`training.grpo.group_advantages`). Groups whose
+returns are all equal give zero advantages and are left out (they carry no policy gradient).
+
+Objective (`training.grpo.grpo_loss`, per completion token): −min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A)
++ kl_coef · KL, with ρ = π_θ / π_old and KL estimated by k3 or k2 (train.kl) against the reference. The round
+starts from the reference adapter (the previous round's, or the base model), so π_old = π_ref = the starting policy:
+their log-probs are computed once, without gradients, before the first update. `train.epochs` passes over the
+candidates in seeded minibatches of `train.batch_size`, `train.grad_accum` minibatches per optimiser step.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from evorag_core.config import TrainConfig
+from evorag_core.errors import TrainingError
+
+from .grpo import group_advantages, grpo_loss
+from .job import AdapterRef, ProgressFn, RoundJob
+from .lora import save_adapter
+from .loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
+from .rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
+from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from .seqlogp import completion_token_logps, encode
+
+__all__ = ["GrpoSample", "grpo_samples", "train_grpo", "evaluate_grpo", "run"]
+
+
+@dataclass(frozen=True)
+class GrpoSample:
+    prompt: str
+    completion: str
+    advantage: float
+    group: int
+
+
+def grpo_samples(groups: Sequence[CandidateGroup], eps: float = 1e-6) -> list[GrpoSample]:
+    """One sample per candidate of every group whose returns differ, with its group-normalised advantage."""
+    out: list[GrpoSample] = []
+    for g, group in enumerate(groups):
+        advantages = group_advantages(torch.tensor(group.returns, dtype=torch.float32), eps=eps)
+        if not bool(advantages.abs().gt(0).any()):
+            continue
+        out += [GrpoSample(group.prompt, c, float(a), g) for c, a in zip(group.completions, advantages.tolist())]
+    return out
+
+
+def _reference_logps(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], cfg: TrainConfig) -> list[torch.Tensor]:
+    """Per-token log-probs of each sample's completion under the starting policy (= π_old = π_ref)."""
+    out: list[torch.Tensor] = []
+    device = next(policy.parameters()).device
+    with torch.no_grad(), autocast(cfg, device):
+        for i in range(0, len(samples), cfg.batch_size):
+            chunk = samples[i : i + cfg.batch_size]
+            batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
+            logps, _ = completion_token_logps(policy, batch)
+            out += [logps[b, :n].detach().cpu() for b, n in enumerate(batch.lengths)]
+    return out
+
+
+@torch.no_grad()
+def evaluate_grpo(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], old: Sequence[torch.Tensor],
+                  cfg: TrainConfig) -> dict[str, float]:
+    """The GRPO terms over all samples under the current policy (no update): policy_loss (the clipped surrogate,
+    −mean A = 0 at the start when every group is balanced) and kl to the reference."""
+    device = next(policy.parameters()).device
+    policy.eval()
+    totals = {"policy_loss": 0.0, "kl": 0.0}
+    with autocast(cfg, device):
+        for i in range(0, len(samples), cfg.batch_size):
+            chunk = samples[i : i + cfg.batch_size]
+            batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
+            logp_new, _ = completion_token_logps(policy, batch)
+            logp_old = _stack(old[i : i + cfg.batch_size], batch.completion_mask.shape[1]).to(device)
+            advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+            _, stats = grpo_loss(logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
+                                 clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl=cfg.kl)
+            for key in totals:
+                totals[key] += stats[key] * len(chunk) / len(samples)
+    return totals
+
+
+def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row
+    return out
+
+
+def train_grpo(
+    policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], cfg: TrainConfig,
+    on_progress: ProgressFn | None = None, *, max_steps: int = 0,
+) -> tuple[StepLog, dict[str, float]]:
+    """Optimise `policy` (a PeftModel, modified in place) on `samples`; returns the per-step log and the
+    terms over all samples after training (`evaluate_grpo`)."""
+    device = next(policy.parameters()).device
+    old = _reference_logps(policy, tokenizer, samples, cfg)
+    batches = minibatches(len(samples), cfg.batch_size, cfg.epochs, cfg.seed)
+    total = math.ceil(len(batches) / cfg.grad_accum)
+    total = min(total, max_steps) if max_steps else total
+    log = StepLog(total, on_progress)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    train_mode(policy, cfg)
+    acc: dict[str, float] = {}
+    for i, index in enumerate(batches):
+        chunk = [samples[j] for j in index]
+        batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
+        logp_old = _stack([old[j] for j in index], batch.completion_mask.shape[1]).to(device)
+        advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+        with autocast(cfg, device):
+            logp_new, _ = completion_token_logps(policy, batch)
+        loss, stats = grpo_loss(
+            logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
+            clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef, kl=cfg.kl,
+        )
+        (loss / cfg.grad_accum).backward()
+        for key, value in {"loss": float(loss.detach()), **stats}.items():
+            acc[key] = acc.get(key, 0.0) + value / cfg.grad_accum
+        if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            log.add(**acc, grad_norm=float(grad_norm))
+            acc = {}
+            if len(log.history) >= total:
+                break
+    return log, evaluate_grpo(policy, tokenizer, samples, old, cfg)
+
+
+def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (see the module docstring)."""
+    done = registered(store, job)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    with RssSampler() as rss:
+        model, tokenizer, base_id = load_base(job)
+        render = prompt_renderer(model, tokenizer, base_id, job.policy)
+        episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
+        resolve = PassageResolver(job.data)
+        groups = candidate_groups([replay_episode(e, resolve, job.t_max) for e in episodes], render)
+        samples = grpo_samples(groups)
+        if not samples:
+            raise TrainingError(
+                f"GRPO needs states with >= 2 scored sibling candidates whose branch returns differ; "
+                f"{len(episodes)} episode(s) read, {len(groups)} group(s), none usable"
+            )
+        reference = resolve_reference(store, job, base_id)
+        policy = start_policy(model, job.train, reference, base_id)
+        out_dir = prepare_adapter_dir(job.adapter_dir)
+        setup_s = time.perf_counter() - started
+        log, after = train_grpo(policy, tokenizer, samples, job.train, on_progress, max_steps=job.max_steps)
+        metrics = {
+            "objective": "grpo", "kl_estimator": job.train.kl, "kl_coef": job.train.kl_coef,
+            **log.summary(("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")),
+            "episodes": len(episodes), "episode_ids": [e.id for e in episodes], "groups": len(groups),
+            "usable_groups": len({s.group for s in samples}), "samples": len(samples),
+            "surrogate_start": -sum(s.advantage for s in samples) / len(samples),
+            "surrogate_end": after["policy_loss"], "kl_end": after["kl"],
+            "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
+            "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
+            "config": job.raw,
+        }
+        meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": base_id,
+                "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
+                "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
+        checksum = save_adapter(policy, out_dir, meta)
+    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
+    return register(store, job, out_dir, checksum, base_id, metrics)

@@ -1,0 +1,133 @@
+"""What a training round is asked to do (`RoundJob`) and what it produces (`AdapterRef`).
+
+A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob.from_round` merges it over the
+[train] and [policy] sections of the worker's config. Keys (every one optional; an unknown key fails the round):
+
+    objective   dpo | grpo | ppo (default: the row's objective)
+    pairs       DPO: how many queued pairs to claim (oldest first)          source, stage: filters for the claim
+    episodes    GRPO/PPO: how many of the newest finished episodes to read  episode_ids: exactly these episodes
+    reference   previous (newest adapter of this base model, else base) | base | active | <adapter name>
+    holdout     DPO: share of the claimed pairs' states held out to measure pair accuracy (0: none)
+    vf_coef     PPO: weight of the value loss        max_steps: stop after this many optimiser steps (0: no cap)
+    data        a data file to resolve passage ids of stored episodes that do not name one
+    base_model  the policy model spec (default: [policy] model)
+    epochs, lr, kl, beta, seed, and `train: {any [train] key}`: the [train] section's values for this round
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_overrides
+from evorag_core.errors import ConfigError
+
+__all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "RoundLost", "job_config"]
+
+OBJECTIVES: tuple[str, ...] = ("dpo", "grpo", "ppo")
+_TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
+JOB_KEYS: tuple[str, ...] = (
+    "objective", "pairs", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",
+    "max_steps", "data", "base_model", "train", *_TRAIN_SHORTCUTS,
+)
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+class RoundLost(Exception):
+    """Raised from a progress callback when the worker no longer holds the round (reaped or cancelled)."""
+
+
+@dataclass(frozen=True)
+class RoundJob:
+    round_id: int
+    objective: str
+    train: TrainConfig
+    policy: PolicyConfig
+    home: Path
+    t_max: int = 20  # episodes whose config does not record T_max were run with this one
+    pairs: int = 64
+    source: str | None = None
+    stage: str | None = None
+    episodes: int = 32
+    episode_ids: tuple[int, ...] = ()
+    reference: str = "previous"
+    holdout: float = 0.0
+    vf_coef: float = 0.5
+    max_steps: int = 0
+    data: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the row's config as stored
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"round {self.round_id}: objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.pairs < 1 or self.episodes < 1:
+            raise ConfigError(f"round {self.round_id}: pairs and episodes must be at least 1")
+        if not 0.0 <= self.holdout < 1.0:
+            raise ConfigError(f"round {self.round_id}: holdout must be in [0, 1), got {self.holdout}")
+        if self.max_steps < 0 or self.vf_coef < 0:
+            raise ConfigError(f"round {self.round_id}: max_steps and vf_coef must be >= 0")
+        if self.train.kl not in ("k2", "k3"):
+            raise ConfigError(f"round {self.round_id}: kl must be k2 or k3, got {self.train.kl!r}")
+
+    @classmethod
+    def from_config(
+        cls, round_id: int, objective: str, raw: Mapping[str, Any], cfg: Config, home: Path
+    ) -> "RoundJob":
+        """The job of round `round_id` from its stored JSON `raw` over the config `cfg` (see the module docstring)."""
+        unknown = sorted(set(raw) - set(JOB_KEYS))
+        if unknown:
+            raise ConfigError(f"round {round_id}: unknown job key(s) {', '.join(unknown)} (known: {', '.join(JOB_KEYS)})")
+        nested = raw.get("train") or {}
+        if not isinstance(nested, Mapping):
+            raise ConfigError(f"round {round_id}: 'train' must be an object of [train] keys")
+        overrides = {f"train.{k}": v for k, v in nested.items()}
+        overrides.update({f"train.{k}": raw[k] for k in _TRAIN_SHORTCUTS if raw.get(k) is not None})
+        if raw.get("base_model"):
+            overrides["policy.model"] = raw["base_model"]
+        merged = apply_overrides(cfg, overrides)
+        objective = raw.get("objective") or objective
+        options = {k: raw[k] for k in ("pairs", "episodes", "holdout", "vf_coef", "max_steps") if raw.get(k) is not None}
+        try:
+            return cls(
+                round_id=round_id, objective=objective, train=dataclasses.replace(merged.train, objective=objective),
+                policy=merged.policy, home=Path(home), t_max=merged.env.t_max,
+                source=raw.get("source") or None, stage=raw.get("stage") or None,
+                episode_ids=tuple(int(i) for i in raw.get("episode_ids") or ()),
+                reference=str(raw.get("reference") or "previous"), data=raw.get("data") or None,
+                raw=dict(raw), **{k: (float(v) if k in ("holdout", "vf_coef") else int(v)) for k, v in options.items()},
+            )
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"round {round_id}: bad job value ({exc})") from None
+
+    @property
+    def adapter_name(self) -> str:
+        """The registry name of this round's adapter, e.g. `r12-dpo` (letters, digits and '-' only)."""
+        return f"r{self.round_id}-{self.objective}"
+
+    @property
+    def adapter_dir(self) -> Path:
+        return self.home / "adapters" / str(self.round_id)
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """A registered adapter: its registry name, folder, checksum, and the round's metrics."""
+
+    name: str
+    path: Path
+    round_id: int
+    objective: str
+    base_model: str
+    checksum: str
+    metrics: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def job_config(objective: str, **values: Any) -> dict[str, Any]:
+    """A round config for `Store.enqueue_round` with the None values left out (checked against JOB_KEYS)."""
+    raw = {"objective": objective, **{k: v for k, v in values.items() if v is not None}}
+    unknown = sorted(set(raw) - set(JOB_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown job key(s) {', '.join(unknown)} (known: {', '.join(JOB_KEYS)})")
+    return raw

@@ -1,0 +1,97 @@
+"""Small pieces the hand-written step-level loops (GRPO, PPO) share: the starting policy, train mode without
+dropout, bf16 autocast, seeded minibatches, and the per-step log forwarded to `on_progress`.
+
+Dropout is switched off (as TRL does for DPO) so that at the first step the policy's log-probs equal the old and
+reference ones exactly (ratio 1, KL 0); train mode is kept so that gradient checkpointing applies.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from evorag_core.config import TrainConfig
+
+from .job import ProgressFn
+from .lora import attach_lora, load_adapter
+
+__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
+
+MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
+
+
+def start_policy(model: nn.Module, cfg: TrainConfig, reference: Any | None, base_id: str) -> Any:
+    """The PeftModel to train: the reference adapter loaded trainable (continue from the previous round), or a
+    fresh seeded LoRA (B = 0, so it starts as the base model)."""
+    if reference is None:
+        return attach_lora(model, cfg)
+    return load_adapter(model, Path(reference.path), base_id, trainable=True)
+
+
+def train_mode(policy: nn.Module, cfg: TrainConfig) -> None:
+    """Train mode with every dropout at p = 0; activation checkpointing when the config asks for it."""
+    policy.train()
+    for module in policy.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    if cfg.gradient_checkpointing:
+        lm = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+        lm.activation_checkpointing_enable()
+
+
+@contextlib.contextmanager
+def autocast(cfg: TrainConfig, device: torch.device) -> Iterator[None]:
+    """bf16 autocast when train.dtype is bfloat16 (weights stay as loaded), else nothing."""
+    if cfg.dtype == "bfloat16":
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            yield
+    elif cfg.dtype == "float32":
+        yield
+    else:
+        raise ValueError(f"train.dtype must be float32 or bfloat16, got {cfg.dtype!r}")
+
+
+def minibatches(n: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
+    """Index lists: each epoch a fresh seeded permutation of range(n) cut into batches of `batch_size`."""
+    if n < 1 or batch_size < 1 or epochs < 1:
+        raise ValueError(f"need n, batch_size and epochs >= 1, got {n}, {batch_size}, {epochs}")
+    generator = torch.Generator().manual_seed(seed)
+    out: list[list[int]] = []
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator).tolist()
+        out += [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    return out
+
+
+class StepLog:
+    """Per-optimiser-step records ({step, total, loss, ..., elapsed_s}); each is also sent to `on_progress`."""
+
+    def __init__(self, total: int, on_progress: ProgressFn | None):
+        self.total = total
+        self.on_progress = on_progress
+        self.history: list[dict[str, float]] = []
+        self.started = time.perf_counter()
+
+    def add(self, **values: float) -> dict[str, float]:
+        entry = {"step": len(self.history) + 1, "total": self.total, **{k: float(v) for k, v in values.items()},
+                 "elapsed_s": time.perf_counter() - self.started}
+        self.history.append(entry)
+        if self.on_progress is not None:
+            self.on_progress(dict(entry))
+        return entry
+
+    def summary(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        """first_/final_/mean_ of each key over the steps, and the loss history as [step, loss] pairs."""
+        out: dict[str, Any] = {"steps": len(self.history),
+                               "loss_history": [[h["step"], h["loss"]] for h in self.history]}
+        for key in keys:
+            values = [h[key] for h in self.history if key in h and not math.isnan(h[key])]
+            if values:
+                out.update({f"first_{key}": values[0], f"final_{key}": values[-1],
+                            f"mean_{key}": sum(values) / len(values)})
+        return out

@@ -1,0 +1,206 @@
+"""A step-level PPO round: stored episodes -> GAE advantages -> LoRA + value head update -> registered adapter.
+
+Data: each stored episode replayed into (state, action taken, r̃_t = Σ_k w_k(t) r_t^(k)) steps. A linear value head
+(`training.ppo.ValueHead`) reads the policy's last hidden state at the state's last prompt token. Before the first
+update, without gradients: π_old log-probs of every action, V_old(s_t), and V(s_{T+1}) for truncated episodes (0 for
+terminated ones); then GAE(γ = train.gamma, λ = train.gae_lambda) per episode gives advantages and value targets.
+Advantages are whitened over the round's steps (zero mean, unit std), as TRL's PPO did.
+
+Loss: clipped policy loss (ε = train.clip_eps) + vf_coef · clipped value loss (train.value_clip), per completion
+token then per step (`training.ppo.ppo_losses`). The value head starts at zero (V ≡ 0), or from the reference
+adapter's `value_head.safetensors` when it has one; this round's head is saved beside its adapter.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from evorag_core.config import TrainConfig
+from evorag_core.errors import TrainingError
+
+from .job import AdapterRef, ProgressFn, RoundJob
+from .kl import kl_k3
+from .lora import save_adapter
+from .loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
+from .ppo import ValueHead, gae, ppo_losses
+from .reduce import sequence_mean
+from .rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
+from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from .seqlogp import Encoded, base_lm, completion_token_logps, encode
+
+__all__ = ["VALUE_HEAD_FILE", "PpoStep", "ppo_steps", "train_ppo", "run"]
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+_PLACEHOLDER = "REFUSE"  # any completion: the value reads the last *prompt* token, which never sees it
+
+
+@dataclass(frozen=True)
+class PpoStep:
+    episode: int  # index into the replays
+    prompt: str
+    completion: str
+    reward: float
+
+
+def ppo_steps(replays: Sequence[Replay], render) -> list[PpoStep]:
+    return [PpoStep(e, render(s.view), s.completion, s.reward) for e, r in enumerate(replays) for s in r.steps]
+
+
+def _prompt_mask(batch: Encoded) -> torch.Tensor:
+    mask = torch.zeros_like(batch.attention_mask)
+    for b, start in enumerate(batch.starts):
+        mask[b, :start] = 1
+    return mask
+
+
+def _forward(policy, head: ValueHead, tokenizer, prompts, completions, cfg: TrainConfig):
+    batch = encode(tokenizer, prompts, completions, cfg.max_length)
+    logps, hidden = completion_token_logps(policy, batch, with_hidden=True)
+    values = head(hidden, _prompt_mask(batch).to(hidden.device))
+    return batch, logps, values
+
+
+def _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg) -> tuple[list[torch.Tensor], torch.Tensor, list[float]]:
+    """π_old per-token log-probs, V_old per step, and each episode's bootstrap value (0 when it terminated)."""
+    logps: list[torch.Tensor] = []
+    values: list[float] = []
+    device = next(policy.parameters()).device
+    with torch.no_grad(), autocast(cfg, device):
+        for i in range(0, len(steps), cfg.batch_size):
+            chunk = steps[i : i + cfg.batch_size]
+            batch, lp, v = _forward(policy, head, tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg)
+            logps += [lp[b, :n].cpu() for b, n in enumerate(batch.lengths)]
+            values += v.float().cpu().tolist()
+        last: list[float] = []
+        for prompt in bootstrap:
+            if prompt is None:
+                last.append(0.0)
+                continue
+            _, _, v = _forward(policy, head, tokenizer, [prompt], [_PLACEHOLDER], cfg)
+            last.append(float(v[0]))
+    return logps, torch.tensor(values), last
+
+
+def _advantages(steps: Sequence[PpoStep], values: torch.Tensor, last: list[float], cfg: TrainConfig):
+    advantages = torch.zeros(len(steps))
+    returns = torch.zeros(len(steps))
+    for e in sorted({s.episode for s in steps}):
+        idx = [i for i, s in enumerate(steps) if s.episode == e]
+        a, r = gae([steps[i].reward for i in idx], values[idx], cfg.gamma, cfg.gae_lambda, last_value=last[e])
+        advantages[idx], returns[idx] = a, r
+    if len(steps) > 1 and float(advantages.std()) > 0:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    return advantages, returns
+
+
+def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row
+    return out
+
+
+def train_ppo(
+    policy: Any, head: ValueHead, tokenizer: Any, steps: Sequence[PpoStep], bootstrap: Sequence[str | None],
+    cfg: TrainConfig, on_progress: ProgressFn | None = None, *, vf_coef: float = 0.5, max_steps: int = 0,
+) -> StepLog:
+    """Optimise `policy` (PeftModel) and `head` in place on `steps`. `bootstrap[e]` is the prompt after episode e's
+    last step when it was truncated (its value bootstraps GAE), None when it terminated."""
+    device = next(policy.parameters()).device
+    head.to(device)
+    old_logps, old_values, last = _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg)
+    advantages, returns = _advantages(steps, old_values, last, cfg)
+    batches = minibatches(len(steps), cfg.batch_size, cfg.epochs, cfg.seed)
+    total = math.ceil(len(batches) / cfg.grad_accum)
+    total = min(total, max_steps) if max_steps else total
+    log = StepLog(total, on_progress)
+    params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    train_mode(policy, cfg)
+    acc: dict[str, float] = {}
+    for i, index in enumerate(batches):
+        chunk = [steps[j] for j in index]
+        with autocast(cfg, device):
+            batch, logp_new, values = _forward(policy, head, tokenizer, [s.prompt for s in chunk],
+                                               [s.completion for s in chunk], cfg)
+        mask = batch.completion_mask.to(device)
+        logp_old = _stack([old_logps[j] for j in index], mask.shape[1]).to(device)
+        policy_loss, value_loss, stats = ppo_losses(
+            logp_new, logp_old, advantages[index].to(device), values.float(), old_values[index].to(device),
+            returns[index].to(device), mask=mask, clip_eps=cfg.clip_eps, value_clip=cfg.value_clip,
+        )
+        loss = policy_loss + vf_coef * value_loss
+        (loss / cfg.grad_accum).backward()
+        kl_ref = float(sequence_mean(kl_k3(logp_new.detach(), logp_old), mask))  # π_ref = π_old (module docstring)
+        step = {"loss": float(loss.detach()), "policy_loss": float(policy_loss.detach()),
+                "value_loss": float(value_loss.detach()),
+                "kl": kl_ref, **stats}
+        for key, value in step.items():
+            acc[key] = acc.get(key, 0.0) + value / cfg.grad_accum
+        if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            log.add(**acc, grad_norm=float(grad_norm))
+            acc = {}
+            if len(log.history) >= total:
+                break
+    policy.eval()
+    return log
+
+
+def _value_head(policy: Any, reference: Any | None) -> ValueHead:
+    head = ValueHead(base_lm(policy).config.hidden_size)
+    saved = Path(reference.path) / VALUE_HEAD_FILE if reference is not None else None
+    if saved is not None and saved.is_file():
+        state = load_file(str(saved))
+        if state.get("linear.weight") is not None and state["linear.weight"].shape == head.linear.weight.shape:
+            head.load_state_dict(state)
+    return head
+
+
+def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (see the module docstring)."""
+    done = registered(store, job)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    with RssSampler() as rss:
+        model, tokenizer, base_id = load_base(job)
+        render = prompt_renderer(model, tokenizer, base_id, job.policy)
+        episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
+        resolve = PassageResolver(job.data)
+        replays = [r for r in (replay_episode(e, resolve, job.t_max) for e in episodes) if r.steps]
+        if not replays:
+            raise TrainingError(f"PPO needs stored episodes with steps; {len(episodes)} episode(s) read, none usable")
+        steps = ppo_steps(replays, render)
+        bootstrap = [None if r.terminated else render(r.final_view) for r in replays]
+        reference = resolve_reference(store, job, base_id)
+        policy = start_policy(model, job.train, reference, base_id)
+        head = _value_head(policy, reference)
+        out_dir = prepare_adapter_dir(job.adapter_dir)
+        setup_s = time.perf_counter() - started
+        log = train_ppo(policy, head, tokenizer, steps, bootstrap, job.train, on_progress,
+                        vf_coef=job.vf_coef, max_steps=job.max_steps)
+        metrics = {
+            "objective": "ppo", "gamma": job.train.gamma, "gae_lambda": job.train.gae_lambda, "vf_coef": job.vf_coef,
+            **log.summary(("loss", "policy_loss", "value_loss", "kl", "approx_kl", "clip_frac", "value_clip_frac")),
+            "episodes": len(replays), "episode_ids": [r.episode_id for r in replays], "samples": len(steps),
+            "mean_step_reward": sum(s.reward for s in steps) / len(steps),
+            "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
+            "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
+            "config": job.raw,
+        }
+        meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": base_id,
+                "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
+                "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
+        checksum = save_adapter(policy, out_dir, meta)
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
+    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
+    return register(store, job, out_dir, checksum, base_id, metrics)

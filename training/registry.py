@@ -1,0 +1,46 @@
+"""Activating a registered adapter only when it is intact: the adapter registry's one safety rule.
+
+`verify_registered` checks the folder (`training.lora.verify_adapter`: files, sha256 against its metadata, base
+model id, LoRA shapes) and that the weights are still the ones the registry recorded (its checksum column).
+`activate` runs it before flipping the active row, so a corrupt or incompatible adapter is refused with an
+`AdapterError` and the adapter active before stays active.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evorag_core.errors import AdapterError
+
+from .lora import META_FILE, read_adapter_meta, verify_adapter
+
+__all__ = ["verify_registered", "activate", "adapter_json"]
+
+
+def verify_registered(adapter: Any, base_model_id: str, model: Any | None = None) -> None:
+    """Raise AdapterError unless the store's `adapter` row points to an intact adapter for `base_model_id`."""
+    path = Path(adapter.path)
+    try:
+        verify_adapter(path, base_model_id, model)
+    except AdapterError as exc:
+        raise AdapterError(f"adapter {adapter.name!r} refused: {exc}") from None
+    recorded = adapter.checksum
+    if recorded and read_adapter_meta(path).get("sha256") != recorded:
+        raise AdapterError(
+            f"adapter {adapter.name!r} refused: {path / META_FILE} records other weights than the registry "
+            f"(sha256 {recorded[:12]}…); the folder was replaced after registration"
+        )
+
+
+def activate(store: Any, name: str, base_model_id: str) -> Any:
+    """Verify adapter `name`, then make it the active one; returns its row. KeyError if it is not registered."""
+    verify_registered(store.get_adapter(name), base_model_id)
+    return store.activate_adapter(name)
+
+
+def adapter_json(adapter: Any) -> dict[str, Any]:
+    """The CLI's JSON form: {name, round, objective, path, active, created, metrics}."""
+    return {
+        "name": adapter.name, "round": adapter.round_id, "objective": adapter.objective, "path": adapter.path,
+        "active": bool(adapter.active), "created": adapter.created_at.isoformat(), "metrics": dict(adapter.metrics),
+    }

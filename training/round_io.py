@@ -1,0 +1,143 @@
+"""What every round does around its training step: load the base model, pick the reference adapter, clear a
+killed attempt's leftovers, measure memory, register the saved adapter.
+
+Adapter folders live at `<home>/adapters/<round id>/` and are written atomically by `training.lora.save_adapter`.
+A killed attempt can leave a temporary `.N.tmp-*` folder, or (killed between saving and registering) a complete
+but unregistered folder; `prepare_adapter_dir` removes both before the next attempt trains again.
+"""
+from __future__ import annotations
+
+import resource
+import shutil
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from evorag_core.errors import AdapterError, ConfigError
+
+from .job import AdapterRef, RoundJob
+
+__all__ = [
+    "base_model_id",
+    "load_base",
+    "resolve_reference",
+    "registered",
+    "prepare_adapter_dir",
+    "register",
+    "RssSampler",
+    "process_peak_rss_mb",
+    "scalar_metrics",
+]
+
+
+def base_model_id(spec: str, home: Path) -> str:
+    """The id recorded in adapters and checked at activation: `embedded:<gguf stem>-<fingerprint>` for the embedded
+    model (the same string as `TransformersBackend.model_id`; computed without converting the GGUF), else `spec`."""
+    if spec != "embedded":
+        return spec
+    from evorag_core.policy.loading import embedded_gguf_path, gguf_fingerprint
+
+    gguf = embedded_gguf_path()
+    return f"embedded:{gguf.stem}-{gguf_fingerprint(gguf)}"
+
+
+def load_base(job: RoundJob) -> tuple[Any, Any, str]:
+    """(fresh base model, tokenizer, base model id) for the job's policy model; a new copy per round."""
+    from evorag_core.policy.loading import load_model
+
+    model, tokenizer, _ = load_model(job.policy.model, job.home, device=job.policy.device, dtype=job.policy.dtype)
+    return model, tokenizer, base_model_id(job.policy.model, job.home)
+
+
+def resolve_reference(store: Any, job: RoundJob, base_id: str) -> Any | None:
+    """The store's Adapter row the round starts from and is regularised towards, or None for the base model.
+
+    previous: the newest registered adapter of this base model (None for the first round); active: the active one;
+    base: None; anything else: the adapter of that name, which must belong to this base model.
+    """
+    if job.reference == "base":
+        return None
+    if job.reference == "previous":
+        mine = [a for a in store.list_adapters() if a.base_model == base_id and a.round_id != job.round_id]
+        return mine[-1] if mine else None
+    if job.reference == "active":
+        found = store.active_adapter()
+    else:
+        try:
+            found = store.get_adapter(job.reference)
+        except KeyError:
+            raise ConfigError(f"round {job.round_id}: reference adapter {job.reference!r} is not registered") from None
+    if found is not None and found.base_model != base_id:
+        raise AdapterError(f"reference adapter {found.name!r} was trained on {found.base_model!r}, not {base_id!r}")
+    return found
+
+
+def registered(store: Any, job: RoundJob) -> AdapterRef | None:
+    """This round's adapter if an earlier attempt already registered it (the attempt died before finishing)."""
+    try:
+        row = store.get_adapter(job.adapter_name)
+    except KeyError:
+        return None
+    metrics = {**row.metrics, "recovered": True}
+    return AdapterRef(row.name, Path(row.path), job.round_id, job.objective, row.base_model, row.checksum or "", metrics)
+
+
+def prepare_adapter_dir(path: Path) -> Path:
+    """Remove leftovers of a killed attempt at `path` (temporary folders, an unregistered folder); returns `path`."""
+    path = Path(path)
+    if path.parent.is_dir():
+        for pattern in (f".{path.name}.tmp-*", f".{path.name}.old-*"):
+            for leftover in path.parent.glob(pattern):
+                shutil.rmtree(leftover, ignore_errors=True)
+    if path.exists():
+        shutil.rmtree(path)
+    return path
+
+
+def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float | int | str | bool]:
+    """The scalar entries of `metrics` (what the adapter registry keeps; lists and histories stay on the round)."""
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
+
+
+def register(store: Any, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any]) -> AdapterRef:
+    """Record the saved adapter in the store under `job.adapter_name`."""
+    store.register_adapter(
+        job.adapter_name, str(path), base_model=base_id, round_id=job.round_id, objective=job.objective,
+        checksum=checksum, metrics=scalar_metrics(metrics),
+    )
+    return AdapterRef(job.adapter_name, Path(path), job.round_id, job.objective, base_id, checksum, dict(metrics))
+
+
+def process_peak_rss_mb() -> float:
+    """Peak resident memory of this process since it started (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class RssSampler:
+    """Peak resident memory while the block runs, sampled every `interval` seconds (a worker process runs many
+    rounds, so the process-wide peak alone would mix them up)."""
+
+    def __init__(self, interval: float = 0.25):
+        import psutil
+
+        self._process = psutil.Process()
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="evorag-rss", daemon=True)
+        self.peak_mb = self._sample()
+
+    def _sample(self) -> float:
+        return self._process.memory_info().rss / (1 << 20)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.peak_mb = max(self.peak_mb, self._sample())
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, self._sample())

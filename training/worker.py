@@ -1,0 +1,209 @@
+"""The background training worker: a separate process that runs queued rounds, crash-safe through leases.
+
+Loop: reap expired leases (`Store.expire_leases`: their rounds fail, or are queued again while attempts remain, and
+their claimed pairs go back to the queue) -> claim the oldest queued round with a lease -> run it while a heartbeat
+thread extends the lease every lease/3 seconds and writes the latest progress {step, total, loss, eta} -> finish the
+round: succeeded with its metrics (its claimed pairs become consumed), or failed with a readable error (released).
+
+If the worker is killed (SIGKILL, power loss) nothing is finished; the lease runs out and the next worker to poll
+reaps the round. If the heartbeat finds the round no longer ours (reaped after a long stall, or cancelled in the
+studio), the next progress report raises `RoundLost` and training stops without touching the round. SIGTERM and
+Ctrl-C fail the running round ("worker stopped") before the process exits, so its pairs are released at once.
+
+    python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from evorag_core.config import Config
+
+from .job import AdapterRef, ProgressFn, RoundJob, RoundLost
+
+__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "main"]
+
+log = logging.getLogger("evorag.worker")
+
+RunFn = Callable[[RoundJob, Any, ProgressFn], AdapterRef]
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    lease_s: float = 60.0
+    poll_s: float = 2.0
+    once: bool = False  # process at most one round (reaping expired leases first), then return
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Heartbeat:
+    """Extends a round's lease from a thread and carries the latest progress to the store."""
+
+    def __init__(self, store: Any, round_id: int, worker_id: str, lease_s: float):
+        self.store, self.round_id, self.worker_id = store, round_id, worker_id
+        self.interval = max(lease_s / 3.0, 0.05)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._progress: dict[str, Any] = {"step": 0, "total": None, "loss": None, "eta": None, "phase": "setup"}
+        self._thread = threading.Thread(target=self._run, name=f"evorag-heartbeat-{round_id}", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def report(self, entry: dict[str, Any]) -> None:
+        """The rounds' `on_progress`: keeps {step, total, loss, eta, ...}; raises RoundLost once the round is gone."""
+        step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
+        eta = None
+        if step and total and elapsed is not None:
+            eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
+        with self._lock:
+            self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
+                              "eta": eta, "phase": "train"}
+        if self.lost.is_set():
+            raise RoundLost(f"round {self.round_id} is no longer held by {self.worker_id}")
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._progress)
+
+    def beat(self) -> bool:
+        """One heartbeat now; False (and `lost` set) when the store says the round is no longer ours."""
+        ok = self.store.heartbeat(self.round_id, self.worker_id, progress=self.snapshot())
+        if not ok:
+            self.lost.set()
+        return ok
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                if not self.beat():
+                    log.warning("round %s: lease lost (reaped or cancelled); stopping", self.round_id)
+                    return
+            except Exception as exc:  # a database hiccup: keep beating; the lease outlives a few misses
+                log.warning("round %s: heartbeat failed: %s", self.round_id, exc)
+
+
+def _readable(exc: BaseException) -> str:
+    """`Type: message (at file:line in function)` of the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    message = str(exc).strip() or "(no message)"
+    return f"{type(exc).__name__}: {message}{where}"[:2000]
+
+
+def process_one(
+    store: Any, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None = None
+) -> Any | None:
+    """Reap expired leases, then claim and run one round; returns the round as finished (None if none was queued)."""
+    report = store.expire_leases()
+    if report.failed or report.requeued:
+        log.info("expired leases: failed %s, requeued %s, %d pair(s) released",
+                 list(report.failed), list(report.requeued), report.released_pairs)
+    claimed = store.claim_round(worker_id, opts.lease_s)
+    if claimed is None:
+        return None
+    log.info("round %s (%s, attempt %d/%d) claimed by %s", claimed.id, claimed.objective, claimed.attempts,
+             claimed.max_attempts, worker_id)
+    if run is None:
+        from .rounds import run_round as run
+    heartbeat = Heartbeat(store, claimed.id, worker_id, opts.lease_s).start()
+    try:
+        job = RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home)
+        ref = run(job, store, heartbeat.report)
+    except RoundLost as exc:
+        log.warning("%s; leaving the round as the store has it", exc)
+        return store.get_round(claimed.id)
+    except (KeyboardInterrupt, SystemExit):
+        heartbeat.stop()  # stop() is idempotent; the finally below calls it again
+        _fail(store, claimed.id, worker_id, "interrupted: the worker was stopped (SIGTERM or Ctrl-C) mid-round")
+        raise
+    except Exception as exc:  # the round's failure is recorded, with a readable message; the worker lives on
+        log.error("round %s failed:\n%s", claimed.id, traceback.format_exc())
+        heartbeat.stop()
+        return _fail(store, claimed.id, worker_id, _readable(exc))
+    finally:
+        heartbeat.stop()
+    if heartbeat.lost.is_set():
+        log.warning("round %s finished training but its lease was lost; not finishing it", claimed.id)
+        return store.get_round(claimed.id)
+    metrics = {**ref.metrics, "adapter": ref.name, "adapter_path": str(ref.path), "checksum": ref.checksum}
+    done = store.finish_round(claimed.id, metrics=metrics, worker_id=worker_id)
+    log.info("round %s succeeded: adapter %s at %s", claimed.id, ref.name, ref.path)
+    return done
+
+
+def _fail(store: Any, round_id: int, worker_id: str, error: str) -> Any | None:
+    from evorag_core.errors import StoreError
+
+    try:
+        return store.finish_round(round_id, error=error, worker_id=worker_id)
+    except StoreError as exc:  # reaped or cancelled meanwhile: the store already released its pairs
+        log.warning("round %s could not be marked failed: %s", round_id, exc)
+        return store.get_round(round_id)
+
+
+def serve(store: Any, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id: str | None = None,
+          stop: threading.Event | None = None, run: RunFn | None = None) -> int:
+    """Process rounds until `stop` is set (or, with opts.once, after one poll); returns how many rounds ran."""
+    worker_id = worker_id or new_worker_id()
+    stop = stop or threading.Event()
+    log.info("worker %s polling %s every %.1f s (lease %.0f s)", worker_id, store.url, opts.poll_s, opts.lease_s)
+    count = 0
+    while not stop.is_set():
+        done = process_one(store, cfg, home, worker_id, opts, run)
+        count += done is not None
+        if opts.once:
+            break
+        if done is None:
+            stop.wait(opts.poll_s)
+    return count
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.worker`: the same options as `evorag worker`."""
+    from evorag_core.cli import main as cli_main
+
+    return cli_main(["worker", *(argv if argv is not None else sys.argv[1:])])
+
+
+def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int:
+    """Open the store, turn SIGTERM into KeyboardInterrupt (the running round is failed cleanly) and serve."""
+    import torch
+
+    from evorag_core.store import open_store
+
+    if cfg.policy.threads > 0:
+        torch.set_num_threads(cfg.policy.threads)
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with open_store(db_url) as store:
+            return serve(store, cfg, home, opts)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
