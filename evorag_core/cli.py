@@ -20,6 +20,9 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "retrieval-eval": "retrieval_eval",
     "studio": "studio",
+    "train": "train",
+    "worker": "worker",
+    "adapters": "adapters",
 }
 
 

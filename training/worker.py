@@ -57,6 +57,7 @@ class Heartbeat:
         self.interval = max(lease_s / 3.0, 0.05)
         self.lost = threading.Event()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by the first training step: write it at once
         self._lock = threading.Lock()
         self._progress: dict[str, Any] = {"step": 0, "total": None, "loss": None, "eta": None, "phase": "setup"}
         self._thread = threading.Thread(target=self._run, name=f"evorag-heartbeat-{round_id}", daemon=True)
@@ -67,6 +68,7 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join()
 
     def report(self, entry: dict[str, Any]) -> None:
@@ -76,8 +78,11 @@ class Heartbeat:
         if step and total and elapsed is not None:
             eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
         with self._lock:
+            first = self._progress.get("phase") != "train"
             self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
                               "eta": eta, "phase": "train"}
+        if first:
+            self._wake.set()
         if self.lost.is_set():
             raise RoundLost(f"round {self.round_id} is no longer held by {self.worker_id}")
 
@@ -93,7 +98,11 @@ class Heartbeat:
         return ok
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 if not self.beat():
                     log.warning("round %s: lease lost (reaped or cancelled); stopping", self.round_id)
@@ -142,6 +151,8 @@ def process_one(
         return _fail(store, claimed.id, worker_id, _readable(exc))
     finally:
         heartbeat.stop()
+    if not heartbeat.lost.is_set():
+        heartbeat.beat()  # the final progress (the last step may have come after the last beat)
     if heartbeat.lost.is_set():
         log.warning("round %s finished training but its lease was lost; not finishing it", claimed.id)
         return store.get_round(claimed.id)
@@ -190,19 +201,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int:
-    """Open the store, turn SIGTERM into KeyboardInterrupt (the running round is failed cleanly) and serve."""
+    """Open the store and serve until done (--once) or stopped: SIGTERM and Ctrl-C fail the running round cleanly
+    (see the module docstring) and end the loop; returns how many rounds ran."""
     import torch
 
     from evorag_core.store import open_store
 
     if cfg.policy.threads > 0:
         torch.set_num_threads(cfg.policy.threads)
+    _quiet_progress_bars()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    stop = threading.Event()
     try:
         with open_store(db_url) as store:
-            return serve(store, cfg, home, opts)
+            return serve(store, cfg, home, opts, stop=stop)
+    except KeyboardInterrupt:
+        log.info("worker stopped")
+        return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _quiet_progress_bars() -> None:
+    """The worker logs to a file: no tqdm bars from datasets/transformers (the store carries the progress)."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
 
 
 if __name__ == "__main__":
