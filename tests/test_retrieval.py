@@ -317,3 +317,40 @@ def test_corrupt_cache_shard_is_dropped(micro, embedder, tmp_path):
     fresh = RetrievalService(RetrievalConfig(), tmp_path, counting)
     fresh.retriever_for(micro)
     assert fresh.cache.encoded == len(micro) and not shards[0].exists()
+
+
+class HashEmbedder:
+    """Deterministic 8-d unit vectors from a text hash: for cache bookkeeping tests, no model."""
+
+    dim, model_id = 8, "hash-8"
+
+    def __init__(self):
+        self.texts = 0
+
+    def encode(self, texts, batch_size=None):
+        import hashlib
+
+        self.texts += len(texts)
+        rows = [np.frombuffer(hashlib.sha256(t.encode()).digest()[:32], dtype=np.uint8)[:8] for t in texts]
+        vecs = np.array(rows, dtype=np.float32).reshape(len(texts), 8) + 1.0
+        return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+def test_cache_shards_merge_and_vectors_round_trip(tmp_path, monkeypatch):
+    """5 writes -> 5 shards; with the merge threshold at 3, the next cache merges them into 1 and
+    returns the same vectors without embedding anything."""
+    from evorag_core.retrieval import embcache
+
+    emb = HashEmbedder()
+    cache = embcache.EmbeddingCache(emb, tmp_path)
+    texts = [f"passage {i}" for i in range(10)]
+    for i in range(5):
+        cache.vectors(texts[2 * i: 2 * i + 2])
+    first = cache.vectors(texts)
+    assert emb.texts == 10 and len(list(cache.folder.glob("*.npz"))) == 5
+    monkeypatch.setattr(embcache, "_MERGE_AT", 3)
+    again = embcache.EmbeddingCache(emb, tmp_path)
+    np.testing.assert_array_equal(again.vectors(texts[::-1]), first[::-1])
+    assert emb.texts == 10 and len(again) == 10 and len(list(again.folder.glob("*.npz"))) == 1
+    other_model = embcache.EmbeddingCache(type("E", (HashEmbedder,), {"model_id": "other"})(), tmp_path)
+    assert len(other_model) == 0  # a different model_id never sees these vectors

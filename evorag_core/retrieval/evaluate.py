@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..config import RetrievalConfig
+from ..corpus import build_corpus
 from ..errors import RetrievalError
 from ..types import Corpus, Dataset, Question
 from .base import Hit, Retriever
@@ -52,15 +53,13 @@ def _summary(rows: list[tuple[float, float, float]], n_queries: int, search_s: f
 def evaluate_retrieval(dataset: Dataset, corpus_mode: str, k: int, cfg: RetrievalConfig, home: Path,
                        service: RetrievalService | None = None) -> dict[str, dict]:
     """Metrics keyed by retriever name ("bm25", "dense", "rrf"); see the module docstring."""
-    from ..corpus import build_corpus
-
     questions = [q for q in dataset.questions if q.gold_pids]
     if not questions:
         raise RetrievalError(f"{dataset.path}: no question has gold passages to evaluate retrieval against")
     service = service or RetrievalService(cfg, home)
     if corpus_mode == "pooled":
         return _pooled(build_corpus(dataset, "pooled"), questions, k, service)
-    return _per_question(dataset, questions, corpus_mode, k, service, build_corpus)
+    return _per_question(dataset, questions, corpus_mode, k, service)
 
 
 def _pooled(corpus: Corpus, questions: list[Question], k: int, service: RetrievalService) -> dict[str, dict]:
@@ -77,8 +76,8 @@ def _pooled(corpus: Corpus, questions: list[Question], k: int, service: Retrieva
     return out
 
 
-def _per_question(dataset: Dataset, questions: list[Question], mode: str, k: int, service: RetrievalService,
-                  build_corpus) -> dict[str, dict]:
+def _per_question(dataset: Dataset, questions: list[Question], mode: str, k: int,
+                  service: RetrievalService) -> dict[str, dict]:
     rows: dict[str, list] = {name: [] for name in RETRIEVER_NAMES}
     search_s = dict.fromkeys(RETRIEVER_NAMES, 0.0)
     build_s = dict.fromkeys(RETRIEVER_NAMES, 0.0)

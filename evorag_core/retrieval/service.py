@@ -32,7 +32,8 @@ from .fusion import HybridRetriever
 from .store import IndexFolder, corpus_key
 from .tokenize import Tokenizer
 
-__all__ = ["build_retrievers", "open_index", "IndexInfo", "RetrievalService", "make_embedder", "PERSIST_MIN"]
+__all__ = ["build_retrievers", "open_index", "build_in_memory", "IndexInfo", "RetrievalService", "make_embedder",
+           "PERSIST_MIN"]
 
 PERSIST_MIN = 200  # corpora with at least this many passages get a persisted index
 _MEMO = 256  # small per-question retriever sets kept per service
@@ -66,6 +67,7 @@ def _vectors(corpus: Corpus, embedder: QueryEncoder, cache: EmbeddingCache | Non
 
 def build_in_memory(corpus: Corpus, cfg: RetrievalConfig, embedder: QueryEncoder,
                     cache: EmbeddingCache | None = None) -> IndexInfo:
+    """{"bm25", "dense", "rrf"} over `corpus`, nothing written (passage vectors via `cache` if given)."""
     t0 = time.perf_counter()
     bm25 = BM25Retriever(corpus, cfg.bm25_backend, _tokenizer(cfg), cfg.bm25_method)
     t1 = time.perf_counter()
