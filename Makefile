@@ -5,6 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+STUDIO_ARGS ?=
 
 .PHONY: install studio test test-fast bench clean-venv system-test-deps
 
@@ -34,7 +35,7 @@ system-test-deps:
 	fi
 
 studio: install
-	$(BIN)/evorag run --question demo-001
+	$(BIN)/evorag studio $(STUDIO_ARGS)
 
 test: install system-test-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
