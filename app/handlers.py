@@ -181,7 +181,7 @@ def override_verdict(session: EpisodeSession | None, t: int | None, verdict: str
         raise ValueError("choose the step whose verdict to override")
     if verdict not in ("answerable", "unanswerable"):
         raise ValueError(f"a verdict is 'answerable' or 'unanswerable', not {verdict!r}")
-    step = session.override(int(t), verdict == "answerable", who.strip())
+    step = session.override(int(t), verdict == "answerable", who.strip() or "anonymous")
     msg = f"Override stored: step {step.t} is {verdict}; ref = {step.signals['ref']:+.0f}, R_t = {step.reward:+.3f}."
     return episode_view(session, msg), session
 
@@ -201,10 +201,13 @@ def sample_siblings(session: EpisodeSession | None, k: int, temperature: float, 
     return episode_view(session, f"Sampled {len(found)} candidates at t = {session.candidates_t}."), session
 
 
-def score_siblings(session: EpisodeSession | None) -> tuple[EpisodeView, EpisodeSession]:
+def score_siblings(session: EpisodeSession | None, horizon: int = 6) -> tuple[EpisodeView, EpisodeSession]:
+    """Branch returns: each candidate taken, then the policy continues for at most `horizon` steps."""
     session = _require(session)
-    session.score_candidates()
-    return episode_view(session, "Branch returns computed (each branch continued to its end)."), session
+    session.score_candidates(int(horizon))
+    cut = sum(1 for c in session.candidates if c.get("branch_cut"))
+    note = f" ({cut} cut at the horizon of {int(horizon)} steps)" if cut else ""
+    return episode_view(session, f"Branch returns computed{note}."), session
 
 
 def queue_pair(session: EpisodeSession | None, svc: Services, preferred: int | None, rejected: int | None,
@@ -239,21 +242,21 @@ def queue_pair(session: EpisodeSession | None, svc: Services, preferred: int | N
 
 
 def _prompt(session: EpisodeSession) -> str:
-    """The agent prompt at the current state, as the policy renders it (training uses the same text)."""
-    lm = getattr(session.policy.policy, "lm", None)
-    render = getattr(lm, "prompt", None)
+    """The agent prompt the candidates were sampled after (training reads exactly this text)."""
+    if session.candidate_prompt:
+        return session.candidate_prompt
+    render = getattr(getattr(session.policy.policy, "lm", None), "prompt", None)
     if render is None:
         raise FeatureUnavailable("the policy cannot render its prompt; pairs need the LM policy")
     return render(session.env.view())
 
 
 def _completion(session: EpisodeSession, index: int) -> str:
-    lm = getattr(session.policy.policy, "lm", None)
-    fmt = getattr(lm, "completion", None)
-    action = session.candidate_actions[index]
-    if fmt is not None:
-        return fmt(action)
-    act = action_to_dict(action)
+    """The candidate's completion as the policy wrote it, e.g. "SEARCH: Mirrow"."""
+    cand = session.candidates[index]
+    if cand.get("completion"):
+        return cand["completion"]
+    act = action_to_dict(session.candidate_actions[index])
     arg = act.get("query") or act.get("answer")
     return f"{act['action']}: {arg}" if arg else act["action"]
 
@@ -395,24 +398,35 @@ class TrainingView:
 
 
 def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
-                 source: str | None = None, stage: str | None = None) -> tuple[str, int]:
-    """Queue a training round for the worker; returns (message, round id)."""
+                 source: str | None = None, stage: str | None = None, episodes: int | None = None,
+                 max_steps: int | None = None) -> tuple[str, int]:
+    """Queue a training round for the worker; returns (message, round id).
+
+    The round's job (stored as JSON, read by `evorag worker`): objective, pairs (DPO: queued pairs to claim),
+    episodes (GRPO/PPO: newest stored episodes), epochs, lr, kl, source/stage filters, max_steps, base_model."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
     if kl not in KL_ESTIMATORS:
         raise ValueError(f"KL estimator must be one of {', '.join(KL_ESTIMATORS)}")
     pairs, epochs, lr = int(pairs or 0), int(epochs or 0), float(lr or 0.0)
-    if pairs < 1 or epochs < 1 or not lr > 0:
-        raise ValueError("pairs and epochs must be at least 1 and the learning rate positive")
+    episodes, max_steps = int(episodes or 32), int(max_steps or 0)
+    if pairs < 1 or epochs < 1 or episodes < 1 or not lr > 0 or max_steps < 0:
+        raise ValueError("pairs, episodes and epochs must be at least 1, the learning rate positive, max steps >= 0")
     store = svc.store()
-    queued = sum(store.count_pairs("status", status="queued", source=_none_if_all(source),
-                                   stage=_none_if_all(stage)).values())
-    config = {"objective": objective, "pairs": pairs, "epochs": epochs, "lr": lr, "kl": kl,
-              "source": _none_if_all(source), "stage": _none_if_all(stage), "base_model": svc.cfg.policy.model}
+    config = {"objective": objective, "pairs": pairs, "episodes": episodes, "epochs": epochs, "lr": lr, "kl": kl,
+              "source": _none_if_all(source), "stage": _none_if_all(stage), "max_steps": max_steps or None,
+              "base_model": svc.cfg.policy.model}
+    config = {k: v for k, v in config.items() if v is not None}
     round_id = store.enqueue_round(objective, config)
     worker = svc.worker.describe() if svc.worker is not None else "no worker process started by this studio"
-    note = "" if queued else " Note: no queued pairs match; the round will have nothing to train on."
-    return f"Round #{round_id} queued ({objective}, up to {pairs} pairs, {epochs} epoch(s), lr {lr:g}, KL {kl}); {worker}.{note}", round_id
+    note = ""
+    if objective == "dpo":
+        queued = sum(store.count_pairs("status", status="queued", source=config.get("source"),
+                                       stage=config.get("stage")).values())
+        note = "" if queued else " Note: no queued pairs match; the round will fail with nothing to train on."
+    return (f"Round #{round_id} queued ({objective}, {epochs} epoch(s), lr {lr:g}, KL {kl}"
+            f"{f', up to {pairs} pairs' if objective == 'dpo' else f', {episodes} episodes'}); {worker}.{note}",
+            round_id)
 
 
 def training_view(svc: Services) -> TrainingView:
@@ -437,10 +451,12 @@ def training_view(svc: Services) -> TrainingView:
         summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                             for k, v in m.items() if not isinstance(v, (list, dict)))
         took = (r.finished_at - r.started_at).total_seconds() if r.finished_at and r.started_at else None
-        round_rows.append([r.id, r.objective, r.status, r.config.get("pairs", ""), r.config.get("epochs", ""),
+        data_used = r.config.get("pairs", "") if r.objective == "dpo" else r.config.get("episodes", "")
+        round_rows.append([r.id, r.objective, r.status, data_used, r.config.get("epochs", ""),
                            r.config.get("lr", ""), r.config.get("kl", ""), took if took is not None else "",
                            _short(summary, 120) if summary else (r.error or "")[:120]])
-    rounds_html = views.table_html(["round", "objective", "status", "pairs", "epochs", "lr", "KL", "seconds", "metrics"],
+    rounds_html = views.table_html(["round", "objective", "status", "pairs / episodes", "epochs", "lr", "KL", "seconds",
+                                    "metrics"],
                                    round_rows, table_id="evo-rounds", empty="No rounds yet.")
     adapters = store.list_adapters()
     keys = sorted({k for a in adapters for k, v in (a.metrics or {}).items() if isinstance(v, (int, float))})

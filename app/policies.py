@@ -45,15 +45,18 @@ class FeatureUnavailable(EvoRagError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """A sibling action sampled at a state."""
+    """A sibling action sampled at a state: the action, log P(completion | prompt), the completion text the policy
+    wrote (e.g. "SEARCH: Mirrow") and the prompt it was written after (the state, as training sees it)."""
 
     action: Action
     logprob: float | None
-    info: Mapping[str, Any]
+    completion: str | None = None
+    prompt: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         act = action_to_dict(self.action)
-        return {"action": act["action"], "argument": act.get("query") or act.get("answer"), "logprob": self.logprob}
+        return {"action": act["action"], "argument": act.get("query") or act.get("answer"), "logprob": self.logprob,
+                "completion": self.completion}
 
 
 @dataclass
@@ -133,6 +136,10 @@ class PolicyProvider:
             sample=lambda view, k, temperature, seed: self._sample(lm, name, view, k, temperature, seed),
         )
 
+    def warm(self) -> None:
+        """Load the language model now (FeatureUnavailable when the policy package is missing)."""
+        self._get_backend()
+
     def _model_name(self) -> str:
         return "SmolLM2-135M-Instruct" if self.cfg.policy.model == "embedded" else self.cfg.policy.model
 
@@ -166,7 +173,8 @@ class PolicyProvider:
         with self._lock:
             self.use(adapter)
             found = lm.candidates(view, k=k, temperature=temperature, seed=seed)
-        return [Candidate(c.action, _logprob(c), _info(c)) for c in found]
+        return [Candidate(c.action, _logprob(c), getattr(c, "completion", None), getattr(c, "prompt", None))
+                for c in found]
 
     @property
     def lock(self) -> threading.RLock:
@@ -200,8 +208,8 @@ def _logprob(decision: Any) -> float | None:
 
 
 def _info(decision: Any) -> dict[str, Any]:
-    info = dict(getattr(decision, "info", {}) or {})
-    lp = _logprob(decision)
-    if lp is not None:
-        info.setdefault("logprob", lp)
+    """What a step records about the LM's decision: log-prob, completion text, and the fallback when one was used."""
+    info: dict[str, Any] = {"logprob": _logprob(decision), "completion": getattr(decision, "completion", None)}
+    if getattr(decision, "fallback", None):
+        info["fallback"] = decision.fallback
     return info

@@ -155,10 +155,11 @@ class Services:
         return [(_label(f), str(f)) for f in seen]
 
     def warm(self) -> None:
-        """Load the default data file and its retrieval index (called in the background after launch)."""
+        """Load the default data file, its retrieval index and the policy LM (in the background after launch)."""
         rt = self.runtime()
         rt.retrieval.retriever_for(rt.pooled_corpus)
         rt.embed(["warm-up"])
+        self.policies.warm()
 
     # -- store ------------------------------------------------------------------------------------------------
     def store(self):
@@ -188,7 +189,7 @@ class Services:
             log.info("no `evorag worker` command yet: training rounds stay queued until a worker runs")
             return None
         env = dict(os.environ, EVORAG_HOME=str(self.home), EVORAG_DB_URL=self.db_url)
-        argv = [sys.executable, "-m", "evorag_core.cli", "worker"]
+        argv = [sys.executable, "-m", "evorag_core.cli", "worker", "--home", str(self.home), "--db", self.db_url]
         self.worker = WorkerProcess(argv, env, self.home / "logs" / "worker.log")
         self.worker.start()
         return self.worker

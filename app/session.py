@@ -72,6 +72,7 @@ class EpisodeSession:
     overrides: dict[int, Verdict] = field(default_factory=dict)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # siblings sampled at the current state
     candidate_actions: list[Action] = field(default_factory=list)
+    candidate_prompt: str | None = None  # the prompt the candidates were sampled after
     candidates_t: int | None = None
     step_seconds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
@@ -126,7 +127,7 @@ class EpisodeSession:
         result = self.env.step(action, info=info)
         self.step_seconds.append(time.perf_counter() - start)
         siblings = self.candidates if self.candidates_t == result.record.t else []
-        self.candidates, self.candidate_actions, self.candidates_t = [], [], None
+        self.candidates, self.candidate_actions, self.candidates_t, self.candidate_prompt = [], [], None, None
         self._save_step(result.record, siblings)
         return result.record
 
@@ -156,26 +157,30 @@ class EpisodeSession:
     def set_candidates(self, candidates: list[Candidate]) -> None:
         self.candidate_actions = [c.action for c in candidates]
         self.candidates = [c.as_dict() for c in candidates]
+        self.candidate_prompt = next((c.prompt for c in candidates if c.prompt), None)
         self.candidates_t = self.env.view().t
 
-    def score_candidates(self) -> None:
-        """Continue each sibling branch to the end with the episode's policy; its return from the branch point on."""
+    def score_candidates(self, horizon: int) -> None:
+        """Continue each sibling branch with the episode's policy for at most `horizon` steps after the candidate
+        (to the episode's end if it comes first); the branch return is the sum of R_t from the branch point on."""
         if not self.candidates:
             raise ValueError("sample candidates first")
+        if horizon < 0:
+            raise ValueError(f"the branch horizon must be >= 0, got {horizon}")
         prefix = [s.action for s in self.env.record.steps]
+        free = bool(self.settings.free_question.strip())
         for cand, action in zip(self.candidates, self.candidate_actions):
-            env = _make_env(self.runtime, self.question, OverrideJudge(GoldCoverageJudge()),
-                           bool(self.settings.free_question.strip()))
+            env = _make_env(self.runtime, self.question, OverrideJudge(GoldCoverageJudge()), free)
             rec = self.env.record
             env.reset(self.question, stage=rec.stage, schedule=rec.schedule, preset=rec.preset)
             for a in prefix:
                 env.step(a)
             total, steps = env.step(action).reward, 1
-            while not env.done:
+            while not env.done and steps <= horizon:
                 next_action, info = self.policy.policy.act(env.view())
                 total += env.step(next_action, info=info).reward
                 steps += 1
-            cand["branch_return"], cand["branch_steps"] = float(total), steps
+            cand["branch_return"], cand["branch_steps"], cand["branch_cut"] = float(total), steps, not env.done
 
     # -- store mirroring ---------------------------------------------------------------------------------------------
     def _store_call(self, fn, *args, **kwargs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 __all__ = ["CSS"]
 
 CSS = """
-.gradio-container { max-width: 1680px !important; margin: 0 auto; }
+.gradio-container { width: 100% !important; max-width: 1680px !important; margin: 0 auto !important; }
 #evo-title h1 { margin: 0; font-size: 1.5rem; }
 .evo-header-status { font-size: 0.9rem; padding: 6px 0; color: var(--body-text-color-subdued); }
 .evo-table { border-collapse: collapse; width: 100%; font-size: 0.85rem; margin: 4px 0 10px; }

@@ -99,7 +99,7 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
     session = gr.State(None)
     first = handlers.episode_view(None)
     with gr.Row():
-        with gr.Column(scale=1, min_width=330):
+        with gr.Column(scale=1, min_width=360):
             files = handlers.data_choices(svc)
             data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file (pick, or type a path)",
                                   allow_custom_value=True, elem_id="evo-data")
@@ -142,9 +142,11 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
                     override_btn = gr.Button("Override verdict", elem_id="evo-override", scale=1)
             with gr.Accordion("Sibling candidates and annotation", open=False, elem_id="evo-siblings"):
                 with gr.Row():
-                    k = gr.Slider(2, 8, value=svc.cfg.policy.siblings, step=1, label="K candidates")
-                    temperature = gr.Slider(0.1, 2.0, value=svc.cfg.policy.temperature, step=0.1, label="Temperature")
-                    seed = gr.Number(value=svc.cfg.policy.seed, precision=0, label="Seed")
+                    k = gr.Slider(2, 8, value=svc.cfg.policy.siblings, step=1, label="K candidates", elem_id="evo-k")
+                    temperature = gr.Slider(0.1, 2.0, value=svc.cfg.policy.temperature, step=0.1, label="Temperature",
+                                            elem_id="evo-temp")
+                    seed = gr.Number(value=svc.cfg.policy.seed, precision=0, label="Seed", elem_id="evo-seed")
+                    horizon = gr.Number(value=6, precision=0, minimum=0, label="Branch horizon (steps)")
                 with gr.Row():
                     sample_btn = gr.Button("Sample candidates", elem_id="evo-sample")
                     score_btn = gr.Button("Score branches", elem_id="evo-score")
@@ -199,8 +201,8 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
         view, sess = handlers.sample_siblings(sess, kk, temp, sd)
         return (*_episode_outputs(view), sess)
 
-    def on_score(sess):
-        view, sess = handlers.score_siblings(sess)
+    def on_score(sess, h):
+        view, sess = handlers.score_siblings(sess, h)
         return (*_episode_outputs(view), sess)
 
     def on_pair(sess, i, j, who):
@@ -208,11 +210,11 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
         return views.message_html(msg, "ok")
 
     reset_btn.click(guard(on_reset), settings_inputs, [*outputs, session])
-    step_btn.click(guard(on_step), session, [*outputs, session])
+    step_btn.click(guard(on_step), session, [*outputs, session], show_progress="minimal")
     run_btn.click(guard(on_run), session, [*outputs, session])
     override_btn.click(guard(on_override), [session, judged_dd, verdict, annotator], [*outputs, session])
     sample_btn.click(guard(on_sample), [session, k, temperature, seed], [*outputs, session])
-    score_btn.click(guard(on_score), session, [*outputs, session])
+    score_btn.click(guard(on_score), [session, horizon], [*outputs, session])
     pair_btn.click(guard(on_pair), [session, preferred, rejected, annotator], pair_msg)
     policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
     demo.load(guard(on_data), data_dd, data_outputs, api_visibility="private")
@@ -277,11 +279,17 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         with gr.Column(scale=1, min_width=300):
             objective = gr.Dropdown(list(handlers.OBJECTIVES), value=t.objective, label="Objective",
                                     elem_id="evo-objective")
-            n_pairs = gr.Number(value=64, precision=0, minimum=1, label="Pairs to use (at most)", elem_id="evo-n-pairs")
+            with gr.Row():
+                n_pairs = gr.Number(value=64, precision=0, minimum=1, label="Pairs to use (DPO)", elem_id="evo-n-pairs")
+                n_episodes = gr.Number(value=32, precision=0, minimum=1, label="Episodes (GRPO/PPO)",
+                                       elem_id="evo-n-episodes")
             with gr.Row():
                 epochs = gr.Number(value=t.epochs, precision=0, minimum=1, label="Epochs", elem_id="evo-epochs")
                 lr = gr.Number(value=t.lr, label="Learning rate", elem_id="evo-lr")
-            kl = gr.Radio(list(handlers.KL_ESTIMATORS), value=t.kl, label="KL estimator")
+            with gr.Row():
+                kl = gr.Radio(list(handlers.KL_ESTIMATORS), value=t.kl, label="KL estimator")
+                max_steps = gr.Number(value=0, precision=0, minimum=0, label="Max steps (0: no cap)",
+                                      elem_id="evo-max-steps")
             with gr.Row():
                 source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Pair source")
                 stage = gr.Dropdown(["all", *STAGES], value="all", label="Pair stage")
@@ -311,8 +319,8 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
 
     outs = [progress, loss, rounds, adapters, adapter_dd, live, names_state, policy_dd]
 
-    def on_launch(obj, n, ep, rate, k, src, stg, names):
-        msg, _ = handlers.launch_round(svc, obj, n, ep, rate, k, src, stg)
+    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, names):
+        msg, _ = handlers.launch_round(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
         return (views.message_html(msg, "ok"), *refresh(names))
 
     def on_activate(name, names):
@@ -323,7 +331,8 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         msg = handlers.use_base_model(svc)
         return (views.message_html(msg, "ok"), *refresh(names))
 
-    launch.click(guard(on_launch), [objective, n_pairs, epochs, lr, kl, source, stage, names_state], [launch_msg, *outs])
+    launch.click(guard(on_launch), [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state],
+                 [launch_msg, *outs])
     activate.click(guard(on_activate), [adapter_dd, names_state], [act_msg, *outs])
     base.click(guard(on_base), names_state, [act_msg, *outs])
     timer = gr.Timer(TIMER_SECONDS)
@@ -342,7 +351,7 @@ def _eval_tab(svc: Services) -> None:
         start = gr.Number(value=0, precision=0, minimum=0, label="From question #", scale=1)
         count = gr.Number(value=10, precision=0, minimum=1, label="How many", scale=1, elem_id="evo-eval-count")
         run_btn = gr.Button("Run evaluation", variant="primary", scale=1, elem_id="evo-eval-run")
-    script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (for the script method)", lines=4)
+    script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (for the script method)", lines=4, visible=False)
     summary = gr.HTML(handlers.eval_summary({}), elem_id="evo-eval-summary-box")
     gr.Markdown("### Paired bootstrap between two runs")
     with gr.Row():
@@ -358,7 +367,8 @@ def _eval_tab(svc: Services) -> None:
         open_btn = gr.Button("Open trace", scale=0, min_width=120)
     trace_head = gr.HTML()
     trace_steps = gr.HTML()
-    trace_plot = gr.Plot(label="Contributions")
+    trace_plot = gr.Plot(views.empty_figure("Signal contributions w·r per step", "open a trace to see it"),
+                         label="Contributions")
 
     def on_run(state, data, m, scr, s, c, progress=gr.Progress()):
         def report(done: int, total: int, res) -> None:
@@ -370,6 +380,7 @@ def _eval_tab(svc: Services) -> None:
                 gr.Dropdown(choices=names, value=names[-1]), gr.Dropdown(choices=names, value=run.name),
                 gr.Dropdown(choices=handlers.eval_questions(new_runs, run.name), value=None))
 
+    method.change(lambda m: gr.Code(visible=m == "script"), method, script, api_visibility="private")
     run_btn.click(guard(on_run), [runs, data_dd, method, script, start, count],
                   [runs, summary, run_a, run_b, run_pick, q_pick])
     compare.click(guard(lambda st, a, b, n: handlers.compare_runs(st, a, b, n)), [runs, run_a, run_b, resamples], boot)

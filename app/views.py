@@ -192,8 +192,9 @@ def weights_figure(stage: str, schedule: str, preset: str, t_max: int, current_t
         )
     if current_t is not None and 1 <= current_t <= t_max:
         fig.add_vline(x=current_t, line=dict(color="#444", dash="dash", width=1.5))
-        fig.add_annotation(x=current_t, y=1.0, yref="paper", text=f"t = {current_t}", showarrow=False,
-                           xanchor="left", yanchor="top", font=dict(size=11, color="#444"))
+        fig.add_annotation(x=current_t, y=1.0, yref="paper", text=f"t = {current_t}", showarrow=False, xshift=4,
+                           xanchor="left", yanchor="top", font=dict(size=11, color="#444"),
+                           bgcolor="rgba(255,255,255,0.8)")
     fig.update_layout(title=dict(text=f"Weight schedule w<sub>k</sub>(t) — {stage}, {schedule}", font=dict(size=14)),
                       **_FIG_LAYOUT)
     fig.update_xaxes(title_text="step t", range=[1, t_max], dtick=max(1, t_max // 10))
@@ -215,9 +216,9 @@ def contributions_figure(record: EpisodeRecord | None) -> go.Figure:
         go.Scatter(x=ts, y=[s.reward for s in record.steps], mode="markers+lines", name="R_t",
                    marker=dict(color="black", size=8, symbol="diamond"), line=dict(color="black", width=1, dash="dot"))
     )
-    fig.update_layout(barmode="relative", title=dict(text="Signal contributions w·r per step", font=dict(size=14)),
-                      **_FIG_LAYOUT)
-    fig.update_xaxes(title_text="step t", dtick=1)
+    fig.update_layout(barmode="relative", bargap=0.35,
+                      title=dict(text="Signal contributions w·r per step", font=dict(size=14)), **_FIG_LAYOUT)
+    fig.update_xaxes(title_text="step t", dtick=1, range=[0.4, max(ts[-1], 5) + 0.6])
     fig.update_yaxes(title_text="w·r", zeroline=True, zerolinecolor="#999")
     return fig
 
@@ -232,8 +233,11 @@ def candidates_html(candidates: Sequence[Mapping[str, Any]]) -> str:
         ret = c.get("branch_return")
         ret_txt = "not scored" if ret is None else f"{ret:+.3f}"
         steps = "" if c.get("branch_steps") is None else f" over {c['branch_steps']} steps"
+        if c.get("branch_cut"):
+            steps += " (cut at the horizon)"
+        completion = c.get("completion") or " ".join(filter(None, (c["action"], c.get("argument"))))
         cards.append(
-            f'<div class="evo-card"><div class="evo-card-h">#{i} <span class="act act-{esc(c["action"].lower())}">'
+            f'<div class="evo-card" data-completion="{esc(completion)}"><div class="evo-card-h">#{i} <span class="act act-{esc(c["action"].lower())}">'
             f'{esc(c["action"])}</span></div><div class="arg">{esc(c.get("argument") or "")}</div>'
             f'<div class="evo-card-f">log-prob {logprob} · branch return {ret_txt}{esc(steps)}</div></div>'
         )

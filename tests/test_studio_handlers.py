@@ -289,3 +289,37 @@ def test_studio_command_is_registered():
 
     args = build_parser().parse_args(["studio", "--port", "7999", "--no-worker", "--auth", "users.toml"])
     assert args.port == 7999 and args.no_worker and args.auth == "users.toml"
+
+
+@pytest.mark.slow
+def test_lm_siblings_scored_and_queued_as_a_human_pair(svc):
+    """The embedded LM at t = 1 of demo-001: only SEARCH is allowed (no evidence yet, empty chain), so every
+    candidate is a SEARCH; with horizon 0 its branch return is its own R_1 = 2.0 * ret + 0.02 * (-1), i.e.
+    1.98 (gold retrieved) or -2.02. The queued pair is human, by the annotator, with the LM's ChatML prompt."""
+    pytest.importorskip("evorag_core.policy")
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001", policy="lm:base"))
+    assert sess.policy.adapter is None and "(base)" in sess.policy.label
+    view, sess = handlers.sample_siblings(sess, 4, 1.5, 0)
+    assert len(sess.candidates) == 4 and {c["action"] for c in sess.candidates} == {"SEARCH"}
+    assert all(c["logprob"] < 0 and c["completion"].startswith("SEARCH: ") for c in sess.candidates)
+    view, sess = handlers.score_siblings(sess, 0)
+    for c in sess.candidates:
+        assert c["branch_steps"] == 1
+        assert c["branch_return"] == pytest.approx(1.98) or c["branch_return"] == pytest.approx(-2.02)
+    assert "branch return" in view.candidates and len(view.candidate_choices) == 4
+    completions = [c["completion"] for c in sess.candidates]
+    j = next((j for j in range(1, 4) if completions[j] != completions[0]), None)
+    if j is None:
+        pytest.skip("the four sampled candidates were identical")
+    msg, pid = handlers.queue_pair(sess, svc, 1, j + 1, "ann-lm")
+    pair = svc.store().get_pair(pid)
+    assert pair.source == "human" and pair.annotator == "ann-lm" and pair.stage == "discovery"
+    assert pair.chosen == completions[0] and pair.rejected == completions[j]
+    assert pair.prompt.endswith("<|im_start|>assistant\n") and "Ansel Travine" in pair.prompt
+    assert pair.metadata["t"] == 1 and pair.metadata["question_id"] == "demo-001"
+    with pytest.raises(ValueError, match="different"):
+        handlers.queue_pair(sess, svc, 1, 1, "ann-lm")
+    view, sess = handlers.step_episode(sess)  # the step taken after sampling carries the siblings into the store
+    assert sess.record.steps[0].info["completion"].startswith("SEARCH")
+    stored = svc.store().get_episode(sess.db_id).steps[0]
+    assert len(stored.siblings) == 4 and stored.siblings[0].branch_return is not None
