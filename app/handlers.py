@@ -440,16 +440,18 @@ def training_view(svc: Services) -> TrainingView:
         prog = newest.progress or {}
         points = svc.loss_history.setdefault(newest.id, [])
         _merge_losses(points, newest)
-        progress = views.progress_html(f"Round #{newest.id} ({newest.objective})", prog.get("step"), prog.get("total"),
-                                       prog.get("eta"), newest.status)
+        phase = f" · {prog['phase']}" if newest.status == "running" and prog.get("phase") else ""
+        progress = views.progress_html(f"Round #{newest.id} ({newest.objective}){phase}", prog.get("step"),
+                                       prog.get("total"), prog.get("eta"), newest.status)
         if newest.error:
             progress += views.message_html(newest.error, "error")
         loss = views.loss_figure(points, f"Round #{newest.id} loss")
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
-        summary = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in m.items() if not isinstance(v, (list, dict)))
+        summary = ", ".join(f"{k}={m[k]:.4g}" if isinstance(m[k], float) else f"{k}={m[k]}" for k in _key_metrics([m]))
+        if m.get("adapter"):
+            summary = f"adapter {m['adapter']}" + (f", {summary}" if summary else "")
         took = (r.finished_at - r.started_at).total_seconds() if r.finished_at and r.started_at else None
         data_used = r.config.get("pairs", "") if r.objective == "dpo" else r.config.get("episodes", "")
         round_rows.append([r.id, r.objective, r.status, data_used, r.config.get("epochs", ""),
@@ -459,7 +461,7 @@ def training_view(svc: Services) -> TrainingView:
                                     "metrics"],
                                    round_rows, table_id="evo-rounds", empty="No rounds yet.")
     adapters = store.list_adapters()
-    keys = sorted({k for a in adapters for k, v in (a.metrics or {}).items() if isinstance(v, (int, float))})
+    keys = _key_metrics([a.metrics for a in adapters])
     adapter_rows = [[("● " if a.active else "") + a.name, a.objective or "", a.round_id or "",
                      *[(a.metrics or {}).get(k, "") for k in keys], a.created_at.strftime("%Y-%m-%d %H:%M")]
                     for a in adapters]
@@ -467,6 +469,19 @@ def training_view(svc: Services) -> TrainingView:
                                      table_id="evo-adapters", empty="No adapters yet: a finished round registers one.")
     live = next((a.name for a in adapters if a.active), "base model")
     return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live)
+
+
+# Metrics shown first when rounds and adapters are compared (whichever of them a round reported).
+KEY_METRICS = ("eval_em", "eval_f1", "em", "f1", "heldout_accuracy", "final_rewards_accuracies",
+               "final_rewards_margins", "final_loss", "first_loss", "final_kl", "steps", "pairs", "episodes", "wall_s")
+
+
+def _key_metrics(metrics_list: list[dict[str, Any]], limit: int = 8) -> list[str]:
+    numeric = [{k for k, v in (m or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+               for m in metrics_list]
+    present = set().union(*numeric) if numeric else set()
+    keys = [k for k in KEY_METRICS if k in present]
+    return keys if keys else sorted(present)[:limit]
 
 
 def _merge_losses(points: list[tuple[float, float]], r: Any) -> None:

@@ -101,10 +101,10 @@ def run(
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        if cfg.studio.start_worker if start_worker is None else start_worker:
-            svc.start_worker()
         demo = launch(svc, host=host, port=port, auth=auth, block=False)
         print(f"EVO-RAG Studio: http://{host}:{port}", flush=True)
+        if cfg.studio.start_worker if start_worker is None else start_worker:
+            svc.start_worker()  # after the page is served: its imports would only slow the start down
         if warm:
             threading.Thread(target=_warm, args=(svc,), name="evorag-warm", daemon=True).start()
         demo.block_thread()

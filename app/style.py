@@ -8,6 +8,7 @@ CSS = """
 #evo-title h1 { margin: 0; font-size: 1.5rem; }
 .evo-header-status { font-size: 0.9rem; padding: 6px 0; color: var(--body-text-color-subdued); }
 .evo-table { border-collapse: collapse; width: 100%; font-size: 0.85rem; margin: 4px 0 10px; }
+.evo-scroll { overflow-x: auto; max-width: 100%; }
 .evo-table caption { text-align: left; font-size: 0.9rem; padding: 4px 0; }
 .evo-table th { background: var(--background-fill-secondary); font-weight: 600; text-align: left;
   padding: 4px 6px; border-bottom: 2px solid var(--border-color-primary); white-space: nowrap; }

@@ -99,7 +99,7 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
     session = gr.State(None)
     first = handlers.episode_view(None)
     with gr.Row():
-        with gr.Column(scale=1, min_width=360):
+        with gr.Column(scale=1, min_width=380):
             files = handlers.data_choices(svc)
             data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file (pick, or type a path)",
                                   allow_custom_value=True, elem_id="evo-data")

@@ -259,7 +259,8 @@ def table_html(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, table_i
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(fmt(v) for v in row) + "</tr>" for row in rows)
     ident = f' id="{esc(table_id)}"' if table_id else ""
-    return f'<table class="evo-table"{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (f'<div class="evo-scroll"><table class="evo-table"{ident}><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def counts_html(title: str, counts: Mapping[Any, int]) -> str:

@@ -205,8 +205,9 @@ def test_queued_pairs_are_listed_with_counts_and_can_be_discarded(page, studio):
 
 
 def test_sample_siblings_with_the_lm_and_queue_a_human_pair(page, studio):
-    """LM policy: step twice (timed), sample K = 6 candidates at t = 3 (temperature 2 so that they differ), pick
-    two different ones, queue the pair; it is in the store as a human pair by the annotator, and in the Pairs tab."""
+    """LM policy: sample K = 6 candidates at t = 1 (temperature 2 so that they differ), pick two different ones and
+    queue the pair: it is in the store as a human pair by the annotator, and in the Pairs tab. Then up to three
+    timed LM steps."""
     pytest.importorskip("evorag_core.policy", reason="the LM policy package is not available")
     _, store = studio
     page.fill("#evo-annotator textarea, #evo-annotator input", "browser-annotator")
@@ -214,15 +215,6 @@ def test_sample_siblings_with_the_lm_and_queue_a_human_pair(page, studio):
     page.click("#evo-reset")
     page.wait_for_function("document.querySelector('#evo-status') && "
                            "document.querySelector('#evo-status').innerText.includes('LM')", timeout=300_000)
-    times = []
-    for i in range(1, 3):
-        t0 = time.perf_counter()
-        page.click("#evo-step")
-        page.wait_for_function(f"document.querySelectorAll('#evo-steps tbody tr').length === {i}", timeout=300_000)
-        times.append(time.perf_counter() - t0)
-    _record_timing("ui_step_lm_s", {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times]})
-    if "done" in page.locator("#evo-status").inner_text():
-        pytest.skip("the LM ended the episode within two steps; no state left to sample siblings at")
     page.locator("#evo-siblings").get_by_text("Sibling candidates and annotation").click()
     for elem, value in (("evo-seed", "11"), ("evo-k", "6"), ("evo-temp", "2")):
         page.locator(f"#{elem} input[type=number]").fill(value)
@@ -235,17 +227,29 @@ def test_sample_siblings_with_the_lm_and_queue_a_human_pair(page, studio):
         pytest.skip(f"all six sampled candidates were the same action: {labels[0]!r}")
     choose(page, "evo-preferred", "#1 ")
     choose(page, "evo-rejected", f"#{j + 1} ")
-    shot(page, "07_siblings")
     page.click("#evo-queue-pair")
     page.wait_for_function("document.querySelector('#evo-pair-msg').innerText.includes('Queued human pair')")
+    shot(page, "07_siblings_and_pair")
     pair_id = int(page.locator("#evo-pair-msg").inner_text().split("#")[1].split(":")[0])
     pair = store.get_pair(pair_id)
     assert pair.source == "human" and pair.annotator == "browser-annotator" and pair.status == "queued"
-    assert pair.prompt.endswith("<|im_start|>assistant\n") and pair.chosen != pair.rejected
+    assert pair.prompt.endswith("<|im_start|>assistant\n") and (pair.chosen, pair.rejected) == (labels[0], labels[j])
+
+    times = []
+    for i in range(1, 4):
+        t0 = time.perf_counter()
+        page.click("#evo-step")
+        page.wait_for_function(f"document.querySelectorAll('#evo-steps tbody tr').length === {i}", timeout=300_000)
+        times.append(time.perf_counter() - t0)
+        if "done" in page.locator("#evo-status").inner_text():
+            break
+    _record_timing("ui_step_lm_s", {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times]})
+    shot(page, "07b_lm_steps")
+
     page.get_by_role("tab", name="Pairs").click()
     page.click("#evo-pairs-refresh")
-    page.wait_for_function(f"document.querySelector('#evo-pairs') && "
-                           f"document.querySelector('#evo-pairs').innerText.includes('browser-annotator')")
+    page.wait_for_function("document.querySelector('#evo-pairs') && "
+                           "document.querySelector('#evo-pairs').innerText.includes('browser-annotator')")
     shot(page, "08_pairs_with_human_pair")
 
 
