@@ -73,7 +73,7 @@ def tiny(tmp_path_factory) -> Path:
 @pytest.fixture()
 def world(tmp_path, tiny):
     """(config, home, store) with the tiny model as the policy."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # tiny model: one thread is fastest (and 2 threads crawl on a busy machine)
     cfg = apply_overrides(load_config(), {
         "policy.model": str(tiny), "policy.device": "cpu", "train.max_length": 192, "train.lr": 5e-3,
         "train.batch_size": 4, "train.epochs": 2, "train.seed": 3, "train.kl_coef": 0.1,

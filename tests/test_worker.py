@@ -39,7 +39,7 @@ def tiny(tmp_path_factory) -> Path:
 @pytest.fixture()
 def world(tmp_path, tiny):
     """(home, db url, store with 8 queued pairs, config as the worker process sees it)."""
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # tiny model: one thread is fastest (and 2 threads crawl on a busy machine)
     url = f"sqlite:///{tmp_path / 'evorag.db'}"
     store = open_store(url)
     store.add_pairs([NewPair(PROMPT.format(f"who founded town {i}"), f"SEARCH: town {i} founder", f"ANSWER: {i}")
@@ -194,7 +194,7 @@ def test_sigkill_mid_round_then_the_lease_expires_and_the_round_is_retried(world
     the lease runs out nothing changes; then the next worker (the same code, in this process) reaps the round back
     into the queue, its pairs released, claims it again (attempt 2) and finishes it: all 8 pairs consumed once."""
     home, url, store, cfg = world
-    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 3}, max_attempts=2)
+    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6}, max_attempts=2)
     worker = Worker(home, url, tiny)
     try:
         kill_mid_round(store, rid, worker)
@@ -215,7 +215,7 @@ def test_sigkill_mid_round_without_retry_fails_the_round_and_releases_its_pairs(
     """max_attempts 1: after the lease expires the round is failed with a readable note, its 8 pairs are queued
     again (none lost, none consumed), no adapter is registered, and a new round can claim the pairs."""
     home, url, store, cfg = world
-    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 3})
+    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6})
     worker = Worker(home, url, tiny)
     try:
         kill_mid_round(store, rid, worker)

@@ -1,0 +1,115 @@
+"""Hot swap: a running backend follows the store's active adapter without reloading its base model.
+
+`AdapterWatcher.poll()` reads the active adapter row (one cheap query, at most once per `min_interval_s`); when it
+names another adapter than the backend runs, the watcher verifies the folder (files, checksum, base model), injects
+it next to the adapters already loaded (`backend.load_adapter`) and activates it; no active row means the base
+model. A corrupt or incompatible adapter is refused: the backend keeps the adapter it had, and the refusal is
+remembered (and logged once) until the active row changes again.
+
+Episodes in flight finish on the adapter they started with: `PinnedPolicy.begin()` polls the watcher and pins the
+adapter live at that moment, and every decision of the episode re-activates the pinned adapter first (under a lock
+shared by the episodes that use the same backend), whatever became active meanwhile.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from ..actions import Action
+from ..errors import AdapterError
+from ..types import Question
+
+__all__ = ["AdapterWatcher", "PinnedPolicy"]
+
+log = logging.getLogger(__name__)
+
+VerifyFn = Callable[[Any, str], None]  # (store Adapter row, base model id) -> raises AdapterError
+
+
+def _default_verify(adapter: Any, base_model_id: str) -> None:
+    from training.registry import verify_registered  # peft/safetensors, already loaded by a running backend
+
+    verify_registered(adapter, base_model_id)
+
+
+class AdapterWatcher:
+    """Keeps `backend`'s active adapter equal to the store's active adapter row (see the module docstring)."""
+
+    def __init__(self, store: Any, backend: Any, *, verify: VerifyFn | None = None, min_interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.backend = backend
+        self.verify = verify or _default_verify
+        self.min_interval_s = min_interval_s
+        self.clock = clock
+        self.current: str | None = backend.active_adapter
+        self.refused: dict[tuple[str, str], str] = {}  # (name, path) -> reason
+        self.lock = threading.RLock()
+        self._loaded: dict[str, str] = {}  # name -> path injected by this watcher
+        self._last_poll: float | None = None
+
+    def poll(self, *, force: bool = False) -> str | None:
+        """Follow the active row if it changed; returns the adapter the backend now runs (None: base model)."""
+        with self.lock:
+            now = self.clock()
+            if not force and self._last_poll is not None and now - self._last_poll < self.min_interval_s:
+                return self.current
+            self._last_poll = now
+            row = self.store.active_adapter()
+            if row is None:
+                self._switch(None)
+            elif row.name != self.current or self._loaded.get(row.name, row.path) != row.path:
+                self._follow(row)
+            return self.current
+
+    def _follow(self, row: Any) -> None:
+        key = (row.name, str(row.path))
+        if key in self.refused:
+            return
+        try:
+            self.verify(row, self.backend.model_id)
+            if self._loaded.get(row.name) != str(row.path):
+                if row.name in self.backend.list_adapters():
+                    self.backend.unload_adapter(row.name)
+                self.backend.load_adapter(row.name, row.path)
+                self._loaded[row.name] = str(row.path)
+        except AdapterError as exc:
+            self.refused[key] = str(exc)
+            log.error("active adapter %s refused, keeping %s: %s", row.name, self.current or "the base model", exc)
+            return
+        self._switch(row.name)
+        log.info("hot swap: adapter %s is live (%s)", row.name, row.path)
+
+    def _switch(self, name: str | None) -> None:
+        if name != self.current:
+            self.backend.activate(name)
+            self.current = name
+
+
+class PinnedPolicy:
+    """An `LMPolicy` as an episode policy whose adapter is fixed for the whole episode at `begin()`."""
+
+    name = "lm"
+
+    def __init__(self, lm: Any, watcher: AdapterWatcher):
+        self.lm = lm
+        self.watcher = watcher
+        self.adapter: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"LM {self.lm.backend.model_id}" + (f" + adapter {self.adapter}" if self.adapter else " (base)")
+
+    def begin(self, question: Question) -> None:
+        self.adapter = self.watcher.poll()
+
+    def act(self, view: Any) -> tuple[Action, Mapping[str, Any]]:
+        with self.watcher.lock:
+            self.lm.backend.activate(self.adapter)
+            decision = self.lm.act(view)
+        info: dict[str, Any] = {"logprob": decision.logprob, "completion": decision.completion, "adapter": self.adapter}
+        if decision.fallback:
+            info["fallback"] = decision.fallback
+        return decision.action, info

@@ -1,0 +1,217 @@
+"""End to end on the demo data with a tiny 2-layer random Llama as the policy model (the real code path everywhere):
+rollout with sibling candidates in the real environment (BM25 + MiniLM retrieval) -> episodes and pairs in a
+SQLite store -> a DPO round run by the worker loop -> adapter registered -> activated (verified) -> a running
+backend hot-swaps it without reloading its base model -> the agent's log-probs of the chosen actions changed.
+
+Also: the adapter watcher refuses a corrupt adapter and keeps the live one; an episode in flight finishes on the
+adapter it started with.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from evorag_core.config import apply_overrides, load_config
+from evorag_core.datasets import load_dataset
+from evorag_core.policy import LMPolicy, TransformersBackend
+from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
+from evorag_core.runtime import Runtime
+from evorag_core.state import AgentView
+from evorag_core.actions import action_to_dict
+from evorag_core.store import NewPair, Sibling, Step, open_store
+from training.lora import attach_lora, save_adapter
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
+VIEW = AgentView("On which river is the birthplace of the chemist Ansel Travine?", (), (), 1, 20)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from training.tiny import build_tiny_model
+
+    rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")]
+    texts = [r["question"] for r in rows] + [f"{p['title']}: {p['text']}" for r in rows for p in r["passages"]]
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=2048)
+
+
+@pytest.fixture()
+def cfg(tiny):
+    torch.set_num_threads(1)  # tiny model: one thread is fastest (and 2 threads crawl on a busy machine)
+    return apply_overrides(load_config(), {
+        "policy.model": str(tiny), "policy.device": "cpu", "train.max_length": 160, "train.lr": 2e-2,
+        "train.batch_size": 4, "train.epochs": 4, "env.t_max": 4, "policy.max_query_tokens": 6,
+        "policy.max_answer_tokens": 4, "policy.passage_chars": 160,
+    })
+
+
+def backend_for(cfg, home: Path) -> TransformersBackend:
+    return TransformersBackend(cfg.policy, home)
+
+
+def make_adapter(cfg, tiny: Path, folder: Path, seed: int) -> Path:
+    """A LoRA adapter with random (non-zero) B matrices, saved with its checksum for the tiny base model."""
+    from transformers import AutoModelForCausalLM
+
+    model = attach_lora(AutoModelForCausalLM.from_pretrained(tiny), dataclasses.replace(cfg.train, seed=seed))
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    save_adapter(model, folder, {"round_id": None, "objective": "test", "base_model_id": str(tiny), "metrics": {}})
+    return folder
+
+
+def completion_logprob(backend, view=VIEW, completion="SEARCH: Ansel Travine") -> float:
+    prompt = LMPolicy(backend).prompt(view)
+    return backend.sequence_logprob(prompt, completion)
+
+
+def test_watcher_hot_swaps_and_refuses_a_corrupt_adapter(cfg, tiny, tmp_path):
+    """Activating A in the store -> the next poll injects and activates A (same base model object, log-probs change);
+    B's weights are corrupted after registration -> activating B's row is refused by the watcher, A stays live;
+    deactivating -> the base model's log-probs again (up to the prefix cache's float rounding)."""
+    with open_store(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        backend = backend_for(cfg, tmp_path)
+        base_model, base_lp = backend.model, completion_logprob(backend)
+        watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
+        assert watcher.poll() is None
+        for name, seed in (("a", 1), ("b", 2)):
+            path = make_adapter(cfg, tiny, tmp_path / "adapters" / name, seed)
+            store.register_adapter(name, str(path), base_model=str(tiny),
+                                   checksum=json.loads((path / "evorag_adapter.json").read_text())["sha256"])
+        store.activate_adapter("a")
+        assert watcher.poll() == "a" and backend.active_adapter == "a" and backend.model is base_model
+        a_lp = completion_logprob(backend)
+        assert abs(a_lp - base_lp) > 1e-3
+
+        weights = tmp_path / "adapters" / "b" / "adapter_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-16] + b"\x00" * 16)
+        store.activate_adapter("b")  # bypassing the CLI's check: the watcher is the second line of defence
+        assert watcher.poll() == "a" and backend.active_adapter == "a" and backend.list_adapters() == ["a"]
+        assert "sha256" in next(iter(watcher.refused.values()))
+        assert completion_logprob(backend) == pytest.approx(a_lp, rel=1e-3)
+
+        store.deactivate_adapters()
+        assert watcher.poll() is None and completion_logprob(backend) == pytest.approx(base_lp, rel=1e-3)
+
+
+def test_an_episode_in_flight_finishes_on_the_adapter_it_started_with(cfg, tiny, tmp_path):
+    """Episode 1 begins on the base model; adapter A becomes active mid-episode. Episode 1's next decision still
+    runs on the base model (its log-prob equals the base one), while episode 2, begun after the change, runs on A."""
+    with open_store(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        backend = backend_for(cfg, tmp_path)
+        watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
+        lm = LMPolicy(backend, cfg.policy)
+        first, second = PinnedPolicy(lm, watcher), PinnedPolicy(lm, watcher)
+        first.begin(None)
+        _, info_before = first.act(VIEW)
+        path = make_adapter(cfg, tiny, tmp_path / "adapters" / "a", 1)
+        store.register_adapter("a", str(path), base_model=str(tiny), activate=True)
+        second.begin(None)
+        _, info_second = second.act(VIEW)
+        _, info_first = first.act(VIEW)
+        assert (first.adapter, second.adapter) == (None, "a")
+        assert info_first["adapter"] is None and info_second["adapter"] == "a"
+        assert info_first["logprob"] == pytest.approx(info_before["logprob"], rel=1e-3)
+        assert info_second["logprob"] != pytest.approx(info_before["logprob"], rel=1e-2)
+
+
+# -- the end-to-end run ---------------------------------------------------------------------------------------------
+
+def branch_return(runtime: Runtime, question, prefix, action, policy: PinnedPolicy) -> float:
+    """Return from the branch point on: replay the prefix in a fresh env, take `action`, continue greedily."""
+    env = runtime.make_env(question)
+    env.reset(question)
+    for a in prefix:
+        env.step(a)
+    total = env.step(action).reward
+    while not env.done:
+        total += env.step(policy.act(env.view())[0]).reward
+    return total
+
+
+def rollout_pairs(runtime: Runtime, policy: PinnedPolicy, store, questions, *, k: int = 4, delta: float = 0.2,
+                  seed: int = 0) -> list[int]:
+    """Episodes with K sibling candidates per state (scored by branch return) into the store, and one pair per
+    state (best vs worst candidate, kept when the returns differ by >= delta) into the pair queue.
+
+    (The project's rollout module will replace this helper; it follows SPEC §4 the same way.)"""
+    pairs: list[NewPair] = []
+    for qi, question in enumerate(questions):
+        env = runtime.make_env(question)
+        policy.begin(question)
+        env.reset(question)
+        steps: list[Step] = []
+        while not env.done:
+            view = env.view()
+            prefix = [s.action for s in env.record.steps]
+            cands = policy.lm.candidates(view, k=k, seed=seed + 1000 * qi + view.t)
+            returns = [branch_return(runtime, question, prefix, c.action, policy) for c in cands]
+            action, info = policy.act(view)
+            rec = env.step(action, info=info).record
+            act = action_to_dict(rec.action)
+            steps.append(Step(
+                t=rec.t, action=act["action"], argument=act.get("query") or act.get("answer"), passages=rec.passages,
+                signals=dict(rec.signals), weights=dict(rec.weights), reward=rec.reward,
+                siblings=tuple(Sibling(*_name_arg(c.completion), c.logprob, r) for c, r in zip(cands, returns)),
+            ))
+            best = max(range(k), key=returns.__getitem__)
+            worst = min(range(k), key=returns.__getitem__)
+            if returns[best] - returns[worst] >= delta and cands[best].completion != cands[worst].completion:
+                pairs.append(NewPair(cands[best].prompt, cands[best].completion, cands[worst].completion,
+                                     margin=returns[best] - returns[worst], stage="discovery",
+                                     metadata={"question_id": question.id, "t": view.t}))
+        store.add_episode(question_id=question.id, dataset=question.dataset, question=question.question,
+                          policy=policy.label, stage="discovery", schedule="time-dynamic",
+                          config={"data": str(DEMO), "t_max": env.record.t_max, "adapter": policy.adapter},
+                          steps=steps, total_return=env.record.total_return)
+    return store.add_pairs(pairs)
+
+
+def _name_arg(completion: str) -> tuple[str, str | None]:
+    name, _, arg = completion.partition(":")
+    return name.strip(), (arg.strip() or None)
+
+
+@pytest.mark.slow
+def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tiny, tmp_path):
+    """The pairs' chosen completions gain log-probability relative to the rejected ones once the round's adapter is
+    live: the mean margin log π(chosen) − log π(rejected) over the trained states grows, and every chosen
+    log-prob differs from the base model's; the backend kept its base model object throughout."""
+    from training.job import job_config
+    from training.registry import activate
+    from training.worker import WorkerOptions, process_one
+
+    home = tmp_path
+    with open_store(f"sqlite:///{home / 'evorag.db'}") as store:
+        runtime = Runtime(cfg, home, load_dataset(DEMO))
+        backend = backend_for(cfg, home)
+        base_model = backend.model
+        watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
+        policy = PinnedPolicy(LMPolicy(backend, cfg.policy), watcher)
+        pair_ids = rollout_pairs(runtime, policy, store, runtime.dataset.questions[:6], k=4)
+        pairs = [store.get_pair(i) for i in pair_ids]
+        assert len(pairs) >= 3, f"too few pairs from the rollouts: {len(pairs)}"
+        before = [(backend.sequence_logprob(p.prompt, p.chosen), backend.sequence_logprob(p.prompt, p.rejected))
+                  for p in pairs]
+
+        rid = store.enqueue_round("dpo", job_config("dpo", pairs=len(pairs)))
+        done = process_one(store, cfg, home, "e2e-worker", WorkerOptions(lease_s=60))
+        assert done.id == rid and done.status == "succeeded", done.error
+        assert store.count_pairs("status") == {"consumed": len(pairs)}
+        adapter = store.get_adapter(done.metrics["adapter"])
+        assert adapter.round_id == rid and Path(adapter.path) == home / "adapters" / str(rid)
+
+        activate(store, adapter.name, backend.model_id)
+        policy.begin(None)  # a new episode: the watcher hot-swaps the adapter in
+        assert policy.adapter == adapter.name == backend.active_adapter and backend.model is base_model
+        after = [(backend.sequence_logprob(p.prompt, p.chosen), backend.sequence_logprob(p.prompt, p.rejected))
+                 for p in pairs]
+        margin = lambda rows: sum(c - r for c, r in rows) / len(rows)  # noqa: E731
+        assert all(abs(a[0] - b[0]) > 1e-4 for a, b in zip(after, before))
+        assert margin(after) > margin(before) + 0.05
