@@ -21,8 +21,7 @@ from evorag_core.policy import LMPolicy, TransformersBackend
 from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
 from evorag_core.runtime import Runtime
 from evorag_core.state import AgentView
-from evorag_core.actions import action_to_dict
-from evorag_core.store import NewPair, Sibling, Step, open_store
+from evorag_core.store import open_store
 from training.lora import attach_lora, save_adapter
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
@@ -43,7 +42,7 @@ def cfg(tiny):
     torch.set_num_threads(1)  # tiny model: one thread is fastest (and 2 threads crawl on a busy machine)
     return apply_overrides(load_config(), {
         "policy.model": str(tiny), "policy.device": "cpu", "train.max_length": 160, "train.lr": 2e-2,
-        "train.batch_size": 4, "train.epochs": 4, "env.t_max": 4, "policy.max_query_tokens": 6,
+        "train.batch_size": 4, "train.epochs": 4, "env.t_max": 4, "rollout.t_max": 4, "policy.max_query_tokens": 6,
         "policy.max_answer_tokens": 4, "policy.passage_chars": 160,
     })
 
@@ -123,66 +122,23 @@ def test_an_episode_in_flight_finishes_on_the_adapter_it_started_with(cfg, tiny,
 
 # -- the end-to-end run ---------------------------------------------------------------------------------------------
 
-def branch_return(runtime: Runtime, question, prefix, action, policy: PinnedPolicy) -> float:
-    """Return from the branch point on: replay the prefix in a fresh env, take `action`, continue greedily."""
-    env = runtime.make_env(question)
-    env.reset(question)
-    for a in prefix:
-        env.step(a)
-    total = env.step(action).reward
-    while not env.done:
-        total += env.step(policy.act(env.view())[0]).reward
-    return total
+def rollout_pairs(runtime: Runtime, backend, cfg, store, questions) -> tuple[list[int], object]:
+    """The project's sibling-branch rollouts (evorag_core/rollout.py) of the LM policy into the store."""
+    from evorag_core.rollout import PairSelector, run_rollouts
 
-
-def rollout_pairs(runtime: Runtime, policy: PinnedPolicy, store, questions, *, k: int = 4, delta: float = 0.2,
-                  seed: int = 0) -> list[int]:
-    """Episodes with K sibling candidates per state (scored by branch return) into the store, and one pair per
-    state (best vs worst candidate, kept when the returns differ by >= delta) into the pair queue.
-
-    (The project's rollout module will replace this helper; it follows SPEC §4 the same way.)"""
-    pairs: list[NewPair] = []
-    for qi, question in enumerate(questions):
-        env = runtime.make_env(question)
-        policy.begin(question)
-        env.reset(question)
-        steps: list[Step] = []
-        while not env.done:
-            view = env.view()
-            prefix = [s.action for s in env.record.steps]
-            cands = policy.lm.candidates(view, k=k, seed=seed + 1000 * qi + view.t)
-            returns = [branch_return(runtime, question, prefix, c.action, policy) for c in cands]
-            action, info = policy.act(view)
-            rec = env.step(action, info=info).record
-            act = action_to_dict(rec.action)
-            steps.append(Step(
-                t=rec.t, action=act["action"], argument=act.get("query") or act.get("answer"), passages=rec.passages,
-                signals=dict(rec.signals), weights=dict(rec.weights), reward=rec.reward,
-                siblings=tuple(Sibling(*_name_arg(c.completion), c.logprob, r) for c, r in zip(cands, returns)),
-            ))
-            best = max(range(k), key=returns.__getitem__)
-            worst = min(range(k), key=returns.__getitem__)
-            if returns[best] - returns[worst] >= delta and cands[best].completion != cands[worst].completion:
-                pairs.append(NewPair(cands[best].prompt, cands[best].completion, cands[worst].completion,
-                                     margin=returns[best] - returns[worst], stage="discovery",
-                                     metadata={"question_id": question.id, "t": view.t}))
-        store.add_episode(question_id=question.id, dataset=question.dataset, question=question.question,
-                          policy=policy.label, stage="discovery", schedule="time-dynamic",
-                          config={"data": str(DEMO), "t_max": env.record.t_max, "adapter": policy.adapter},
-                          steps=steps, total_return=env.record.total_return)
-    return store.add_pairs(pairs)
-
-
-def _name_arg(completion: str) -> tuple[str, str | None]:
-    name, _, arg = completion.partition(":")
-    return name.strip(), (arg.strip() or None)
+    selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
+    stats = run_rollouts(questions, runtime.make_env, LMPolicy(backend, cfg.policy), store, cfg.rollout, selector,
+                         policy_name=f"lm:{backend.model_id}", stage="discovery")
+    selector.finish()
+    return [p.id for p in store.list_pairs(status="queued", limit=None)], stats
 
 
 @pytest.mark.slow
 def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tiny, tmp_path):
     """The pairs' chosen completions gain log-probability relative to the rejected ones once the round's adapter is
     live: the mean margin log π(chosen) − log π(rejected) over the trained states grows, and every chosen
-    log-prob differs from the base model's; the backend kept its base model object throughout."""
+    log-prob differs from the base model's; the backend kept its base model object throughout. GRPO and PPO rounds
+    train on the same stored rollouts."""
     from training.job import job_config
     from training.registry import activate
     from training.worker import WorkerOptions, process_one
@@ -194,9 +150,9 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
         base_model = backend.model
         watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
         policy = PinnedPolicy(LMPolicy(backend, cfg.policy), watcher)
-        pair_ids = rollout_pairs(runtime, policy, store, runtime.dataset.questions[:6], k=4)
+        pair_ids, stats = rollout_pairs(runtime, backend, cfg, store, runtime.dataset.questions[:6])
         pairs = [store.get_pair(i) for i in pair_ids]
-        assert len(pairs) >= 3, f"too few pairs from the rollouts: {len(pairs)}"
+        assert stats.episodes == 6 and stats.candidates > 0 and len(pairs) >= 3, stats
         before = [(backend.sequence_logprob(p.prompt, p.chosen), backend.sequence_logprob(p.prompt, p.rejected))
                   for p in pairs]
 
@@ -215,3 +171,10 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
         margin = lambda rows: sum(c - r for c, r in rows) / len(rows)  # noqa: E731
         assert all(abs(a[0] - b[0]) > 1e-4 for a, b in zip(after, before))
         assert margin(after) > margin(before) + 0.05
+
+        # GRPO and PPO rounds from the same stored rollouts (their passages resolved through the data file)
+        for objective in ("grpo", "ppo"):
+            store.enqueue_round(objective, job_config(objective, reference="base", data=str(DEMO), epochs=1))
+            done = process_one(store, cfg, home, "e2e-worker", WorkerOptions(lease_s=60))
+            assert done.status == "succeeded", done.error
+            assert done.metrics["episodes"] == 6 and done.metrics["steps"] >= 1 and done.metrics["final_kl"] >= 0
