@@ -1,0 +1,67 @@
+"""`agent`: the EVO-RAG LM policy acting in the environment (optionally with a LoRA adapter)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..actions import Action
+from ..state import AgentView
+from ..types import Question
+from .base import EpisodeMethod
+
+__all__ = ["AgentPolicy", "build_agent_method", "load_backend"]
+
+
+class AgentPolicy:
+    """EpisodePolicy over an `LMPolicy`: greedy decisions; the step info carries the completion, its log-prob and
+    the fallback reason (if any), so results and the store keep what the training objectives need."""
+
+    name = "agent"
+
+    def __init__(self, lm: Any, adapter: str | None = None):
+        self.lm = lm
+        self.adapter = adapter
+        self.label = f"agent (LM {lm.backend.model_id}" + (f" + adapter {adapter})" if adapter else ", base)")
+
+    def begin(self, question: Question) -> None:
+        self.lm.backend.activate(self.adapter)
+
+    def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
+        d = self.lm.act(view)
+        info: dict[str, Any] = {
+            "completion": d.completion,
+            "logprob": d.logprob,
+            "action_logprob": d.action_logprob,
+            "argument_logprob": d.argument_logprob,
+        }
+        if d.fallback:
+            info["fallback"] = d.fallback
+        return d.action, info
+
+
+def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
+    """The configured policy backend (transformers by default), with `adapter` (store name or folder) loaded."""
+    from ..policy import TransformersBackend
+
+    if rt.cfg.policy.backend == "vllm":
+        from ..policy.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(rt.cfg.policy, rt.home)
+    else:
+        backend = TransformersBackend(rt.cfg.policy, rt.home)
+    name = None
+    if adapter:
+        from .arena import resolve_adapter
+
+        name, folder = resolve_adapter(adapter, rt.home)
+        backend.load_adapter(name, folder)
+    return backend, name
+
+
+def build_agent_method(args: Any, rt: Any) -> EpisodeMethod:
+    from ..policy import LMPolicy
+
+    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
+    policy = AgentPolicy(LMPolicy(backend, rt.cfg.policy), adapter)
+    method = EpisodeMethod(policy, rt.make_env)
+    method.backend = backend
+    return method

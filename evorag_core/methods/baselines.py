@@ -1,0 +1,184 @@
+"""Pipeline baselines sharing the agent's backend, retriever and evaluation code (a controlled comparison).
+
+- `direct`: closed-book answer.
+- `fixed-k`: one retrieval of the question (top-K), then answer.
+- `ircot`: interleaved retrieval and chain of thought: each generated reasoning sentence is the next query,
+  until a sentence gives the answer ("So the answer is: ...") or the iteration bound is reached.
+- `self-ask`: the model asks follow-up questions; each is answered from retrieved passages; then the final answer.
+Every LM call is greedy. `steps` counts retrieval calls (the retrieval depth).
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..metrics import exact_match, f1_score, support_recall
+from ..types import Passage, Question
+from .base import QuestionResult
+
+__all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "build_baseline", "clean_answer"]
+
+ANSWER_SYSTEM = "Answer the question with a short phrase (a name, a date, a number or a few words). No sentence."
+ANSWER_SYSTEM_CTX = (
+    "Answer the question with a short phrase (a name, a date, a number or a few words) taken from the passages. "
+    "No sentence."
+)
+IRCOT_SYSTEM = (
+    "Answer the question step by step using the passages. Write one short reasoning sentence at a time. "
+    "When you know the answer, write: So the answer is: <short answer>"
+)
+SELFASK_SYSTEM = (
+    "Break the question into simple follow-up questions. Write 'Follow up: <question>' to ask one, "
+    "or 'So the final answer is: <short answer>' when you know it."
+)
+_PREFIX = re.compile(r"^(so\s+)?(the\s+)?(final\s+)?(answer\s*(is)?\s*[:\-]?)\s*", re.I)
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    k: int = 5  # passages per retrieval
+    max_iterations: int = 4  # ircot / self-ask bound on retrieval rounds
+    max_answer_tokens: int = 24
+    max_thought_tokens: int = 48
+    passage_chars: int = 300
+
+
+def clean_answer(text: str) -> str:
+    """First line, without an 'Answer:'-style prefix, without a trailing period or quotes."""
+    line = text.strip().split("\n", 1)[0].strip()
+    line = _PREFIX.sub("", line).strip()
+    return line.strip(" .\"'")
+
+
+def render_passages(passages: Sequence[Passage], chars: int) -> str:
+    return "\n".join(f"[{i}] {p.title}: {p.text[:chars]}" for i, p in enumerate(passages, 1))
+
+
+class PipelineMethod:
+    """One baseline; `run_question` returns a QuestionResult with the retrieval trace.
+    `retriever_for(question)` gives (retriever, {pid: Passage}) for the question's corpus."""
+
+    def __init__(self, name: str, backend: Any, retriever_for: Any, cfg: BaselineConfig = BaselineConfig(),
+                 gold_for: Any = None, label: str | None = None):
+        self.name = name
+        self.label = label or name
+        self.backend = backend
+        self.retriever_for = retriever_for
+        self.gold_for = gold_for or (lambda q: q.gold_pids)
+        self.cfg = cfg
+
+    # -- LM helpers ------------------------------------------------------------------------------------------
+    def _gen(self, system: str, user: str, max_tokens: int, stop=("\n",)) -> str:
+        prompt = self.backend.chat_prompt(system, user)
+        return self.backend.generate(prompt, max_tokens, stop=stop, temperature=0.0, n=1)[0].text
+
+    def _answer(self, question: str, passages: Sequence[Passage]) -> str:
+        if passages:
+            user = f"{render_passages(passages, self.cfg.passage_chars)}\n\nQuestion: {question}\nAnswer:"
+            return clean_answer(self._gen(ANSWER_SYSTEM_CTX, user, self.cfg.max_answer_tokens))
+        return clean_answer(self._gen(ANSWER_SYSTEM, f"Question: {question}\nAnswer:", self.cfg.max_answer_tokens))
+
+    # -- the four pipelines ----------------------------------------------------------------------------------
+    def _direct(self, q: Question, retrieve) -> tuple[str, list[dict]]:
+        return self._answer(q.question, []), []
+
+    def _fixed_k(self, q: Question, retrieve) -> tuple[str, list[dict]]:
+        passages = retrieve(q.question)
+        return self._answer(q.question, passages), [{"action": "SEARCH", "query": q.question}]
+
+    def _ircot(self, q: Question, retrieve) -> tuple[str, list[dict]]:
+        passages = list(retrieve(q.question))
+        trace = [{"action": "SEARCH", "query": q.question}]
+        thoughts: list[str] = []
+        for _ in range(self.cfg.max_iterations):
+            user = (f"{render_passages(passages, self.cfg.passage_chars)}\n\nQuestion: {q.question}\n"
+                    f"Reasoning: {' '.join(thoughts)}")
+            thought = " ".join(self._gen(IRCOT_SYSTEM, user, self.cfg.max_thought_tokens).split())
+            if not thought:
+                break
+            thoughts.append(thought)
+            if "answer is" in thought.lower():
+                return clean_answer(thought.lower().split("answer is", 1)[1]), trace
+            trace.append({"action": "SEARCH", "query": thought})
+            seen = {p.pid for p in passages}
+            passages += [p for p in retrieve(thought) if p.pid not in seen]
+        return self._answer(q.question, passages), trace
+
+    def _self_ask(self, q: Question, retrieve) -> tuple[str, list[dict]]:
+        transcript = f"Question: {q.question}\nAre follow up questions needed here: Yes."
+        trace: list[dict] = []
+        for _ in range(self.cfg.max_iterations):
+            line = " ".join(self._gen(SELFASK_SYSTEM, transcript, self.cfg.max_thought_tokens).split())
+            low = line.lower()
+            if "final answer" in low or not line:
+                return clean_answer(line.split(":", 1)[1] if ":" in line else line), trace
+            follow = re.sub(r"^follow[\s-]*up\s*:\s*", "", line, flags=re.I).strip() or q.question
+            trace.append({"action": "SEARCH", "query": follow})
+            inter = self._answer(follow, retrieve(follow))
+            transcript += f"\nFollow up: {follow}\nIntermediate answer: {inter}."
+        transcript += "\nSo the final answer is:"
+        return clean_answer(self._gen(SELFASK_SYSTEM, transcript, self.cfg.max_answer_tokens)), trace
+
+    def run_question(self, question: Question) -> QuestionResult:
+        start = time.perf_counter()
+        retriever, by_pid = self.retriever_for(question)
+        retrieved: dict[str, Passage] = {}
+
+        def retrieve(query: str) -> list[Passage]:
+            out = [by_pid[h.pid] for h in retriever.search(query, self.cfg.k)]
+            for p in out:
+                retrieved.setdefault(p.pid, p)
+            return out
+
+        pipeline = {"direct": self._direct, "fixed-k": self._fixed_k, "ircot": self._ircot,
+                    "self-ask": self._self_ask}[self.name]
+        answer, trace = pipeline(question, retrieve)
+        refused = not answer or answer.lower() in {"unknown", "i don't know", "none"}
+        prediction = None if refused else answer
+        em = exact_match(prediction, question.answers) if prediction else 0.0
+        f1 = f1_score(prediction, question.answers) if prediction else 0.0
+        return QuestionResult(
+            question_id=question.id,
+            dataset=question.dataset,
+            question=question.question,
+            prediction=prediction,
+            gold=question.answers,
+            em=em,
+            f1=f1,
+            steps=len(trace),
+            passages=tuple(retrieved),
+            support_recall=support_recall(retrieved, self.gold_for(question)),
+            refused=refused,
+            trace=tuple(trace) + ({"action": "ANSWER", "answer": answer},),
+            format_valid=True,
+            seconds=time.perf_counter() - start,
+        )
+
+
+BASELINES = ("direct", "fixed-k", "ircot", "self-ask")
+
+
+def build_baseline(name: str, args: Any, rt: Any) -> PipelineMethod:
+    from .agent import load_backend
+
+    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
+    if adapter:
+        backend.activate(adapter)
+    cfg = BaselineConfig(k=rt.cfg.env.top_k, passage_chars=rt.cfg.policy.passage_chars,
+                         max_answer_tokens=rt.cfg.policy.max_answer_tokens)
+    return PipelineMethod(name, backend, _RetrieverWithPassages(rt), cfg,
+                          gold_for=lambda q: rt.corpus_for(q).gold_for(q),
+                          label=f"{name} (LM {backend.model_id})")
+
+
+class _RetrieverWithPassages:
+    """retriever_for(question) -> (retriever over that question's corpus, pid -> Passage)."""
+
+    def __init__(self, rt: Any):
+        self.rt = rt
+
+    def __call__(self, question: Question):
+        corpus = self.rt.corpus_for(question)
+        return self.rt.retrieval.retriever_for(corpus), {p.pid: p for p in corpus.passages}
