@@ -20,7 +20,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     add_common(p)
     p.add_argument("--question", required=True, help="question id in the data file")
     p.add_argument("--script", type=Path, default=None, help="JSON list of actions to replay")
-    p.add_argument("--policy", choices=["script", "oracle"], default=None, help="default: script if --script else oracle")
+    p.add_argument("--policy", choices=["script", "oracle", "lm"], default=None,
+                   help="script (replay --script), oracle (reads gold: an upper bound) or lm (the agent); "
+                        "default: script if --script else oracle")
+    p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for --policy lm")
+    p.add_argument("--siblings", type=int, default=0, help="--policy lm: also sample K candidates at each state")
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     p.add_argument("--schedule", choices=["time-dynamic", "two-stage", "no-reward"], default=None)
     p.add_argument("--preset", default=None, help="reward combination: full, best2, best3, exploration-heavy, efficiency-heavy")
@@ -30,13 +34,39 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     return p
 
 
-def make_policy(args: argparse.Namespace):
+def make_policy(args: argparse.Namespace, rt):
     policy = args.policy or ("script" if args.script else "oracle")
+    if policy == "lm":
+        from ..methods.agent import AgentPolicy, load_backend
+        from ..policy import LMPolicy
+
+        backend, adapter = load_backend(rt, args.adapter)
+        return _WithSiblings(AgentPolicy(LMPolicy(backend, rt.cfg.policy), adapter), args.siblings)
     if policy == "script":
         if args.script is None:
             raise ConfigError("--policy script needs --script FILE")
         return ScriptPolicy(load_script(args.script))
     return OraclePolicy()
+
+
+class _WithSiblings:
+    """Adds K sampled sibling candidates (action, completion, log-prob) to each step's info."""
+
+    def __init__(self, inner, k: int):
+        self.inner, self.k = inner, k
+        self.name, self.label = inner.name, inner.label
+
+    def begin(self, question) -> None:
+        self.inner.begin(question)
+
+    def act(self, view):
+        action, info = self.inner.act(view)
+        if self.k > 0:
+            cands = self.inner.lm.candidates(view, self.k)
+            info = {**info, "candidates": [
+                {**action_to_dict(c.action), "completion": c.completion, "logprob": c.logprob} for c in cands
+            ]}
+        return action, info
 
 
 def episode_json(record) -> dict:
@@ -78,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
     question = rt.dataset.get(args.question) if args.question in {q.id for q in rt.dataset.questions} else None
     if question is None:
         raise ConfigError(f"question id {args.question!r} is not in {args.data}")
-    policy = make_policy(args)
+    policy = make_policy(args, rt)
     env = rt.make_env(question)
     record = run_episode(env, policy, question)
     out = episode_json(record)
