@@ -9,7 +9,8 @@ Sections (each printed as a table; everything lands in one JSON file):
    latency of embedding one query.
 2. Embedder options on the pooled HotpotQA corpus: fp32/bf16 x max_seq_length 256/128, embedded in
    interleaved chunks (so that load from other jobs hits every option alike): passages/s, cosine to
-   fp32/256, recall@5 of dense and rrf. Then 1 vs 2 torch threads for fp32/256.
+   fp32/256, recall@5 of dense and rrf; the other max_seq_length than the configured one also on the
+   whole pooled corpus. Then 1 vs 2 torch threads.
 3. A synthetic 100,000-passage corpus (real sentences recombined; random unit vectors for the
    dense index, whose cost does not depend on content): BM25 build/save/load and hybrid latency.
 
@@ -173,7 +174,8 @@ def option_recall(corpus: Corpus, questions, emb, vectors, bm25, cfg: RetrievalC
 
 def bench_options(path: Path, cfg: RetrievalConfig, subset_questions: int, full: dict | None) -> dict:
     """All four options on the pooled corpus of the first `subset_questions` questions (speed,
-    cosine, recall); fp32/128 also on the full pooled corpus, against fp32/256 from `full`."""
+    cosine, recall); the other max_seq_length also on the whole pooled corpus, against the configured
+    embedder's vectors in `full` (from section 1)."""
     dataset = load_dataset(path)
     embedders = {opt: Embedder(cfg.dense_model, dtype=opt[0], max_seq_length=opt[1], cache_size=0)
                  for opt in OPTIONS}
@@ -194,20 +196,21 @@ def bench_options(path: Path, cfg: RetrievalConfig, subset_questions: int, full:
             "query_embedding_ms": query_embedding_latency(emb, [q.question for q in questions][:60]),
         }
     out = {"passages": len(corpus), "questions": len(questions), "load_avg_start": load_start, "options": rows}
-    if full is not None:  # fp32/128 on the whole pooled corpus
+    if full is not None:  # the other max_seq_length on the whole pooled corpus, against the configured one
         corpus, questions, ref_dense = full["corpus"], full["questions"], full["dense"]
-        emb = embedders[("float32", 128)]
+        other = 128 if cfg.max_seq_length != 128 else 256
+        emb = embedders.get((cfg.dtype, other)) or Embedder(cfg.dense_model, dtype=cfg.dtype, max_seq_length=other)
         with Clock() as c:
-            vecs = emb.encode([passage_text(p) for p in corpus.passages])
+            vecs = emb.encode([passage_text(p) for p in corpus.passages], batch_size=cfg.batch_size)
         bm25 = BM25Retriever(corpus, cfg.bm25_backend, None, cfg.bm25_method)
         cos = np.sum(ref_dense.vectors * vecs, axis=1)
+        mine, theirs = f"{cfg.dtype}/{cfg.max_seq_length}", f"{cfg.dtype}/{other}"
         out["full_corpus"] = {
-            "passages": len(corpus), "questions": len(questions),
-            "float32/256": option_recall(corpus, questions, ref_dense.embedder, ref_dense.vectors, bm25, cfg),
-            "float32/128": {"passages_per_s": len(corpus) / c.wall, "passages_per_cpu_s": len(corpus) / c.cpu,
-                            "cosine_to_fp32_256_min": float(cos.min()),
-                            "cosine_to_fp32_256_mean": float(cos.mean()),
-                            **option_recall(corpus, questions, emb, vecs, bm25, cfg)},
+            "passages": len(corpus), "questions": len(questions), "configured": mine, "other": theirs,
+            mine: option_recall(corpus, questions, ref_dense.embedder, ref_dense.vectors, bm25, cfg),
+            theirs: {"passages_per_s": len(corpus) / c.wall, "passages_per_cpu_s": len(corpus) / c.cpu,
+                     "cosine_to_configured_min": float(cos.min()), "cosine_to_configured_mean": float(cos.mean()),
+                     **option_recall(corpus, questions, emb, vecs, bm25, cfg)},
         }
     out["load_avg_end"] = load_avg()
     return out
@@ -328,15 +331,16 @@ def print_options(r: dict) -> None:
               f"{q['median_ms']:>10.1f}{q['cpu_median_ms']:>8.1f}")
     if "full_corpus" in r:
         f = r["full_corpus"]
-        print(f"  full pooled corpus ({f['passages']} passages, {f['questions']} questions):")
-        for name in ("float32/256", "float32/128"):
+        print(f"  whole pooled corpus ({f['passages']} passages, {f['questions']} questions):")
+        for name in (f["configured"], f["other"]):
             x = f[name]
             print(f"    {name}: dense support@5 {x['dense']['support_recall@5']:.3f} full@5 "
                   f"{x['dense']['full_recall@5']:.3f}; rrf support@5 {x['rrf']['support_recall@5']:.3f} full@5 "
                   f"{x['rrf']['full_recall@5']:.3f}")
-        x = f["float32/128"]
-        print(f"    float32/128: {x['passages_per_s']:.1f} passages/s, {x['passages_per_cpu_s']:.1f} per CPU-s, "
-              f"cosine to fp32/256 min {x['cosine_to_fp32_256_min']:.3f} mean {x['cosine_to_fp32_256_mean']:.4f}")
+        x = f[f["other"]]
+        print(f"    {f['other']}: {x['passages_per_s']:.1f} passages/s, {x['passages_per_cpu_s']:.1f} per CPU-s "
+              f"(sorted batches of the configured size), cosine to {f['configured']} min "
+              f"{x['cosine_to_configured_min']:.3f} mean {x['cosine_to_configured_mean']:.4f}")
 
 
 def print_threads(r: dict) -> None:

@@ -68,7 +68,7 @@ class RetrievalConfig:
     dense_model: str = "embedded"  # "embedded" (all-MiniLM-L6-v2 from PyPI) or a local path / HF id
     rrf_k: int = 60
     fusion_depth: int = 50  # candidates taken from each retriever before fusion
-    max_seq_length: int = 256
+    max_seq_length: int = 128  # MiniLM was trained at 128; 256 costs ~1.3x the time for equal recall
     dtype: str = "float32"  # float32 | bfloat16
     batch_size: int = 64
     stopwords: str = "en_plus"  # BM25 stopword list: en (33 words) | en_plus (179) | none

@@ -60,7 +60,7 @@ class Embedder:
         model: str = EMBEDDED,
         *,
         dtype: str = "float32",
-        max_seq_length: int = 256,
+        max_seq_length: int = 128,
         batch_size: int = 64,
         device: str = "cpu",
         cache_size: int = 4096,
