@@ -12,7 +12,7 @@ from .metrics import mean, paired_bootstrap
 from .methods.base import QuestionResult
 from .types import Question
 
-__all__ = ["Method", "summarize", "evaluate", "load_results", "compare_results", "SUMMARY_KEYS"]
+__all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "SUMMARY_KEYS"]
 
 SUMMARY_KEYS = ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds")
 
@@ -24,9 +24,16 @@ class Method(Protocol):
     def run_question(self, question: Question) -> QuestionResult: ...
 
 
+def extra_metric_keys(results: Sequence[QuestionResult]) -> list[str]:
+    """Names of the per-question numbers a method reports in `extras["metrics"]` (e.g. ARENA's format_score)."""
+    return sorted({k for r in results for k in (r.extras.get("metrics") or {})})
+
+
 def summarize(results: Sequence[QuestionResult], seconds: float | None = None) -> dict[str, Any]:
+    """The SUMMARY_KEYS, plus the mean of every `extras["metrics"]` number over the results that report it."""
     n = len(results)
     steps = sum(r.steps for r in results)
+    extra = {k: mean((r.extras.get("metrics") or {}).get(k) for r in results) for k in extra_metric_keys(results)}
     return {
         "n": n,
         "em": mean(r.em for r in results),
@@ -37,6 +44,7 @@ def summarize(results: Sequence[QuestionResult], seconds: float | None = None) -
         "format_valid": mean(float(r.format_valid) for r in results),
         "fallback_rate": (sum(r.fallback for r in results) / steps) if steps else 0.0,
         "seconds": seconds if seconds is not None else sum(r.seconds for r in results),
+        **extra,
     }
 
 
@@ -114,7 +122,8 @@ def evaluate(
 
 
 def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
-    """Paired bootstrap of EM and F1 (and steps) on the questions both result sets contain."""
+    """Paired bootstrap of EM and F1 (and steps) on the questions both result sets contain; also of every
+    `extras["metrics"]` number that all of those questions report on both sides."""
     by_id = {r.question_id: r for r in b}
     common = [(r, by_id[r.question_id]) for r in a if r.question_id in by_id]
     if not common:
@@ -125,6 +134,10 @@ def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], re
             [float(getattr(x, metric)) for x, _ in common], [float(getattr(y, metric)) for _, y in common], resamples, seed
         )
         out[metric] = res.__dict__
+    for metric in extra_metric_keys([r for pair in common for r in pair]):
+        pairs = [((x.extras.get("metrics") or {}).get(metric), (y.extras.get("metrics") or {}).get(metric)) for x, y in common]
+        if all(u is not None and v is not None for u, v in pairs):
+            out[metric] = paired_bootstrap([float(u) for u, _ in pairs], [float(v) for _, v in pairs], resamples, seed).__dict__
     return out
 
 

@@ -12,7 +12,8 @@ from .job import AdapterRef, ProgressFn, RoundJob
 
 __all__ = ["ROUND_MODULES", "run_round"]
 
-ROUND_MODULES: dict[str, str] = {"dpo": "training.dpo_round", "grpo": "training.grpo_round", "ppo": "training.ppo_round"}
+ROUND_MODULES: dict[str, str] = {"dpo": "training.dpo_round", "grpo": "training.grpo_round", "ppo": "training.ppo_round",
+                                 "arena-grpo": "training.arena_grpo"}
 
 
 def run_round(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..evaluation import evaluate, progress_printer
+from ..evaluation import SUMMARY_KEYS, evaluate, extra_metric_keys, progress_printer
+from ..methods.arena import build_arena_method
 from ..methods.base import EpisodeMethod
 from ..methods.oracle import OraclePolicy
 from ..methods.script import ScriptPolicy, load_script
@@ -18,6 +19,7 @@ __all__ = ["add_parser", "main", "METHODS"]
 METHODS = {
     "script": lambda args, rt: EpisodeMethod(ScriptPolicy(load_script(_need_script(args))), rt.make_env),
     "oracle": lambda args, rt: EpisodeMethod(OraclePolicy(), rt.make_env),
+    "arena": build_arena_method,
 }
 
 
@@ -36,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--k", type=int, default=None, help="passages per SEARCH")
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     p.add_argument("--script", type=Path, default=None, help="for --method script")
+    p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for LM methods")
     p.add_argument("--out", type=Path, default=None, help="per-question results (JSON lines)")
     p.add_argument("--resume", action="store_true", help="skip questions already in --out")
     return p
@@ -47,14 +50,14 @@ def main(args: argparse.Namespace) -> int:
     method = METHODS[args.method](args, rt)
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
     show = progress_printer(len(questions)) if sys.stderr.isatty() and not args.json else None
-    summary, _ = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
+    summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
     summary["data"] = str(args.data)
     summary["corpus"] = cfg.env.corpus
     if args.json:
         print_json(summary)
     else:
         print(f"method: {summary['label']}")
-        for key in ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds"):
+        for key in (*SUMMARY_KEYS, *extra_metric_keys(results)):
             val = summary[key]
             print(f"  {key:<15} {val:.4f}" if isinstance(val, float) else f"  {key:<15} {val}")
         if args.out:

@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     add_common(p, data=False)
     p.add_argument("--db", default=None, metavar="URL", help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
-    p.add_argument("--objective", choices=["dpo", "grpo", "ppo"], default=None, help="default [train] objective")
+    p.add_argument("--objective", choices=["dpo", "grpo", "ppo", "arena-grpo"], default=None,
+                   help="default [train] objective (arena-grpo: ARENA's GRPO on --data questions)")
     p.add_argument("--pairs", type=int, default=None, help="DPO: queued pairs to claim (default 64)")
     p.add_argument("--episodes", type=int, default=None, help="GRPO/PPO: newest stored episodes to read (default 32)")
     p.add_argument("--epochs", type=int, default=None)
@@ -43,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimiser steps")
     p.add_argument("--wait", action="store_true", help="follow the round to its end (progress on stderr)")
     p.add_argument("--curriculum", action="store_true", help="rollout -> pairs -> preference model -> update -> dev eval")
-    p.add_argument("--data", type=Path, default=None, help="curriculum: data file (default: the bundled demo set)")
+    p.add_argument("--data", type=Path, default=None,
+                   help="curriculum: data file (default: the bundled demo set); arena-grpo: the questions to train on")
     p.add_argument("--rounds", type=int, default=None, help="curriculum: round budget (default [curriculum] max_rounds)")
     p.add_argument("--train-questions", type=int, default=8, help="curriculum: rollout questions per round")
     p.add_argument("--dev", type=int, default=8, help="curriculum: dev questions evaluated after each round")

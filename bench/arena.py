@@ -1,0 +1,148 @@
+"""ARENA figures (the paper's Table 3 metrics) for the policy LM; writes JSON (default bench/results/arena.json).
+
+    python bench/arena.py [--limit 20] [--threads 1] [--passage-chars 300] [--demo] [--max-new-tokens 192]
+                          [--train-steps 0] [--train-questions 8] [--train-offset 100] [--group 4] [--kl k2]
+                          [--results-dir DIR] [--out PATH]
+
+Per-question (distractor) setting on the HotpotQA, 2Wiki and MuSiQue samples in ../shared/benchmarks: the first
+--limit questions of each file, references = the question's own passages. Reports EM, F1, format score, relevance
+score (and accuracy/bonus/reward, the other reward parts) of the base model. With --train-steps N > 0 it then runs
+one small arena-grpo round (training.arena_grpo.train_arena_grpo: LoRA, G = --group replies per question, KL
+estimator --kl) on --train-questions questions per file taken from index --train-offset on (disjoint from the
+evaluated ones when offset >= limit), evaluates the trained adapter on the same questions, and adds the paired
+bootstrap (10,000 resamples) of base vs adapter per data set. The per-step KL under both estimators and the reward
+parts are recorded. Per-question results go to --results-dir as JSON lines. The load average is recorded because
+the machine may be shared.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evorag_core.config import PolicyConfig, TrainConfig, home_dir  # noqa: E402
+from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.evaluation import compare_results, evaluate  # noqa: E402
+from evorag_core.methods.arena import ArenaGenerator, ArenaMethod  # noqa: E402
+from evorag_core.methods.arena_prompt import ArenaConfig  # noqa: E402
+from evorag_core.policy import TransformersBackend  # noqa: E402
+
+BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
+FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
+REPORT = ("n", "em", "f1", "format_score", "relevance_score", "accuracy_score", "bonus_score", "reward", "fallback_rate",
+          "seconds")
+
+
+def _evaluate_all(backend, cfg: ArenaConfig, datasets, limit: int, label: str, results_dir: Path) -> dict:
+    out = {}
+    for name, dataset in datasets.items():
+        method = ArenaMethod(ArenaGenerator(backend, cfg), label)
+        path = results_dir / f"{label}-{name}.jsonl"
+        start = time.perf_counter()
+        summary, results = evaluate(method, dataset.questions[:limit], out_path=path)
+        out[name] = {"summary": {k: summary[k] for k in REPORT}, "results_file": str(path), "_results": results}
+        print(f"[{label}] {name}: " + ", ".join(f"{k} {summary[k]:.3f}" for k in REPORT[1:5])
+              + f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    return out
+
+
+def _train(args, datasets, home: Path, out_dir: Path) -> tuple[Path, dict]:
+    from evorag_core.policy.loading import load_model
+    from training.arena_grpo import ArenaGrpoConfig, train_arena_grpo
+    from training.lora import attach_lora, save_adapter
+    from training.round_io import base_model_id
+
+    questions = [q for ds in datasets.values()
+                 for q in [q for q in ds.questions[args.train_offset:] if q.passages][: args.train_questions]]
+    train = dataclasses.replace(TrainConfig(), lr=args.lr, kl=args.kl, kl_coef=args.kl_coef, seed=args.seed,
+                                epochs=1, lora_dropout=0.0)
+    cfg = ArenaGrpoConfig(group_size=args.group, questions=len(questions), questions_per_step=args.questions_per_step,
+                          max_new_tokens=args.max_new_tokens, passage_chars=args.passage_chars, demo=args.demo)
+    model, tokenizer, _ = load_model("embedded", home, device="cpu")
+    policy = attach_lora(model, train)
+    base_id = base_model_id("embedded", home)
+
+    def show(entry):
+        print(f"[train] step {int(entry['step'])}/{int(entry['total'])} loss {entry['loss']:.4f} reward "
+              f"{entry['reward']:.2f} format {entry['format']:.2f} kl_k2 {entry['kl_k2']:.5f} kl_k3 {entry['kl_k3']:.5f} "
+              f"({entry['elapsed_s']:.0f} s)", file=sys.stderr, flush=True)
+
+    log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, show, max_steps=args.train_steps,
+                                    model_id=base_id)
+    meta = {"round_id": None, "objective": "arena-grpo", "base_model_id": base_id,
+            "metrics": {"history": log.history}, "samples": samples}
+    save_adapter(policy, out_dir, meta, overwrite=True)
+    info = {"questions": [q.id for q in questions], "train": dataclasses.asdict(train), "arena": dataclasses.asdict(cfg),
+            "history": log.history, "samples": samples, "adapter_dir": str(out_dir)}
+    return out_dir, info
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--home", type=Path, default=None, help="home folder (the converted model is cached there)")
+    p.add_argument("--limit", type=int, default=20, help="evaluated questions per data file")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--passage-chars", type=int, default=300, help="cut each reference (0: full text)")
+    p.add_argument("--max-new-tokens", type=int, default=192)
+    p.add_argument("--demo", action="store_true", help="one demonstration exchange in the prompt (not the paper's)")
+    p.add_argument("--train-steps", type=int, default=0, help="optimiser steps of the arena-grpo round (0: no round)")
+    p.add_argument("--train-questions", type=int, default=8, help="training questions per data file")
+    p.add_argument("--train-offset", type=int, default=100, help="training questions start at this index")
+    p.add_argument("--questions-per-step", type=int, default=2)
+    p.add_argument("--group", type=int, default=4, help="G sampled replies per question")
+    p.add_argument("--kl", choices=["k2", "k3"], default="k2")
+    p.add_argument("--kl-coef", type=float, default=0.04)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--datasets", default=",".join(FILES), help="comma-separated subset of " + ",".join(FILES))
+    p.add_argument("--results-dir", type=Path, default=None, help="per-question JSON lines (default: a temp folder)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arena.json")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    home = args.home or home_dir()
+    results_dir = args.results_dir or Path(tempfile.mkdtemp(prefix="arena-bench-"))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    datasets = {n: load_dataset(BENCHMARKS / FILES[n]) for n in names}
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    cfg = ArenaConfig(max_new_tokens=args.max_new_tokens, passage_chars=args.passage_chars, demo=args.demo)
+    backend = TransformersBackend(PolicyConfig(device="cpu", threads=args.threads), home)
+    report: dict = {
+        "setting": "per-question (distractor): references = the question's own passages, data-set order",
+        "model": backend.model_id, "limit": args.limit, "arena": dataclasses.asdict(cfg), "threads": args.threads,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": load_before},
+    }
+    base = _evaluate_all(backend, cfg, datasets, args.limit, "base", results_dir)
+    report["base"] = {n: v["summary"] for n, v in base.items()}
+    if args.train_steps > 0:
+        adapter_dir, info = _train(args, datasets, home, results_dir / "adapter")
+        report["training"] = info
+        backend.load_adapter("arena", adapter_dir)
+        backend.activate("arena")
+        trained = _evaluate_all(backend, cfg, datasets, args.limit, "adapter", results_dir)
+        report["adapter"] = {n: v["summary"] for n, v in trained.items()}
+        report["bootstrap"] = {n: compare_results(trained[n]["_results"], base[n]["_results"]) for n in names}
+    report["results_dir"] = str(results_dir)
+    report["seconds"] = time.perf_counter() - started
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    print(json.dumps({k: report[k] for k in ("base", "adapter") if k in report}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

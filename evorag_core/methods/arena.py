@@ -1,0 +1,220 @@
+"""ARENA (seed 004): a traceable generator that answers from numbered references and cites them.
+
+- `ArenaGenerator(backend, cfg).generate(question, passages) -> ArenaOutput`: prompt (`arena_prompt`), one reply
+  from the policy LM (greedy unless cfg.temperature > 0; no stop string, the reply ends at the end-of-turn token,
+  so text after `</answer>` makes the format fail as the paper's format reward does), strict parse
+  (`arena_parse`) and the answer used for evaluation (the `<answer>` part, else a lenient extraction, flagged).
+- `arena_answer(backend, question, passages)`: the EVO-RAG agent's ANSWER step (`agent --answerer arena`).
+- `ArenaMethod`: the `arena` evaluation method in the per-question (distractor) setting: the references are the
+  question's own passages in the data set's order; its results carry the four rewards as `extras["metrics"]`
+  (averaged into the summary by `evaluation.summarize`) and the parsed parts as `extras["arena"]`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import AdapterError, ConfigError
+from ..metrics import exact_match, f1_score, support_recall
+from ..types import Passage, Question
+from .arena_parse import ArenaParse, lenient_answer, parse_arena
+from .arena_prompt import ArenaConfig, build_prompt
+from .arena_rewards import ArenaReward, arena_reward, gold_reference_ids
+from .base import QuestionResult
+
+__all__ = [
+    "ArenaOutput",
+    "ArenaGenerator",
+    "arena_answer",
+    "ArenaMethod",
+    "build_arena_method",
+    "resolve_adapter",
+    "METRIC_KEYS",
+]
+
+METRIC_KEYS = ("format_score", "accuracy_score", "relevance_score", "bonus_score", "reward")
+
+
+@dataclass(frozen=True)
+class ArenaOutput:
+    prompt: str
+    text: str  # the raw reply
+    references: tuple[Passage, ...]  # reference i is references[i - 1]
+    parsed: ArenaParse
+    answer: str | None  # the <answer> part, else the lenient extraction; None when nothing was found
+    fallback: bool  # the answer came from the lenient extraction (or is missing)
+    finish_reason: str  # stop | length
+    logprob: float  # log P(reply | prompt) under the model
+    tokens: int
+    token_ids: tuple[int, ...] = ()  # the reply's token ids as sampled (end-of-turn token not included)
+
+    @property
+    def selected(self) -> tuple[Passage, ...]:
+        """References listed in <relevance> that exist (1..n), in the listed order."""
+        return tuple(self.references[i - 1] for i in (self.parsed.relevance or ()) if 1 <= i <= len(self.references))
+
+    @property
+    def cited(self) -> tuple[Passage, ...]:
+        """References cited as [i] in the analysis that exist."""
+        return tuple(self.references[i - 1] for i in self.parsed.citations if 1 <= i <= len(self.references))
+
+
+class ArenaGenerator:
+    def __init__(self, backend: Any, cfg: ArenaConfig | None = None) -> None:
+        self.backend = backend  # a PolicyBackend (chat_prompt + generate)
+        self.cfg = cfg if cfg is not None else ArenaConfig()
+
+    def prompt(self, question: str, passages: Sequence[Passage]) -> str:
+        return build_prompt(self.backend, question, passages, self.cfg)
+
+    def generate(self, question: str, passages: Sequence[Passage], *, seed: int | None = None) -> ArenaOutput:
+        """One reply at cfg.temperature (0: greedy)."""
+        return self.sample(question, passages, 1, self.cfg.temperature, seed=seed)[0]
+
+    def sample(
+        self, question: str, passages: Sequence[Passage], n: int, temperature: float, *, seed: int | None = None
+    ) -> list[ArenaOutput]:
+        """`n` replies decoded as one batch (the prompt runs once)."""
+        refs = tuple(passages)
+        prompt = self.prompt(question, refs)
+        gens = self.backend.generate(prompt, self.cfg.max_new_tokens, temperature=temperature, n=n, seed=seed)
+        return [self.output(prompt, refs, g.text, g.finish_reason, g.logprob, g.token_ids) for g in gens]
+
+    @staticmethod
+    def output(prompt: str, refs: tuple[Passage, ...], text: str, finish: str = "stop", logprob: float = 0.0,
+               token_ids: Sequence[int] = ()) -> ArenaOutput:
+        """Parse a reply `text` to `prompt` over `refs` (also for replies produced elsewhere, e.g. stored ones)."""
+        parsed = parse_arena(text, len(refs))
+        answer, fallback = lenient_answer(text)
+        return ArenaOutput(prompt, text, refs, parsed, answer, fallback, finish, logprob, len(token_ids),
+                           tuple(token_ids))
+
+
+def arena_answer(
+    backend: Any, question: str, passages: Sequence[Passage], cfg: ArenaConfig | None = None
+) -> tuple[str | None, tuple[str, ...], ArenaOutput]:
+    """The agent's ANSWER step: (answer, cited pids, output).
+
+    The pids are those of the references listed in <relevance> (valid numbers only); when that list is missing or
+    unreadable, those cited as [i] in the analysis. `answer` is None when the reply holds no answer at all; the
+    caller decides what to do then (e.g. REFUSE). `passages` are the ones the agent gathered, numbered 1..n.
+    """
+    output = ArenaGenerator(backend, cfg).generate(question, passages)
+    chosen = output.selected if output.parsed.relevance is not None else output.cited
+    return output.answer, tuple(p.pid for p in chosen), output
+
+
+class ArenaMethod:
+    """The `arena` evaluation method (per-question setting); see the module docstring."""
+
+    name = "arena"
+
+    def __init__(self, generator: ArenaGenerator, label: str | None = None) -> None:
+        self.generator = generator
+        self.label = label or "ARENA"
+
+    def run_question(self, question: Question) -> QuestionResult:
+        if not question.passages:
+            raise ConfigError(f"question {question.id}: ARENA needs the question's own passages (none in the data)")
+        start = time.perf_counter()
+        out = self.generator.generate(question.question, question.passages)
+        gold_ids = gold_reference_ids([p.pid for p in question.passages], question.gold_pids)
+        cfg = self.generator.cfg
+        reward = arena_reward(out.parsed, question.answers, gold_ids, accuracy=cfg.accuracy, bonus=cfg.bonus)
+        selected = tuple(p.pid for p in out.selected)
+        em = exact_match(out.answer, question.answers) if out.answer else 0.0
+        f1 = f1_score(out.answer, question.answers) if out.answer else 0.0
+        return QuestionResult(
+            question_id=question.id,
+            dataset=question.dataset,
+            question=question.question,
+            prediction=out.answer,
+            gold=question.answers,
+            em=em,
+            f1=f1,
+            steps=1,
+            passages=selected,  # the references the reply selected in <relevance>
+            support_recall=support_recall(selected, question.gold_pids),
+            refused=False,
+            trace=({"t": 1, "action": "ANSWER", "argument": out.answer or ""},),
+            format_valid=out.parsed.ok,
+            fallback=int(out.fallback),
+            seconds=time.perf_counter() - start,
+            extras={"metrics": _metrics(reward), "arena": _details(out, gold_ids, reward)},
+        )
+
+
+def _metrics(reward: ArenaReward) -> dict[str, float]:
+    return dict(zip(METRIC_KEYS, (reward.format, reward.accuracy, reward.relevance, reward.bonus, reward.total)))
+
+
+def _details(out: ArenaOutput, gold_ids: Sequence[int], reward: ArenaReward) -> dict[str, Any]:
+    p = out.parsed
+    return {
+        "text": out.text,
+        "relevance": list(p.relevance) if p.relevance is not None else None,
+        "gold_ids": list(gold_ids),
+        "analysis": p.analysis,
+        "citations": list(p.citations),
+        "answer_part": p.answer,
+        "failure": {"part": p.failure.part, "reason": p.failure.reason} if p.failure else None,
+        "reward": reward.to_dict(),
+        "finish_reason": out.finish_reason,
+        "tokens": out.tokens,
+        "references": [p.pid for p in out.references],
+    }
+
+
+# -- the eval command's builder ------------------------------------------------------------------------------
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
+    """(name, folder) of a LoRA adapter given as a folder path or as a name registered in the store
+    (EVORAG_DB_URL, default `home/evorag.db`)."""
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        return (_SAFE_NAME.sub("-", folder.name).strip("-")[:64] or "adapter"), folder
+    url = os.environ.get("EVORAG_DB_URL")
+    if url is None:
+        db = Path(home) / "evorag.db"
+        if not db.is_file():
+            raise AdapterError(f"adapter {spec!r} is not a folder, and there is no database at {db} to look it up")
+        url = f"sqlite:///{db}"
+    from ..store import open_store
+
+    store = open_store(url)
+    try:
+        row = store.get_adapter(spec)
+    except KeyError:
+        known = ", ".join(a.name for a in store.list_adapters()) or "none"
+        raise AdapterError(f"no adapter named {spec!r} in the store (registered: {known})") from None
+    finally:
+        store.close()
+    return row.name, Path(row.path)
+
+
+def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
+    """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (device, dtype, threads);
+    references cut to `policy.passage_chars` characters (0: full text); greedy replies."""
+    from ..policy import TransformersBackend
+
+    missing = [q.id for q in rt.dataset.questions if not q.passages]
+    if missing:
+        raise ConfigError(f"--method arena needs questions with their own passages; {len(missing)} have none "
+                          f"(e.g. {missing[0]})")
+    backend = TransformersBackend(rt.cfg.policy, rt.home)
+    label = f"ARENA {backend.model_id}"
+    adapter = getattr(args, "adapter", None)
+    if adapter:
+        name, folder = resolve_adapter(adapter, rt.home)
+        backend.load_adapter(name, folder)
+        backend.activate(name)
+        label += f" + adapter {name}"
+    cfg = ArenaConfig(passage_chars=rt.cfg.policy.passage_chars)
+    return ArenaMethod(ArenaGenerator(backend, cfg), label)

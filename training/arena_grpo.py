@@ -1,0 +1,283 @@
+"""ARENA's GRPO (seed 004, §3.2–3.3): G sampled replies per question, scored by the ARENA rewards, LoRA update
+with a KL penalty to the reference policy — k2 by default, k3 as the ablation — and both KL estimates logged.
+
+One optimiser step takes `questions_per_step` questions (in a seeded order, `epochs` passes). For each question:
+1. sample G replies at `temperature` from the current policy (`ArenaGenerator.sample`, one batched decode);
+2. reward each (`arena_reward`: format + accuracy + relevance + bonus) and normalise within the group,
+   A_i = (r_i − mean) / (std + ε) (`training.grpo.group_advantages`; population std; the paper's "max" in its
+   advantage formula is read as the mean of standard GRPO);
+3. per completion token: log π_θ (with gradients), log π_ref (no gradients; the base model, or the adapter the
+   round started from) and log π_old = log π_θ detached (one update per batch, the paper's μ = 1), then
+   `grpo_loss` with the selected estimator (train.kl, default k2 for this objective). Each step also records the
+   mean per-token KL under BOTH estimators (`kl_k2`, `kl_k3`) so the stability claim can be plotted.
+Token ids are the sampled ones (no re-tokenisation), plus the end-of-turn token when the reply ended on it.
+Prompts are not cut: size them with `passage_chars`. Groups whose rewards are all equal carry no policy gradient
+but still contribute their KL term.
+
+`run(job, store, on_progress)` is the worker's round (objective `arena-grpo`): setup -> train -> save -> register.
+Job keys (`RoundJob`): `data` (a data file whose questions carry their passages; required), `max_steps`, `kl`,
+`lr`, `seed`, `epochs`, `train: {...}`, and `arena: {ArenaGrpoConfig fields}`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from evorag_core.config import TrainConfig
+from evorag_core.errors import ConfigError, TrainingError
+from evorag_core.methods.arena import ArenaGenerator, ArenaOutput
+from evorag_core.methods.arena_prompt import ArenaConfig
+from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
+from evorag_core.types import Question
+
+from .grpo import group_advantages, grpo_loss
+from .job import AdapterRef, ProgressFn, RoundJob
+from .kl import kl_k2, kl_k3
+from .loop import MAX_GRAD_NORM, StepLog, autocast, start_policy, train_mode
+from .reduce import sequence_mean
+from .seqlogp import Encoded, base_lm, completion_token_logps
+
+__all__ = ["ArenaGrpoConfig", "ArenaGroup", "sample_group", "train_arena_grpo", "arena_config_from_job", "run"]
+
+REF_ADAPTER = "arena-ref"  # the frozen copy of the starting adapter, when the round starts from one
+
+
+@dataclass(frozen=True)
+class ArenaGrpoConfig:
+    """The ARENA side of a round; optimiser, LoRA and KL settings come from [train] (TrainConfig)."""
+
+    group_size: int = 4  # G replies per question (the paper: 7)
+    questions: int = 16  # questions read from the data file ...
+    offset: int = 0  # ... after skipping this many (keep them apart from the evaluation questions)
+    questions_per_step: int = 2
+    temperature: float = 0.9  # rollout temperature (the paper's)
+    max_new_tokens: int = 160
+    passage_chars: int = 300  # references cut to this many characters (0: full text)
+    demo: bool = False
+    accuracy: str = "em"  # em | f1 (ablation)
+    bonus: float = 10.0  # 0: the no-bonus ablation
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ConfigError(f"arena.group_size must be >= 2 (advantages are relative to the group), got {self.group_size}")
+        if self.questions < 1 or self.questions_per_step < 1 or self.offset < 0:
+            raise ConfigError("arena.questions and arena.questions_per_step must be >= 1, arena.offset >= 0")
+        if self.temperature <= 0:
+            raise ConfigError(f"arena.temperature must be > 0 (replies are sampled), got {self.temperature}")
+
+    def arena(self) -> ArenaConfig:
+        return ArenaConfig(max_new_tokens=self.max_new_tokens, passage_chars=self.passage_chars, demo=self.demo,
+                           temperature=self.temperature, accuracy=self.accuracy, bonus=self.bonus)
+
+
+@dataclass(frozen=True)
+class ArenaGroup:
+    question: Question
+    outputs: tuple[ArenaOutput, ...]
+    rewards: tuple[ArenaReward, ...]
+    advantages: tuple[float, ...]
+
+
+def sample_group(generator: ArenaGenerator, question: Question, group_size: int, seed: int) -> ArenaGroup:
+    """G replies to `question` over its own passages, their rewards and group-normalised advantages."""
+    if not question.passages:
+        raise TrainingError(f"question {question.id} has no passages; ARENA answers from the question's own passages")
+    cfg = generator.cfg
+    outputs = generator.sample(question.question, question.passages, group_size, cfg.temperature, seed=seed)
+    gold_ids = gold_reference_ids([p.pid for p in question.passages], question.gold_pids)
+    rewards = tuple(arena_reward(o.parsed, question.answers, gold_ids, accuracy=cfg.accuracy, bonus=cfg.bonus)
+                    for o in outputs)
+    advantages = group_advantages(torch.tensor([r.total for r in rewards], dtype=torch.float32))
+    return ArenaGroup(question, tuple(outputs), rewards, tuple(advantages.tolist()))
+
+
+def _encode_group(tokenizer: Any, group: ArenaGroup) -> Encoded:
+    """Right-padded [prompt ids + sampled ids (+ end-of-turn)] rows; completion mask over the sampled part."""
+    prompt_ids = tokenizer(group.outputs[0].prompt, add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    completions = [list(o.token_ids) + ([eos] if o.finish_reason == "stop" and eos is not None else [])
+                   for o in group.outputs]
+    completions = [c if c else [eos] for c in completions]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    length = len(prompt_ids) + max(len(c) for c in completions)
+    width = max(len(c) for c in completions)
+    ids = torch.full((len(completions), length), int(pad), dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    cmask = torch.zeros((len(completions), width), dtype=torch.float32)
+    for i, c in enumerate(completions):
+        ids[i, : len(prompt_ids) + len(c)] = torch.tensor(prompt_ids + c)
+        attention[i, : len(prompt_ids) + len(c)] = 1
+        cmask[i, : len(c)] = 1.0
+    n = len(completions)
+    return Encoded(ids, attention, cmask, (len(prompt_ids),) * n, tuple(len(c) for c in completions), 0)
+
+
+def _reference_logps(policy: Any, batch: Encoded, ref_adapter: str | None) -> torch.Tensor:
+    with torch.no_grad():
+        if ref_adapter is None:
+            with policy.disable_adapter():
+                return completion_token_logps(policy, batch)[0]
+        policy.set_adapter(ref_adapter, inference_mode=True)
+        try:
+            return completion_token_logps(policy, batch)[0]
+        finally:
+            policy.set_adapter("default")
+
+
+def _order(n: int, epochs: int, seed: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return [i for _ in range(epochs) for i in torch.randperm(n, generator=generator).tolist()]
+
+
+def train_arena_grpo(
+    policy: Any,
+    tokenizer: Any,
+    questions: Sequence[Question],
+    train: TrainConfig,
+    cfg: ArenaGrpoConfig,
+    on_progress: ProgressFn | None = None,
+    *,
+    max_steps: int = 0,
+    ref_adapter: str | None = None,
+    model_id: str = "policy",
+) -> tuple[StepLog, list[dict[str, Any]]]:
+    """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place) on `questions`.
+
+    The reference is the base model (adapters disabled) or the frozen adapter `ref_adapter`. Returns the per-step
+    log (loss, policy_loss, kl (the optimised estimator), kl_k2, kl_k3, reward and its four parts, ...) and a
+    sample of the replies (first reply of each group, per step) for inspection."""
+    from evorag_core.policy.hf_backend import TransformersBackend
+
+    if not questions:
+        raise TrainingError("ARENA GRPO needs at least one question")
+    device = next(policy.parameters()).device
+    backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
+    generator = ArenaGenerator(backend, cfg.arena())
+    order = _order(len(questions), train.epochs, train.seed)
+    steps = [order[i : i + cfg.questions_per_step] for i in range(0, len(order), cfg.questions_per_step)]
+    steps = steps[:max_steps] if max_steps else steps
+    log = StepLog(len(steps), on_progress)
+    params = [p for n, p in policy.named_parameters() if p.requires_grad and ".default." in n]
+    optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
+    samples: list[dict[str, Any]] = []
+    for step, index in enumerate(steps):
+        policy.eval()
+        backend.reset_cache()  # the weights changed: the cached prompt keys/values are stale
+        groups = [sample_group(generator, questions[j], cfg.group_size, train.seed + 1000 * step + k)
+                  for k, j in enumerate(index)]
+        train_mode(policy, train)
+        acc: dict[str, float] = {}
+        for group in groups:
+            batch = _encode_group(tokenizer, group)
+            mask = batch.completion_mask.to(device)
+            logp_ref = _reference_logps(policy, batch, ref_adapter)
+            with autocast(train, device):
+                logp = completion_token_logps(policy, batch)[0]
+            advantages = torch.tensor(group.advantages, dtype=torch.float32, device=device)
+            loss, stats = grpo_loss(logp, logp.detach(), logp_ref, advantages, mask=mask, clip_low=train.clip_eps,
+                                    clip_high=train.clip_eps_high, kl_coef=train.kl_coef, kl=train.kl)
+            (loss / len(groups)).backward()
+            with torch.no_grad():
+                stats.update(kl_k2=float(sequence_mean(kl_k2(logp, logp_ref), mask)),
+                             kl_k3=float(sequence_mean(kl_k3(logp, logp_ref), mask)))
+            stats.update(loss=float(loss.detach()), **_reward_stats(group))
+            for key, value in stats.items():
+                acc[key] = acc.get(key, 0.0) + value / len(groups)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        log.add(**acc, grad_norm=float(grad_norm), tokens=float(sum(o.tokens for g in groups for o in g.outputs)))
+        samples += [{"step": step + 1, "question_id": g.question.id, "text": g.outputs[0].text,
+                     "reward": g.rewards[0].to_dict()} for g in groups]
+    policy.eval()
+    return log, samples
+
+
+def _reward_stats(group: ArenaGroup) -> dict[str, float]:
+    totals = [r.total for r in group.rewards]
+    mean = sum(totals) / len(totals)
+    out = {"reward": mean, "reward_std": math.sqrt(sum((t - mean) ** 2 for t in totals) / len(totals)),
+           "flat_group": float(all(t == totals[0] for t in totals))}
+    for part in ("format", "accuracy", "relevance", "bonus"):
+        out[part] = sum(getattr(r, part) for r in group.rewards) / len(group.rewards)
+    return out
+
+
+# -- the worker's round ----------------------------------------------------------------------------------------
+
+def arena_config_from_job(job: RoundJob) -> tuple[ArenaGrpoConfig, TrainConfig]:
+    """The job's `arena` object as an ArenaGrpoConfig, and its [train] section with kl = k2 unless the job names
+    one (k2 is ARENA's estimator; [train] kl's own default, k3, is the ablation here)."""
+    raw = job.raw.get("arena") or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"round {job.round_id}: 'arena' must be an object of ArenaGrpoConfig keys")
+    known = {f.name for f in dataclasses.fields(ArenaGrpoConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"round {job.round_id}: unknown arena key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    try:
+        cfg = ArenaGrpoConfig(**raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"round {job.round_id}: bad arena value ({exc})") from None
+    named_kl = job.raw.get("kl") is not None or "kl" in (job.raw.get("train") or {})
+    return cfg, job.train if named_kl else dataclasses.replace(job.train, kl="k2")
+
+
+def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
+    from evorag_core.datasets import load_dataset
+
+    if not job.data:
+        raise TrainingError(f"round {job.round_id}: arena-grpo needs `data`, a data file whose questions have passages")
+    dataset = load_dataset(Path(job.data))
+    chosen = [q for q in dataset.questions[cfg.offset :] if q.passages][: cfg.questions]
+    if not chosen:
+        raise TrainingError(f"round {job.round_id}: no question with passages in {job.data} after offset {cfg.offset}")
+    return chosen
+
+
+def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (see the module docstring)."""
+    from .lora import save_adapter
+    from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+
+    done = registered(store, job)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    cfg, train = arena_config_from_job(job)
+    questions = _load_questions(job, cfg)
+    with RssSampler() as rss:
+        model, tokenizer, base_id = load_base(job)
+        reference = resolve_reference(store, job, base_id)
+        policy = start_policy(model, train, reference, base_id)
+        ref_adapter = None
+        if reference is not None:
+            policy.load_adapter(str(reference.path), adapter_name=REF_ADAPTER, is_trainable=False)
+            policy.set_adapter("default")
+            ref_adapter = REF_ADAPTER
+        out_dir = prepare_adapter_dir(job.adapter_dir)
+        setup_s = time.perf_counter() - started
+        log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, on_progress,
+                                        max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
+        keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
+        metrics = {
+            "objective": "arena-grpo", "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr,
+            **log.summary(keys),
+            "kl_history": [[h["step"], h["kl_k2"], h["kl_k3"]] for h in log.history],
+            "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]] for h in log.history],
+            "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
+            "arena": dataclasses.asdict(cfg), "reference": reference.name if reference is not None else "base",
+            "seed": train.seed, "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
+            "config": job.raw,
+        }
+        meta = {"round_id": job.round_id, "objective": "arena-grpo", "base_model_id": base_id, "metrics": metrics,
+                "samples": samples[-8:], "reference": metrics["reference"], "seed": train.seed}
+        checksum = save_adapter(policy, out_dir, meta)
+    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
+    return register(store, job, out_dir, checksum, base_id, metrics)
