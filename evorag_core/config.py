@@ -26,6 +26,7 @@ __all__ = [
     "PreferenceConfig",
     "TrainConfig",
     "StudioConfig",
+    "DynaKragConfig",
     "Config",
     "load_config",
     "default_config_path",
@@ -147,6 +148,36 @@ class StudioConfig:
 
 
 @dataclass(frozen=True)
+class DynaKragConfig:
+    """DynaKrag evidence control (SPEC §7); ablations are flags here (`--set dynakrag.KEY=VALUE`)."""
+
+    docs_per_op: int = 3  # new documents added by one retrieval operation
+    max_steps: int = 4  # acquisition + sufficiency steps before forced finalization
+    retrieval_cap: int = 3  # retrieval operations per question (the first retrieve_more included)
+    max_context_docs: int = 12  # documents kept in the final answer context
+    frontier_depth: int = 30  # depth of the initial ranking that retrieve_more walks
+    initial_retriever: str = "rrf"  # bm25 | dense | rrf: the initial ranking
+    targeted_retriever: str = "dense"  # bm25 | dense | rrf: gap / rewrite / bridge queries
+    controller: str = "learned"  # learned | uniform (the uniform-valid ablation)
+    sufficiency: bool = True  # false: the no-sufficiency-check ablation
+    compression: bool = True  # false: no terminal compress_answer_evidence
+    continuation: bool = True  # learned controller: the continuation model may suppress stop_answer
+    continuation_threshold: float = 0.02  # suppress stop when predicted support gain of continuing exceeds this
+    cost_weight: float = 0.0  # lambda in argmax v(s,a) - lambda c(s,a)
+    model_dir: str = "dynakrag"  # trained controller folder, relative to the home folder unless absolute
+    sufficiency_threshold: float = 0.5  # P(yes) / (P(yes) + P(no)) at or above this: sufficient
+    passage_chars: int = 300  # each passage is cut to this many characters in LM prompts
+    gap_tokens: int = 24
+    max_snippets: int = 8
+    compress_tokens: int = 256
+    answer_tokens: int = 48
+    train_rollouts: int = 2  # exploration rollouts per training question
+    n_estimators: int = 300
+    min_samples_leaf: int = 8
+    seed: int = 13
+
+
+@dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -158,6 +189,7 @@ class Config:
     preference: PreferenceConfig = field(default_factory=PreferenceConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     studio: StudioConfig = field(default_factory=StudioConfig)
+    dynakrag: DynaKragConfig = field(default_factory=DynaKragConfig)
 
 
 def default_config_path() -> Path:

@@ -81,6 +81,7 @@ def round_one(tokenizer, tmp_path_factory):
     return result, model, events
 
 
+@pytest.mark.slow  # trains the tiny model once per module (~3-8 s)
 def test_dpo_round_trains_the_lora_and_reports_progress(round_one):
     """Step 1: policy = reference, so every margin is 0 and the loss is −log σ(0) = ln 2 = 0.693147.
     Afterwards the loss falls, the LoRA B matrices (zero at init) are non-zero, and each step was reported."""
@@ -97,6 +98,7 @@ def test_dpo_round_trains_the_lora_and_reports_progress(round_one):
     assert result.metrics["first_loss"] == step_events[0]["loss"] and result.n_train == 8 and result.n_heldout == 4
 
 
+@pytest.mark.slow  # trains the tiny model once per module (~3-8 s)
 def test_lora_a_moved_from_its_seeded_init(round_one, tokenizer):
     """attach_lora with the same seed reproduces the initial A matrices; the trained ones differ from them."""
     result, _, _ = round_one
@@ -107,6 +109,7 @@ def test_lora_a_moved_from_its_seeded_init(round_one, tokenizer):
     assert a_keys and all(not torch.allclose(saved[k], init[k]) for k in a_keys)
 
 
+@pytest.mark.slow  # trains the tiny model once per module (~3-8 s)
 def test_heldout_accuracy_is_our_margin_sign(round_one, tokenizer):
     """The pattern (SEARCH preferred to ANSWER) transfers to the 4 held-out questions: all margins > 0.
     Round 1's reference is the base model, so loading the saved adapter on a fresh base and scoring against the
@@ -119,6 +122,7 @@ def test_heldout_accuracy_is_our_margin_sign(round_one, tokenizer):
     assert heldout_accuracy(loaded, tokenizer, HELDOUT, beta=CFG.beta, max_length=CFG.max_length) == 1.0
 
 
+@pytest.mark.slow  # trains the tiny model once per module (~3-8 s)
 def test_adapter_saved_verified_and_corruption_detected(round_one, tokenizer, tmp_path):
     """Saved folder has the 3 files and our metadata; verify passes; a wrong base id, a flipped byte and a missing
     file each raise AdapterError."""
@@ -144,6 +148,7 @@ def test_adapter_saved_verified_and_corruption_detected(round_one, tokenizer, tm
         verify_adapter(copy, BASE_ID)
 
 
+@pytest.mark.slow  # trains the tiny model once per module (~3-8 s)
 def test_shape_mismatch_against_the_base_model(round_one):
     """An adapter for hidden size 64 does not fit a base model with hidden size 32 (lora_A in_features)."""
     result, _, _ = round_one
@@ -180,6 +185,17 @@ def test_same_inputs_and_seed_give_the_same_adapter(round_one, tokenizer, tmp_pa
     assert again.checksum == result.checksum
 
 
+@pytest.mark.slow
+def test_bf16_autocast_with_gradient_checkpointing(tokenizer, tmp_path):
+    """train.dtype = bfloat16 (autocast) and gradient checkpointing also train on CPU: first loss ln 2, then lower."""
+    cfg = dataclasses.replace(CFG, dtype="bfloat16", gradient_checkpointing=True)
+    events: list[dict] = []
+    train_dpo(TRAIN, tiny_model(len(tokenizer)), tokenizer, cfg, tmp_path / "bf16", None, events.append,
+              base_model_id=BASE_ID)
+    losses = [e["loss"] for e in events if "loss" in e]
+    assert math.isclose(losses[0], math.log(2), abs_tol=1e-4) and min(losses[1:]) < losses[0]
+
+
 def test_completion_logps_match_full_logits(tokenizer):
     """Our sparse LM-head computation equals log_softmax over the full logits, summed over completion tokens
     (including the appended EOS), for a batch with padding."""
@@ -203,6 +219,7 @@ def test_untrained_adapter_has_zero_margins(tokenizer):
     assert heldout_accuracy(model, tokenizer, HELDOUT, beta=0.1, max_length=128, ref_adapter_name=None) == 0.0
 
 
+@pytest.mark.slow  # trains the tiny model once per module (~3-8 s)
 def test_load_adapter_round_trip(round_one, tokenizer):
     """Loading the saved adapter onto a fresh base reproduces the trained policy's completion log-probs."""
     result, trained, _ = round_one
@@ -277,3 +294,27 @@ def test_two_steps_on_the_embedded_model(session_home, tmp_path):
     verify_adapter(result.adapter_dir, str(folder), model=model)  # LoRA-wrapped layers are checked via base_layer
     meta = json.loads((result.adapter_dir / "evorag_adapter.json").read_text())
     assert meta["n_train"] == 4 and meta["sha256"] == result.checksum
+
+
+# ---- LoRA helpers ---------------------------------------------------------------------------------------------------
+
+def test_lora_config_and_save_rules(tokenizer, tmp_path):
+    """LoRA targets q/k/v/o with the configured rank; 2 layers x 4 projections x (A, B) = 16 tensors saved.
+    Metadata must name round_id, objective, base_model_id and metrics; an existing folder needs overwrite=True."""
+    from training.lora import lora_config, save_adapter
+
+    lc = lora_config(CFG)
+    assert set(lc.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj"} and lc.r == CFG.lora_r
+    model = attach_lora(tiny_model(len(tokenizer)), CFG)
+    meta = {"round_id": 0, "objective": "dpo", "base_model_id": BASE_ID, "metrics": {}}
+    with pytest.raises(AdapterError, match="lacks metrics"):
+        save_adapter(model, tmp_path / "a", {k: v for k, v in meta.items() if k != "metrics"})
+    first = save_adapter(model, tmp_path / "a", meta)
+    assert len(load_file(str(tmp_path / "a" / WEIGHTS_FILE))) == 16
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no temporary folder left behind
+    with pytest.raises(AdapterError, match="already exists"):
+        save_adapter(model, tmp_path / "a", meta)
+    assert save_adapter(model, tmp_path / "a", {**meta, "round_id": 1}, overwrite=True) == first
+    assert read_adapter_meta(tmp_path / "a")["round_id"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    with pytest.raises(AdapterError, match="already exists"):
+        train_dpo(TRAIN, tiny_model(len(tokenizer)), tokenizer, CFG, tmp_path / "a", None, base_model_id=BASE_ID)

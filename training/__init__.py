@@ -1,0 +1,30 @@
+"""Policy training: objectives (DPO via TRL, step-level GRPO and PPO losses), LoRA adapters and pair data.
+
+Re-exported here: the pure, torch-only pieces. `training.lora` (peft) and `training.dpo` (TRL) pull in heavier
+libraries, so import them from their modules: `from training.dpo import train_dpo`.
+"""
+from .data import FitReport, PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
+from .grpo import group_advantages, grpo_loss
+from .kl import kl_estimator, kl_k2, kl_k3
+from .ppo import ValueHead, gae, ppo_losses, scalarize
+from .reduce import per_sequence, sequence_mean
+
+__all__ = [
+    "PairExample",
+    "FitReport",
+    "fit_pairs",
+    "split_pairs",
+    "to_conversational",
+    "from_conversational",
+    "group_advantages",
+    "grpo_loss",
+    "kl_k3",
+    "kl_k2",
+    "kl_estimator",
+    "scalarize",
+    "gae",
+    "ppo_losses",
+    "ValueHead",
+    "per_sequence",
+    "sequence_mean",
+]

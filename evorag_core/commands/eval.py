@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from ..evaluation import SUMMARY_KEYS, evaluate, extra_metric_keys, progress_printer
 from ..methods.arena import build_arena_method
 from ..methods.base import EpisodeMethod
+from ..methods.dynakrag.method import build_dynakrag_method
 from ..methods.oracle import OraclePolicy
 from ..methods.script import ScriptPolicy, load_script
 from .common import add_common, config_from_args, print_json, runtime_from_args
@@ -19,6 +20,7 @@ __all__ = ["add_parser", "main", "METHODS"]
 METHODS = {
     "script": lambda args, rt: EpisodeMethod(ScriptPolicy(load_script(_need_script(args))), rt.make_env),
     "oracle": lambda args, rt: EpisodeMethod(OraclePolicy(), rt.make_env),
+    "dynakrag": build_dynakrag_method,  # ablations: --set dynakrag.controller=uniform|sufficiency=false|...
     "arena": build_arena_method,
 }
 
