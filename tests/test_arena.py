@@ -70,8 +70,7 @@ def test_prompt_numbers_references_in_order_and_cuts_text():
     assert prompt.startswith("S:" + SYSTEM_PROMPT) and "EXACTLY three sections" in prompt and "U:<question>" in prompt
     with_demo = build_prompt(TemplateOnly(), Q.question, P, ArenaConfig(demo=True))
     assert with_demo.count("U:<question>") == 2 and "A:<relevance>[1,3]</relevance>" in with_demo
-    with pytest.raises(ValueError, match="at least one reference"):
-        build_prompt(TemplateOnly(), Q.question, (), ArenaConfig())
+    assert "<references>\n\n</references>" in build_prompt(TemplateOnly(), Q.question, (), ArenaConfig())
 
 
 def test_config_rejects_bad_values():
@@ -204,6 +203,9 @@ def test_generator_and_answerer():
     assert (answer, pids) == ("Dijon", ("q1:0", "q1:2"))
     answer, pids, out = arena_answer(ScriptedBackend(["<analysis>Big Ben [2]</analysis><answer>London"]), Q.question, P)
     assert (answer, pids, out.fallback) == ("London", ("q1:1",), True)
+    empty = "<relevance>[]</relevance><analysis>No references.</analysis><answer>unknown</answer>"
+    answer, pids, out = arena_answer(ScriptedBackend([empty]), Q.question, ())
+    assert (answer, pids, out.parsed.ok) == ("unknown", (), True)
 
 
 def test_eval_method_summary_and_compare(tmp_path):

@@ -103,9 +103,9 @@ def render_user(question: str, passages: Sequence[Passage], max_chars: int = 0) 
 
 
 def build_prompt(chat: ChatTemplate, question: str, passages: Sequence[Passage], cfg: ArenaConfig) -> str:
-    """The full prompt text (chat template applied, ready for the assistant's reply)."""
-    if not passages:
-        raise ValueError("ARENA needs at least one reference passage")
+    """The full prompt text (chat template applied, ready for the assistant's reply). With no passages the
+    references block is empty (an agent may have to answer before it retrieved anything); the reply should then
+    list `[]`."""
     examples = ()
     if cfg.demo:
         demo_q, demo_refs, demo_reply = DEMO
