@@ -178,3 +178,24 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
             done = process_one(store, cfg, home, "e2e-worker", WorkerOptions(lease_s=60))
             assert done.status == "succeeded", done.error
             assert done.metrics["episodes"] == 6 and done.metrics["steps"] >= 1 and done.metrics["final_kl"] >= 0
+
+
+@pytest.mark.slow
+def test_curriculum_runs_both_stages_and_logs_each_decision(cfg, tmp_path):
+    """patience 1, epsilon 100 (every change of the EMA counts as stale): round 1 sets the EMA (stale 0, stay in
+    discovery); round 2's improvement is < 100 -> stale 1 = patience -> switch; round 3 runs in refinement, after
+    which both stages have run and the loop stops before the budget of 5. Every round trained and activated an
+    adapter (reference: the previous round's)."""
+    from training.curriculum import CurriculumPlan, run_curriculum
+
+    cfg = apply_overrides(cfg, {"curriculum.patience": 1, "curriculum.epsilon": 100.0, "preference.layer": 2,
+                                "train.epochs": 1})
+    with open_store(f"sqlite:///{tmp_path / 'evorag.db'}") as store:
+        decisions = run_curriculum(cfg, tmp_path, store, CurriculumPlan(DEMO, rounds=5, train_per_round=2, dev=2))
+        assert [d["stage"] for d in decisions] == ["discovery", "discovery", "refinement"]
+        assert [d["switched"] for d in decisions] == [False, True, False]
+        assert [d["controller"]["stale"] for d in decisions[:2]] == [0, 1]
+        assert all(d["policy_round"]["status"] == "succeeded" for d in decisions), decisions
+        assert [a.name for a in store.list_adapters()] == ["r1-dpo", "r2-dpo", "r3-dpo"]
+        assert store.active_adapter().name == "r3-dpo" and decisions[1]["adapter_in"] == "r1-dpo"
+        assert all(d["rollout"]["episodes"] == 2 and "mean_return" in d["dev"] for d in decisions)

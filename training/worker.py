@@ -31,7 +31,7 @@ from evorag_core.config import Config
 
 from .job import AdapterRef, ProgressFn, RoundJob, RoundLost
 
-__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "main"]
+__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars", "main"]
 
 log = logging.getLogger("evorag.worker")
 
@@ -209,7 +209,7 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
 
     if cfg.policy.threads > 0:
         torch.set_num_threads(cfg.policy.threads)
-    _quiet_progress_bars()
+    quiet_progress_bars()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     stop = threading.Event()
     try:
@@ -222,7 +222,7 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
         signal.signal(signal.SIGTERM, previous)
 
 
-def _quiet_progress_bars() -> None:
+def quiet_progress_bars() -> None:
     """The worker logs to a file: no tqdm bars from datasets/transformers (the store carries the progress)."""
     import datasets
     from transformers.utils import logging as hf_logging
