@@ -125,6 +125,8 @@ class EpisodeView:
     candidates: str  # HTML of the sampled siblings
     candidate_choices: list[tuple[str, int]]  # for the preferred / rejected pickers
     message: str = ""  # HTML notice (store problems, what just happened)
+    weights_key: tuple = ()  # equal keys: identical weight charts (the UI then leaves the chart alone)
+    contributions_key: tuple = ()
 
 
 def policy_options(svc: Services) -> list[tuple[str, str]]:
@@ -293,6 +295,8 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
         candidate_choices=[(f"#{i} {c['action']} {_short(c.get('argument') or '', 40)}", i)
                            for i, c in enumerate(session.candidates, 1)],
         message=msg,
+        weights_key=(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
+        contributions_key=(rec.episode_id, tuple((s.t, s.reward) for s in rec.steps)),
     )
 
 
@@ -395,6 +399,7 @@ class TrainingView:
     adapters: str  # HTML table with metrics
     adapter_names: list[str]
     live: str  # active adapter name or "base model"
+    loss_key: tuple = ()  # (round id, loss points): equal keys mean an identical loss figure
 
 
 def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
@@ -433,6 +438,7 @@ def training_view(svc: Services) -> TrainingView:
     store = svc.store()
     rounds = store.list_rounds(limit=50)
     newest = rounds[0] if rounds else None
+    loss_key: tuple = ()
     if newest is None:
         progress = '<div class="evo-empty">No training round yet.</div>'
         loss = views.loss_figure([])
@@ -446,6 +452,7 @@ def training_view(svc: Services) -> TrainingView:
         if newest.error:
             progress += views.message_html(newest.error, "error")
         loss = views.loss_figure(points, f"Round #{newest.id} loss")
+        loss_key = (newest.id, tuple(points))
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
@@ -468,7 +475,7 @@ def training_view(svc: Services) -> TrainingView:
     adapters_html = views.table_html(["adapter", "objective", "round", *keys, "created"], adapter_rows,
                                      table_id="evo-adapters", empty="No adapters yet: a finished round registers one.")
     live = next((a.name for a in adapters if a.active), "base model")
-    return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live)
+    return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key)
 
 
 # Metrics shown first when rounds and adapters are compared (whichever of them a round reported).
@@ -524,6 +531,8 @@ def header_status(svc: Services) -> str:
         queued = store.list_rounds(status="queued", limit=50)
         parts.append(f"rounds: {len(running)} running, {len(queued)} queued")
     parts.append(views.esc(svc.worker.describe() if svc.worker is not None else "worker: not started"))
+    if svc.warm_status:
+        parts.append(f'<span class="chip warn" id="evo-warming">{views.esc(svc.warm_status)}…</span>')
     return '<div class="evo-header-status">' + " · ".join(parts) + "</div>"
 
 

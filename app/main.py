@@ -106,6 +106,7 @@ def run(
         if cfg.studio.start_worker if start_worker is None else start_worker:
             svc.start_worker()  # after the page is served: its imports would only slow the start down
         if warm:
+            svc.warm_status = "loading the retrieval index"  # shown from the first page load on
             threading.Thread(target=_warm, args=(svc,), name="evorag-warm", daemon=True).start()
         demo.block_thread()
         demo.close()

@@ -107,6 +107,7 @@ class Services:
         self.worker: WorkerProcess | None = None
         self.extra_files: list[Path] = []  # uploaded or typed data files, newest last
         self.loss_history: dict[int, list[tuple[float, float]]] = {}  # round id -> (step, loss) seen by the UI
+        self.warm_status = ""  # what the background warm-up is loading now ("" when idle or done)
         self._lock = threading.RLock()
         self._runtimes: OrderedDict[Path, Runtime] = OrderedDict()
         self._retrieval: Any = None
@@ -155,11 +156,17 @@ class Services:
         return [(_label(f), str(f)) for f in seen]
 
     def warm(self) -> None:
-        """Load the default data file, its retrieval index and the policy LM (in the background after launch)."""
-        rt = self.runtime()
-        rt.retrieval.retriever_for(rt.pooled_corpus)
-        rt.embed(["warm-up"])
-        self.policies.warm()
+        """Load the default data file, its retrieval index and the policy LM (in the background after launch);
+        `warm_status` says what is loading, for the page header."""
+        try:
+            self.warm_status = "loading the retrieval index"
+            rt = self.runtime()
+            rt.retrieval.retriever_for(rt.pooled_corpus)
+            rt.embed(["warm-up"])
+            self.warm_status = "loading the policy model"
+            self.policies.warm()
+        finally:
+            self.warm_status = ""
 
     # -- store ------------------------------------------------------------------------------------------------
     def store(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any, Callable
 
 import gradio as gr
@@ -39,6 +40,7 @@ def guard(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         except gr.Error:
@@ -50,6 +52,8 @@ def guard(fn: Callable) -> Callable:
             log.exception("unexpected error in %s", fn.__name__)
             msg = f"internal error ({type(exc).__name__}): {error_message(exc)} — details are in the studio log"
             raise gr.Error(views.esc(msg), print_exception=False) from None
+        finally:
+            log.debug("%s took %.3f s", fn.__name__, time.perf_counter() - start)
 
     return wrapper
 
@@ -71,8 +75,14 @@ def build_ui(svc: Services) -> gr.Blocks:
             with gr.Tab("Evaluate", id="evaluate"):
                 _eval_tab(svc)
 
+        header_shown = gr.State("")
+
+        def tick(last):
+            html = handlers.header_status(svc)
+            return (html, html) if html != last else (gr.skip(), last)
+
         timer = gr.Timer(TIMER_SECONDS)
-        timer.tick(guard(lambda: handlers.header_status(svc)), None, header, show_progress="hidden",
+        timer.tick(guard(tick), header_shown, [header, header_shown], show_progress="hidden",
                    concurrency_limit=None, api_visibility="private")
 
         def on_load(request: gr.Request):
@@ -85,18 +95,36 @@ def build_ui(svc: Services) -> gr.Blocks:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def _episode_outputs(view: EpisodeView) -> tuple:
+def _episode_outputs(view: EpisodeView, shown: dict | None) -> tuple:
+    """The episode outputs, with gr.skip() for those equal to what the page already shows (re-rendering a Plotly
+    chart is the costliest part of a step in the browser), followed by the new `shown` record."""
+    shown = dict(shown or {})
     judged = view.judged_steps
+    fresh = {
+        "status": view.status, "message": view.message, "steps": view.steps, "weights": view.weights_key,
+        "contrib": view.contributions_key, "breakdown": view.breakdown, "passages": view.passages,
+        "verdicts": view.verdicts, "judged": tuple(judged), "candidates": view.candidates,
+        "choices": tuple(view.candidate_choices),
+    }
+
+    def send(key: str, value: Any) -> Any:
+        return value if key not in shown or shown[key] != fresh[key] else gr.skip()
+
+    choices = view.candidate_choices
     return (
-        view.status, view.message, view.steps, view.weights, view.contributions, view.breakdown, view.passages,
-        view.verdicts, gr.Dropdown(choices=judged, value=judged[-1] if judged else None),
-        view.candidates,
-        gr.Dropdown(choices=view.candidate_choices, value=None), gr.Dropdown(choices=view.candidate_choices, value=None),
+        send("status", view.status), send("message", view.message), send("steps", view.steps),
+        send("weights", view.weights), send("contrib", view.contributions), send("breakdown", view.breakdown),
+        send("passages", view.passages), send("verdicts", view.verdicts),
+        send("judged", gr.Dropdown(choices=judged, value=judged[-1] if judged else None)),
+        send("candidates", view.candidates),
+        send("choices", gr.Dropdown(choices=choices, value=None)), send("choices", gr.Dropdown(choices=choices, value=None)),
+        fresh,
     )
 
 
 def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dropdown:
     session = gr.State(None)
+    shown = gr.State({})  # what the episode outputs show now (see `_episode_outputs`)
     first = handlers.episode_view(None)
     with gr.Row():
         with gr.Column(scale=1, min_width=380):
@@ -120,9 +148,9 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
                 schedule = gr.Dropdown(list(SCHEDULES), value=svc.cfg.reward.schedule, label="Schedule")
                 preset = gr.Dropdown(list(PRESETS), value=svc.cfg.reward.preset, label="Reward preset")
             with gr.Row():
-                reset_btn = gr.Button("Reset", variant="primary", elem_id="evo-reset", min_width=80)
-                step_btn = gr.Button("Step", elem_id="evo-step", min_width=80)
-                run_btn = gr.Button("Run to end", elem_id="evo-run", min_width=100)
+                reset_btn = gr.Button("Reset", variant="primary", elem_id="evo-reset", min_width=70, size="md")
+                step_btn = gr.Button("Step", elem_id="evo-step", min_width=70, size="md")
+                run_btn = gr.Button("Run to end", elem_id="evo-run", min_width=100, size="md")
         with gr.Column(scale=3):
             status = gr.HTML(first.status)
             message = gr.HTML(first.message, elem_id="evo-message")
@@ -181,40 +209,41 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
     data_dd.input(guard(on_data), data_dd, data_outputs)
     upload.upload(guard(on_upload), upload, data_outputs)
 
-    def on_reset(*args):
+    def on_reset(shown_now, *args):
         view, sess = handlers.start_episode(svc, settings_of(*args))
-        return (*_episode_outputs(view), sess)
+        return (*_episode_outputs(view, shown_now), sess)
 
-    def on_step(sess):
+    def on_step(sess, shown_now):
         view, sess = handlers.step_episode(sess)
-        return (*_episode_outputs(view), sess)
+        return (*_episode_outputs(view, shown_now), sess)
 
-    def on_run(sess):
+    def on_run(sess, shown_now):
         view, sess = handlers.run_to_end(sess)
-        return (*_episode_outputs(view), sess)
+        return (*_episode_outputs(view, shown_now), sess)
 
-    def on_override(sess, t, v, who):
+    def on_override(sess, shown_now, t, v, who):
         view, sess = handlers.override_verdict(sess, t, v, who or "")
-        return (*_episode_outputs(view), sess)
+        return (*_episode_outputs(view, shown_now), sess)
 
-    def on_sample(sess, kk, temp, sd):
+    def on_sample(sess, shown_now, kk, temp, sd):
         view, sess = handlers.sample_siblings(sess, kk, temp, sd)
-        return (*_episode_outputs(view), sess)
+        return (*_episode_outputs(view, shown_now), sess)
 
-    def on_score(sess, h):
+    def on_score(sess, shown_now, h):
         view, sess = handlers.score_siblings(sess, h)
-        return (*_episode_outputs(view), sess)
+        return (*_episode_outputs(view, shown_now), sess)
 
     def on_pair(sess, i, j, who):
         msg, _ = handlers.queue_pair(sess, svc, i, j, who or "")
         return views.message_html(msg, "ok")
 
-    reset_btn.click(guard(on_reset), settings_inputs, [*outputs, session])
-    step_btn.click(guard(on_step), session, [*outputs, session], show_progress="minimal")
-    run_btn.click(guard(on_run), session, [*outputs, session])
-    override_btn.click(guard(on_override), [session, judged_dd, verdict, annotator], [*outputs, session])
-    sample_btn.click(guard(on_sample), [session, k, temperature, seed], [*outputs, session])
-    score_btn.click(guard(on_score), [session, horizon], [*outputs, session])
+    ep_outputs = [*outputs, shown, session]
+    reset_btn.click(guard(on_reset), [shown, *settings_inputs], ep_outputs)
+    step_btn.click(guard(on_step), [session, shown], ep_outputs, show_progress="minimal")
+    run_btn.click(guard(on_run), [session, shown], ep_outputs)
+    override_btn.click(guard(on_override), [session, shown, judged_dd, verdict, annotator], ep_outputs)
+    sample_btn.click(guard(on_sample), [session, shown, k, temperature, seed], ep_outputs)
+    score_btn.click(guard(on_score), [session, shown, horizon], ep_outputs)
     pair_btn.click(guard(on_pair), [session, preferred, rejected, annotator], pair_msg)
     policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
     demo.load(guard(on_data), data_dd, data_outputs, api_visibility="private")
@@ -274,7 +303,7 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
 
 def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
     t = svc.cfg.train
-    names_state = gr.State([])
+    names_state = gr.State({})  # what the training outputs last showed (see `refresh`)
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             objective = gr.Dropdown(list(handlers.OBJECTIVES), value=t.objective, label="Objective",
@@ -309,27 +338,38 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         live = gr.HTML(elem_id="evo-live-box")
     act_msg = gr.HTML()
 
-    def refresh(names, current_policy=None):
+    def refresh(shown):
+        """New values for the outputs that changed since the last refresh (gr.skip() for the others), so that a
+        timer tick costs the browser nothing when nothing happened."""
+        shown = dict(shown or {})
         view = handlers.training_view(svc)
         live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
-        changed = view.adapter_names != list(names or [])
-        pick = gr.Dropdown(choices=view.adapter_names) if changed else gr.Dropdown()
-        pol = gr.Dropdown(choices=handlers.policy_options(svc)) if changed else gr.Dropdown()
-        return view.progress, view.loss, view.rounds, view.adapters, pick, live_html, view.adapter_names, pol
+        fresh = {"progress": view.progress, "loss": view.loss_key, "rounds": view.rounds, "adapters": view.adapters,
+                 "live": live_html, "names": view.adapter_names}
+
+        def send(key, value):
+            return value if shown.get(key, object()) != fresh[key] else gr.skip()
+
+        names_changed = shown.get("names") != view.adapter_names
+        pick = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()
+        pol = gr.Dropdown(choices=handlers.policy_options(svc)) if names_changed else gr.skip()
+        out = (send("progress", view.progress), send("loss", view.loss), send("rounds", view.rounds),
+               send("adapters", view.adapters), pick, send("live", live_html), fresh, pol)
+        return out
 
     outs = [progress, loss, rounds, adapters, adapter_dd, live, names_state, policy_dd]
 
-    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, names):
+    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown):
         msg, _ = handlers.launch_round(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
-        return (views.message_html(msg, "ok"), *refresh(names))
+        return (views.message_html(msg, "ok"), *refresh(shown))
 
-    def on_activate(name, names):
+    def on_activate(name, shown):
         msg = handlers.activate_adapter(svc, name)
-        return (views.message_html(msg, "ok"), *refresh(names))
+        return (views.message_html(msg, "ok"), *refresh(shown))
 
-    def on_base(names):
+    def on_base(shown):
         msg = handlers.use_base_model(svc)
-        return (views.message_html(msg, "ok"), *refresh(names))
+        return (views.message_html(msg, "ok"), *refresh(shown))
 
     launch.click(guard(on_launch), [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state],
                  [launch_msg, *outs])

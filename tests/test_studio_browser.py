@@ -106,6 +106,9 @@ def page(browser, studio):
     pg.wait_for_selector("#evo-reset")
     pg.wait_for_function("document.querySelector('#evo-question input') && "
                          "document.querySelector('#evo-question input').value.startsWith('demo-001')")
+    # the background warm-up (index, LM) runs in the studio process; timings are taken once it is done
+    pg.wait_for_function("document.querySelector('#evo-live-adapter') && !document.querySelector('#evo-warming')",
+                         timeout=300_000)
     yield pg
     pg.close()
 
