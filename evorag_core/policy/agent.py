@@ -80,7 +80,7 @@ class LMPolicy:
         self, view: AgentView, k: int | None = None, temperature: float | None = None, seed: int | None = None
     ) -> list[PolicyDecision]:
         """`k` sibling decisions sampled at `temperature` (defaults: cfg.siblings, cfg.temperature); the labels are
-        drawn from one scoring pass and the arguments of each action kind are generated as one batch."""
+        drawn from one scoring pass and all arguments are generated as one batch."""
         k = self.cfg.siblings if k is None else k
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
@@ -95,22 +95,19 @@ class LMPolicy:
         probs = _choice_probs(raw, allowed, temperature)
         seed = seed if seed is not None else secrets.randbits(62)
         names = _draw(probs, k, temperature, seed)
-        arguments: dict[str, list[Generation]] = {}
-        for name in ARGUMENT_ACTIONS:
-            count = names.count(name)
-            if count:
-                limit = self.cfg.max_query_tokens if name == "SEARCH" else self.cfg.max_answer_tokens
-                arguments[name] = self.backend.generate(
-                    prompt + LABELS[name], limit, stop=("\n",), temperature=temperature, n=count, seed=seed + 1
-                )
-        return [self._decision(view, prompt, name, raw, probs, arguments) for name in names]
+        wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS]
+        generations: dict[int, Generation] = {}
+        if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
+            limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
+            outs = self.backend.generate_batch([prompt + LABELS[names[i]] for i in wanted], limits, stop=("\n",),
+                                               temperature=temperature, seed=seed + 1)
+            generations = dict(zip(wanted, outs))
+        return [self._decision(view, prompt, name, raw, probs, generations.get(i)) for i, name in enumerate(names)]
 
-    def _decision(self, view, prompt, name, raw, probs, arguments) -> PolicyDecision:
+    def _decision(self, view, prompt, name, raw, probs, generated: Generation | None) -> PolicyDecision:
         fallback = None
         argument = ""
-        generated: Generation | None = None
         if name in ARGUMENT_ACTIONS:
-            generated = arguments[name].pop(0)
             argument = " ".join(generated.text.split())
             if not argument and name == "SEARCH":
                 argument, fallback = view.question.strip(), "empty_query"

@@ -59,6 +59,17 @@ class PolicyBackend(Protocol):
         seed: int | None = None,
     ) -> list[Generation]: ...
 
+    def generate_batch(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int | Sequence[int],
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """One continuation per prompt, decoded together (per-prompt token limits allowed)."""
+        ...
+
     def sequence_logprob(self, prompt: str, completion: str) -> float: ...
 
     def sequence_logprobs(self, pairs: Sequence[tuple[str, str]]) -> list[float]: ...

@@ -201,7 +201,6 @@ class TransformersBackend:
 
     # -- generation ------------------------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def generate(
         self,
         prompt: str,
@@ -217,33 +216,90 @@ class TransformersBackend:
         `ignore_eos` keeps going through end tokens (for benchmarks: always max_new_tokens tokens)."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
-        if max_new_tokens <= 0:
-            return [Generation("", (), (), "length") for _ in range(n)]
-        prompt_ids = self.encode(prompt)
-        logprobs = self._prefill(prompt_ids).unsqueeze(0).expand(n, -1)
-        rng = torch.Generator(device=logprobs.device).manual_seed(seed if seed is not None else secrets.randbits(62))
-        cache = self._prefix.cache if n == 1 else fork_cache(self._prefix.cache, n, max_new_tokens)
-        rows = [_Row() for _ in range(n)]
-        fed: list[int] = []
+        return self.generate_batch([prompt] * n, max_new_tokens, stop, temperature, seed, ignore_eos=ignore_eos)
+
+    @torch.inference_mode()
+    def generate_batch(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int | Sequence[int],
+        stop: Sequence[str] = (),
+        temperature: float = 0.0,
+        seed: int | None = None,
+        *,
+        ignore_eos: bool = False,
+    ) -> list[Generation]:
+        """One continuation per prompt, decoded as one batch (a per-prompt token limit is allowed). Prompts that
+        share a prefix (e.g. the agent prompt + "SEARCH:" and + "ANSWER:") run that prefix once."""
+        limits = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        if len(limits) != len(prompts):
+            raise ValueError("max_new_tokens must be an int or one limit per prompt")
+        if not prompts or max(limits) <= 0:
+            return [Generation("", (), (), "length") for _ in prompts]
+        ids = [self.encode(p) for p in prompts]
+        rng = torch.Generator(device=self.model.device)
+        rng.manual_seed(seed if seed is not None else secrets.randbits(62))
+        n = len(ids)
+        if all(i == ids[0] for i in ids):
+            logprobs = self._prefill(ids[0]).unsqueeze(0).expand(n, -1)
+            cache = self._prefix.cache if n == 1 else fork_cache(self._prefix.cache, n, max(limits))
+            batch = _Batch(cache, logprobs)
+        else:
+            batch = self._start_suffixes(ids, max(limits))
+        rows = [_Row(limit) for limit in limits]
         with self._dropping_cache_on_error():
-            for _ in range(max_new_tokens):
-                picks = _pick(logprobs, temperature, rng)
-                chosen = logprobs.gather(1, picks.unsqueeze(1)).squeeze(1).tolist()
-                for row, tok, lp in zip(rows, picks.tolist(), chosen):
-                    if not row.done:
-                        self._advance(row, tok, lp, stop, max_new_tokens, ignore_eos)
-                if all(row.done for row in rows):
-                    break
-                logits = self._forward(picks.unsqueeze(1), cache, keep=1)
-                logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
-                fed.append(int(picks[0]))
+            fed = self._decode(batch, rows, stop, temperature, rng, ignore_eos)
             if n == 1:
                 self._prefix.ids.extend(fed)
         self.tokens_generated += sum(len(row.tokens) for row in rows)
         return [row.result(self.tokenizer) for row in rows]
 
-    def _advance(self, row: "_Row", tok: int, logprob: float, stop: Sequence[str], max_new_tokens: int,
-                 ignore_eos: bool) -> None:
+    def _start_suffixes(self, ids: list[list[int]], room: int) -> "_Batch":
+        """Run the common prefix once (prefix cache), copy it into one row per prompt, then run every prompt's own
+        suffix in one right-padded forward. Pads stay masked out (2-D attention mask); positions are per row."""
+        common = min(min(len(i) for i in ids) - 1, *(common_prefix_length(ids[0], i) for i in ids[1:]))
+        if common > 0:
+            self._prefill(ids[0][:common])
+            cache = fork_cache(self._prefix.cache, len(ids), room + max(len(i) for i in ids) - common)
+        else:
+            cache = growing_cache(len(self._prefix.cache.layers))
+        suffixes = [i[common:] for i in ids]
+        width = max(len(x) for x in suffixes)
+        tokens = torch.tensor([x + [x[-1]] * (width - len(x)) for x in suffixes])
+        mask = torch.tensor([[1] * (common + len(x)) + [0] * (width - len(x)) for x in suffixes])
+        lengths = torch.tensor([len(x) for x in suffixes])
+        positions = common + torch.arange(width).unsqueeze(0).expand(len(ids), -1)
+        device = self.model.device
+        logits = self._forward(tokens, cache, positions=positions.to(device), mask=mask.to(device))
+        last = logits[torch.arange(len(ids)), lengths.to(logits.device) - 1]
+        self.prompt_tokens += int(lengths.sum())
+        return _Batch(cache, torch.log_softmax(last.float(), dim=-1), mask.to(device), (common + lengths).to(device))
+
+    def _decode(self, batch: "_Batch", rows: list["_Row"], stop, temperature, rng, ignore_eos) -> list[int]:
+        """Sample until every row is done; finished rows leave the batch. Returns row 0's fed tokens."""
+        live = list(range(len(rows)))  # rows still decoding = the batch rows, in order
+        logprobs, fed = batch.logprobs, []
+        while True:
+            picks = _pick(logprobs, temperature, rng)
+            chosen = logprobs.gather(1, picks.unsqueeze(1)).squeeze(1).tolist()
+            for r, tok, lp in zip(live, picks.tolist(), chosen):
+                self._advance(rows[r], tok, lp, stop, ignore_eos)
+            keep = [i for i, r in enumerate(live) if not rows[r].done]
+            if not keep:
+                return fed
+            if len(keep) < len(live):  # later steps cost less
+                index = torch.tensor(keep, device=picks.device)
+                batch.select(index)
+                picks = picks[index]
+                live = [live[i] for i in keep]
+            logits = self._forward(picks.unsqueeze(1), batch.cache, keep=1, **batch.step_inputs())
+            logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+            fed.append(int(picks[0]))
+
+    def _advance(self, row: "_Row", tok: int, logprob: float, stop: Sequence[str], ignore_eos: bool) -> None:
+        if len(row.tokens) >= row.limit:
+            row.finish = "length"
+            return
         if tok in self._end_ids and not ignore_eos:
             row.finish = "stop"
             return
@@ -254,7 +310,7 @@ class TransformersBackend:
                 return
         row.tokens.append(tok)
         row.logprobs.append(logprob)
-        if len(row.tokens) >= max_new_tokens:
+        if len(row.tokens) >= row.limit:
             row.finish = "length"
 
     # -- adapters --------------------------------------------------------------------------------------------
@@ -288,9 +344,10 @@ class TransformersBackend:
 
 
 class _Row:
-    __slots__ = ("tokens", "logprobs", "finish")
+    __slots__ = ("limit", "tokens", "logprobs", "finish")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.finish: str | None = None
@@ -302,6 +359,29 @@ class _Row:
     def result(self, tokenizer) -> Generation:
         text = tokenizer.decode(self.tokens) if self.tokens else ""
         return Generation(text, tuple(self.tokens), tuple(self.logprobs), self.finish or "length")
+
+
+class _Batch:
+    """The decoding rows' cache and next-token log-probs; for prompts of different lengths also the 2-D attention
+    mask (pads = 0) and each row's next position."""
+
+    def __init__(self, cache, logprobs: torch.Tensor, mask: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> None:
+        self.cache, self.logprobs, self.mask, self.positions = cache, logprobs, mask, positions
+
+    def select(self, index: torch.Tensor) -> None:
+        self.cache.batch_select_indices(index)
+        if self.mask is not None:
+            self.mask, self.positions = self.mask[index], self.positions[index]
+
+    def step_inputs(self) -> dict:
+        """Mask and position ids for the next one-token step (and advance them)."""
+        if self.mask is None:
+            return {}
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        positions = self.positions.unsqueeze(1)
+        self.positions = self.positions + 1
+        return {"mask": self.mask, "positions": positions}
 
 
 def _pack(items: list[int], sizes: list[int], budget: int) -> list[list[int]]:

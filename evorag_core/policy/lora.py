@@ -8,6 +8,7 @@ deleted again and the previous active adapter stays active.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -81,7 +82,9 @@ class AdapterSet:
         config = read_adapter_config(path)
         state = read_adapter_weights(path)
         try:
-            inject_adapter_in_model(config, self.model, adapter_name=name)
+            with warnings.catch_warnings():  # several named adapters in one model is the point here
+                warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
+                inject_adapter_in_model(config, self.model, adapter_name=name)
             result = set_peft_model_state_dict(self.model, state, adapter_name=name)
             missing = [k for k in result.missing_keys if f".{name}." in k or k.endswith(f".{name}")]
             if result.unexpected_keys or missing:
@@ -130,7 +133,9 @@ class AdapterSet:
     def _purge(self, name: str) -> None:
         from peft.functional import delete_adapter
 
-        delete_adapter(self.model, name, prefix="lora_")
+        with warnings.catch_warnings():  # "setting active adapter to ...": _apply() decides that right after
+            warnings.filterwarnings("ignore", message="Adapter .* was active which is now deleted")
+            delete_adapter(self.model, name, prefix="lora_")
         getattr(self.model, "peft_config", {}).pop(name, None)
 
     def _apply(self) -> None:

@@ -98,6 +98,30 @@ class VLLMBackend:
         self.tokens_generated += sum(len(g.token_ids) for g in results)
         return results
 
+    def generate_batch(self, prompts: Sequence[str], max_new_tokens: int | Sequence[int], stop: Sequence[str] = (),
+                       temperature: float = 0.0, seed: int | None = None, *,
+                       ignore_eos: bool = False) -> list[Generation]:
+        from vllm import SamplingParams
+
+        limits = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+        requests, params, slots = [], [], []
+        for i, (prompt, limit) in enumerate(zip(prompts, limits)):
+            if limit > 0:
+                slots.append(i)
+                requests.append({"prompt_token_ids": encode_pair(self.tokenizer, prompt, "")[0]})
+                params.append(SamplingParams(temperature=max(temperature, 0.0), max_tokens=limit,
+                                             seed=None if seed is None else seed + i, stop=list(stop) or None,
+                                             logprobs=0, ignore_eos=ignore_eos))
+        results = [Generation("", (), (), "length") for _ in prompts]
+        if requests:
+            outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora())
+            for i, out in zip(slots, outs):
+                c = out.outputs[0]
+                results[i] = self._trim(c.token_ids, c.logprobs, stop, ignore_eos, limits[i])
+                self.prompt_tokens += len(requests[slots.index(i)]["prompt_token_ids"])
+        self.tokens_generated += sum(len(g.token_ids) for g in results)
+        return results
+
     def _trim(self, token_ids, logprobs, stop, ignore_eos, max_new_tokens) -> Generation:
         """Cut before an end token or before the token whose text completes a stop string."""
         kept: list[int] = []

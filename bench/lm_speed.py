@@ -1,0 +1,197 @@
+"""Speed of the policy LM backend on this machine; writes JSON (default bench/results/lm_speed.json).
+
+    python bench/lm_speed.py [--runs 5] [--threads 0] [--dtype float32] [--variants] [--out PATH]
+
+Measures (medians over --runs): cached load time; for a ~600-token agent prompt: time to first token (cold cache),
+prefill tok/s, decode tok/s at batch 1 and aggregate at batch 4/8 (HF `generate` at batch 1 for comparison); the
+per-step cost of the agent's action scoring as an episode's prompt grows, with and without prefix reuse; and the
+cost of K=4 sibling candidates vs one sampled decision. `--variants` also times decode/prefill for float32/bfloat16
+x 1/2 threads. The load average is recorded because the machine may be shared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evorag_core.config import PolicyConfig, home_dir  # noqa: E402
+from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
+from evorag_core.policy.prompts import LABELS  # noqa: E402
+from evorag_core.state import AgentView, Hop  # noqa: E402
+from evorag_core.types import Passage  # noqa: E402
+
+BENCHMARKS = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
+TARGETS = {"decode_batch1_tok_s": 30.0, "cached_load_s": 3.0, "k4_over_one": 2.0}
+
+
+CPU_TIMES: list[tuple[float, float]] = []  # (wall, process cpu) of every timed call, for the summary
+
+
+def _median_time(fn, runs: int) -> float:
+    """Median wall-clock seconds of `runs` calls (process CPU seconds are recorded too, see `cpu_vs_wall`)."""
+    times = []
+    for _ in range(runs):
+        start, cpu = time.perf_counter(), time.process_time()
+        fn()
+        times.append(time.perf_counter() - start)
+        CPU_TIMES.append((times[-1], time.process_time() - cpu))
+    return statistics.median(times)
+
+
+def _question() -> tuple[str, list[Passage]]:
+    """The first HotpotQA question and its passages when shared/benchmarks is present, else a synthetic one."""
+    if BENCHMARKS.is_file():
+        record = json.loads(BENCHMARKS.read_text(encoding="utf-8").splitlines()[0])
+        passages = [Passage(p["pid"], p["title"], p["text"]) for p in record["passages"]]
+        return record["question"], passages
+    text = "The river flows through the old town, past the cathedral and the market square, to the sea. " * 4
+    return "Which town does the river flow through?", [Passage(f"s{i}", f"Town {i}", text) for i in range(10)]
+
+
+def _views(question: str, passages: list[Passage], hops: int, per_hop: int = 3) -> list[AgentView]:
+    chain = tuple(Hop(f"search {i + 1} for {question[:40]}", tuple(passages[i * per_hop:(i + 1) * per_hop]))
+                  for i in range(hops))
+    return [AgentView(question, chain[:t], (), t + 1, 20) for t in range(hops + 1)]
+
+
+def bench_load(cfg: PolicyConfig, home: Path, runs: int) -> dict:
+    TransformersBackend(cfg, home)  # converts the GGUF on the very first run
+    loads = [TransformersBackend(cfg, home).load_seconds for _ in range(runs)]
+    return {"cached_load_s": statistics.median(loads), "all_s": loads}
+
+
+def bench_decode(backend: TransformersBackend, prompt: str, runs: int, tokens: int) -> dict:
+    def cold_first_token():
+        backend.reset_cache()
+        backend.generate(prompt, 1)
+
+    prompt_len = len(backend.encode(prompt))
+    ttft = _median_time(cold_first_token, runs)
+    out = {"prompt_tokens": prompt_len, "ttft_cold_s": ttft, "prefill_tok_s": prompt_len / ttft}
+    for n in (1, 4, 8):
+        temperature = 0.0 if n == 1 else 1.0
+        backend.generate(prompt, 2, temperature=temperature, n=n, seed=0)  # warm: prompt cached
+        one = _median_time(lambda: backend.generate(prompt, 1, temperature=temperature, n=n, seed=0), runs)
+        full = _median_time(lambda: backend.generate(prompt, tokens, temperature=temperature, n=n, seed=0,
+                                                     ignore_eos=True), runs)
+        out[f"decode_batch{n}_tok_s"] = n * (tokens - 1) / (full - one)
+        out[f"decode_batch{n}_step_ms"] = 1000 * (full - one) / (tokens - 1)
+    ids = torch.tensor([backend.encode(prompt)])
+    with torch.inference_mode():
+        backend.model.generate(ids, max_new_tokens=4, do_sample=False)
+        gen = _median_time(lambda: backend.model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
+                                                          do_sample=False), max(2, runs // 2))
+    out["hf_generate_batch1_tok_s"] = tokens / (gen - ttft)  # its prefill is about our cold TTFT
+    return out
+
+
+def bench_prefix_reuse(backend: TransformersBackend, policy: LMPolicy, views: list[AgentView], runs: int) -> list:
+    labels = list(LABELS.values())
+    prompts = [policy.prompt(v) for v in views]
+    lengths = [len(backend.encode(p)) for p in prompts]
+    with_reuse: list[list[float]] = [[] for _ in prompts]
+    without: list[list[float]] = [[] for _ in prompts]
+    for _ in range(runs):
+        backend.reset_cache()
+        for i, p in enumerate(prompts):  # an episode: each step's prompt extends the previous one
+            with_reuse[i].append(_median_time(lambda: backend.score_choices(p, labels), 1))
+        for i, p in enumerate(prompts):
+            backend.reset_cache()
+            without[i].append(_median_time(lambda: backend.score_choices(p, labels), 1))
+    rows = []
+    for i, p in enumerate(prompts):
+        new = lengths[i] - (_common(backend.encode(prompts[i - 1]), backend.encode(p)) if i else 0)
+        rows.append({"step": i + 1, "prompt_tokens": lengths[i], "new_tokens": new,
+                     "with_reuse_s": statistics.median(with_reuse[i]), "without_reuse_s": statistics.median(without[i])})
+    return rows
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentView, runs: int) -> dict:
+    policy.act(view)  # the prompt is in the prefix cache, as within an episode
+    seeds = iter(range(10_000))
+    one = _median_time(lambda: policy.act(view, sample=True, seed=next(seeds)), runs)
+    k4 = _median_time(lambda: policy.candidates(view, k=4, seed=next(seeds)), runs)
+    return {"one_s": one, "k4_s": k4, "k4_over_one": k4 / one}
+
+
+def bench_variants(home: Path, prompt: str, runs: int, tokens: int) -> list:
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        backend = TransformersBackend(PolicyConfig(device="cpu", dtype=dtype), home)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            d = bench_decode(backend, prompt, runs, tokens)
+            rows.append({"dtype": dtype, "threads": threads, "prefill_tok_s": d["prefill_tok_s"],
+                         "decode_batch1_tok_s": d["decode_batch1_tok_s"], "decode_batch4_tok_s": d["decode_batch4_tok_s"],
+                         "hf_generate_batch1_tok_s": d["hf_generate_batch1_tok_s"]})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "lm_speed.json")
+    ap.add_argument("--home", type=Path, default=None, help="EVORAG_HOME (holds the converted model)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=32, help="decode tokens per timing")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--variants", action="store_true", help="also time float32/bfloat16 x 1/2 threads")
+    args = ap.parse_args(argv)
+    home = args.home or home_dir()
+    cfg = PolicyConfig(device="cpu", dtype=args.dtype, threads=args.threads)
+    load_start = os.getloadavg()
+
+    result: dict = {"load": bench_load(cfg, home, args.runs)}
+    backend = TransformersBackend(cfg, home)
+    policy = LMPolicy(backend, cfg)
+    question, passages = _question()
+    views = _views(question, passages, hops=3)
+    prompt = policy.prompt(views[1])  # question + one hop: ~600 tokens with the demo
+    result["decode"] = bench_decode(backend, prompt, args.runs, args.tokens)
+    print(json.dumps(result, indent=1), flush=True)
+    result["prefix_reuse"] = bench_prefix_reuse(backend, policy, views, args.runs)
+    result["siblings"] = bench_siblings(backend, policy, views[1], args.runs)
+    if args.variants:
+        result["variants"] = bench_variants(home, prompt, args.runs, args.tokens)
+    result["targets"] = {
+        "decode_batch1_tok_s": [TARGETS["decode_batch1_tok_s"], result["decode"]["decode_batch1_tok_s"]],
+        "cached_load_s": [TARGETS["cached_load_s"], result["load"]["cached_load_s"]],
+        "k4_over_one": [TARGETS["k4_over_one"], result["siblings"]["k4_over_one"]],
+    }
+    wall, cpu = sum(w for w, _ in CPU_TIMES), sum(c for _, c in CPU_TIMES)
+    result["cpu_vs_wall"] = {
+        "wall_s": wall, "cpu_s": cpu, "cpu_share": cpu / wall / torch.get_num_threads(),
+        "note": "cpu_share < 1: the process got that share of its threads' time (other processes competed); "
+                "with 1 thread, wall figures x cpu_share approximate an idle machine",
+    }
+    result["machine"] = {
+        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": backend.dtype,
+        "torch": torch.__version__, "python": platform.python_version(), "runs": args.runs,
+        "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
