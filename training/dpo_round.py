@@ -5,7 +5,9 @@ worker's `finish_round` then consumes them on success or releases them on failur
 them too. The reference (and starting point) is the previous round's adapter, or the base model for the first
 round (`job.reference`). With `job.holdout` > 0 that share of the claimed pairs' states is held out of training and
 scored afterwards (pair accuracy = share with implicit reward margin > 0). Pairs that cannot be trained on (empty
-or identical completions) are counted in `skipped_pairs`; they are consumed with the others.
+or identical completions) are counted in `skipped_pairs`; they are consumed with the others. Prompts too long for
+train.max_length are cut by `seqlogp.fit_text` first (the system prompt and the current turn survive, the
+demonstration in between is cut), so TRL's own fitting leaves them as they are.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from evorag_core.errors import DatasetFormatError, TrainingError
 from .data import PairExample, split_pairs
 from .job import AdapterRef, ProgressFn, RoundJob
 from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from .seqlogp import fit_text
 
 __all__ = ["run", "pair_examples"]
 
@@ -24,14 +27,19 @@ _DPO_LOGGED = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies
                "logps/chosen", "logps/rejected")
 
 
-def pair_examples(pairs: list[Any]) -> tuple[list[PairExample], list[int]]:
-    """(trainable examples, ids of pairs that are not trainable)."""
+def pair_examples(pairs: list[Any], tokenizer: Any = None, max_length: int = 0) -> tuple[list[PairExample], list[int]]:
+    """(trainable examples, ids of pairs that are not trainable). With a tokenizer, prompts too long for
+    `max_length` lose their middle by `seqlogp.fit_text` (the current turn survives; see seqlogp)."""
     good: list[PairExample] = []
     bad: list[int] = []
     for p in pairs:
         try:
-            good.append(PairExample(p.prompt, p.chosen, p.rejected))
-        except DatasetFormatError:
+            prompt = p.prompt
+            if tokenizer is not None:
+                longest = max(len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in (p.chosen, p.rejected))
+                prompt = fit_text(tokenizer, prompt, max_length - longest - 3)
+            good.append(PairExample(prompt, p.chosen, p.rejected))
+        except (DatasetFormatError, ValueError):
             bad.append(p.id)
     return good, bad
 
@@ -59,14 +67,14 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     started = time.perf_counter()
     with RssSampler() as rss:
         claimed = store.claim_pairs(job.round_id, job.pairs, source=job.source, stage=job.stage)
-        examples, skipped = pair_examples(claimed)
-        if not examples:
-            raise TrainingError(
-                f"no trainable queued pairs (claimed {len(claimed)}, filters source={job.source}, stage={job.stage}); "
-                "add pairs by rollouts or annotation first"
-            )
-        train, heldout = split_pairs(examples, job.holdout, job.train.seed) if job.holdout > 0 else (examples, [])
+        if not claimed:
+            raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}); "
+                                "add pairs by rollouts or annotation first")
         model, tokenizer, base_id = load_base(job)
+        examples, skipped = pair_examples(claimed, tokenizer, job.train.max_length)
+        if not examples:
+            raise TrainingError(f"none of the {len(claimed)} claimed pairs is trainable (empty or identical sides)")
+        train, heldout = split_pairs(examples, job.holdout, job.train.seed) if job.holdout > 0 else (examples, [])
         reference = resolve_reference(store, job, base_id)
         out_dir = prepare_adapter_dir(job.adapter_dir)
         setup_s = time.perf_counter() - started

@@ -2,10 +2,12 @@
 
 Tokens follow the policy's boundary rule (`evorag_core.policy.base.encode_pair`): the prompt's ids, then the
 completion's ids, each encoded without special tokens and no EOS — so a completion's summed log-prob here equals
-`backend.sequence_logprob(prompt, completion)` at sampling time. A prompt longer than the budget loses its middle
-(the head third — system prompt, question — and the tail — latest hops, assistant opener — are kept, joined by the
-ids of "\n…\n"), like `training.data.fit_pairs` does for DPO. Only completion positions go through the LM head, so
-the `[B, T, vocab]` logits are never built.
+`backend.sequence_logprob(prompt, completion)` at sampling time. A prompt longer than the budget loses its middle:
+its head (HEAD_SHARE = 1/6 of the budget: the system prompt) and its tail (the current user turn — question, hops —
+and the assistant opener) are kept, joined by the ids of "\n…\n". The agent prompt puts the demonstration episode
+between the system prompt and the current turn, so the demonstration is what is cut first (`training.data.fit_pairs`
+keeps a third at the head; `fit_text` applies this rule to DPO's text prompts first). Only completion positions go
+through the LM head, so the `[B, T, vocab]` logits are never built.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from torch import Tensor
 
 from evorag_core.policy.base import encode_pair
 
-__all__ = ["Encoded", "encode", "fit_prompt", "completion_token_logps", "base_lm"]
+__all__ = ["HEAD_SHARE", "Encoded", "encode", "fit_prompt", "fit_text", "completion_token_logps", "base_lm"]
 
 _CUT_MARKER = "\n…\n"
+HEAD_SHARE = 1 / 6
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,28 @@ class Encoded:
 
 
 def fit_prompt(prompt_ids: list[int], budget: int, marker_ids: list[int]) -> list[int]:
-    """`prompt_ids` if it fits `budget`, else its first third + marker + its end, exactly `budget` ids long."""
+    """`prompt_ids` if it fits `budget`, else its head (HEAD_SHARE of the room) + marker + its end, exactly
+    `budget` ids long."""
     if len(prompt_ids) <= budget:
         return prompt_ids
     room = budget - len(marker_ids)
     if room < 2:
         raise ValueError(f"a prompt budget of {budget} tokens leaves no room for the prompt")
-    head = room // 3
+    head = int(room * HEAD_SHARE)
     return prompt_ids[:head] + marker_ids + prompt_ids[len(prompt_ids) - (room - head):]
+
+
+def fit_text(tokenizer: Any, prompt: str, budget: int) -> str:
+    """`prompt` as text, cut like `fit_prompt` to about `budget` tokens (4 tokens of slack: decoding and encoding
+    again can merge a token or two at the seams)."""
+    ids = encode_pair(tokenizer, prompt, "")[0]
+    if len(ids) <= budget:
+        return prompt
+    room = budget - len(encode_pair(tokenizer, _CUT_MARKER, "")[0]) - 4
+    if room < 2:
+        raise ValueError(f"a prompt budget of {budget} tokens leaves no room for the prompt")
+    head = int(room * HEAD_SHARE)
+    return tokenizer.decode(ids[:head]) + _CUT_MARKER + tokenizer.decode(ids[len(ids) - (room - head):])
 
 
 def encode(tokenizer: Any, prompts: Sequence[str], completions: Sequence[str], max_length: int) -> Encoded:
