@@ -29,8 +29,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     add_common(p, data=False)
     p.add_argument("--db", default=None, metavar="URL", help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
-    p.add_argument("--objective", choices=["dpo", "grpo", "ppo", "arena-grpo"], default=None,
-                   help="default [train] objective (arena-grpo: ARENA's GRPO on --data questions)")
+    p.add_argument("--objective", choices=["dpo", "grpo", "ppo", "arena-grpo", "dynakrag"], default=None,
+                   help="default [train] objective (arena-grpo: ARENA's GRPO on --data questions; "
+                        "dynakrag: fit the DynaKrag controller on --data, in this process)")
     p.add_argument("--pairs", type=int, default=None, help="DPO: queued pairs to claim (default 64)")
     p.add_argument("--episodes", type=int, default=None, help="GRPO/PPO: newest stored episodes to read (default 32)")
     p.add_argument("--epochs", type=int, default=None)
@@ -65,6 +66,10 @@ def main(args: argparse.Namespace) -> int:
         from training.curriculum import run_curriculum_command
 
         return run_curriculum_command(args, cfg, home, db_url_from_args(args, home))
+    if cfg.train.objective == "dynakrag":
+        from ..methods.dynakrag.training import train_command
+
+        return train_command(args.data, cfg, home, as_json=args.json)
     from training.job import job_config
 
     objective = cfg.train.objective

@@ -1,0 +1,217 @@
+"""DynaKrag benchmark: train the controller on a slice of each benchmark sample, then compare the learned
+controller with the uniform-valid one (paired bootstrap on per-question F1), sweep the retrieval cap, and run
+`fixed-k` / `ircot` on the same questions when those eval methods exist. Writes one JSON file.
+
+    python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--caps 1,2,3,4]
+                             [--threads 2] [--compress-tokens 96] [--out bench/results/dynakrag.json]
+
+Split: the first --train questions of each file train the controller, the next --eval questions are evaluated
+(disjoint). Corpus: the project default, `pooled` (all passages of the file, de-duplicated), so retrieval is over
+~3,000 (HotpotQA) / ~1,800 (2Wiki) passages rather than a question's own 10. Per-question results go to
+<out stem>/<dataset>/<run>.jsonl and are resumed when present (--fresh to start over); trained controllers are
+kept in <out stem>/<dataset>/controller (--retrain to refit). The load average is recorded: the machine is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evorag_core.config import home_dir, load_config  # noqa: E402
+from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.errors import EvoRagError  # noqa: E402
+from evorag_core.evaluation import evaluate  # noqa: E402
+from evorag_core.metrics import paired_bootstrap  # noqa: E402
+from evorag_core.methods.dynakrag import LearnedController, UniformController, load_models  # noqa: E402
+from evorag_core.methods.dynakrag.lm import EvidenceLM  # noqa: E402
+from evorag_core.methods.dynakrag.method import DynaKragMethod, make_context_factory, method_label  # noqa: E402
+from evorag_core.methods.dynakrag.training import train_dynakrag  # noqa: E402
+from evorag_core.runtime import Runtime  # noqa: E402
+from evorag_core.types import Dataset  # noqa: E402
+
+BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
+FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
+BASELINES = ("fixed-k", "ircot")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", default="hotpotqa,2wiki")
+    p.add_argument("--train", type=int, default=30, help="training questions per data set (file order)")
+    p.add_argument("--eval", type=int, default=30, help="evaluation questions per data set (after the training ones)")
+    p.add_argument("--caps", default="1,2,3,4", help="retrieval caps of the sweep (learned controller)")
+    p.add_argument("--sweep-eval", type=int, default=0, help="sweep on the first N evaluation questions (0: all)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--compress-tokens", type=int, default=96)
+    p.add_argument("--answer-tokens", type=int, default=24)
+    p.add_argument("--gap-tokens", type=int, default=16)
+    p.add_argument("--resamples", type=int, default=10_000)
+    p.add_argument("--home", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dynakrag.json")
+    p.add_argument("--retrain", action="store_true")
+    p.add_argument("--fresh", action="store_true")
+    p.add_argument("--no-baselines", action="store_true")
+    return p.parse_args(argv)
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
+    sys.stderr.flush()
+
+
+def run(method, questions, path: Path, fresh: bool):
+    t0 = time.perf_counter()
+    summary, results = evaluate(method, questions, out_path=path, resume=not fresh)
+    log(f"  {method.label}: n={summary['n']} EM {summary['em']:.3f} F1 {summary['f1']:.3f} "
+        f"({time.perf_counter() - t0:.0f} s)")
+    return summary, results
+
+
+def bootstrap(a, b, resamples: int) -> dict:
+    by_id = {r.question_id: r for r in b}
+    pairs = [(r.f1, by_id[r.question_id].f1) for r in a if r.question_id in by_id]
+    res = paired_bootstrap([x for x, _ in pairs], [y for _, y in pairs], resamples, seed=0)
+    return asdict(res)
+
+
+def baselines(rt, questions, folder: Path, fresh: bool) -> dict:
+    from evorag_core.commands.eval import METHODS
+
+    out = {}
+    for name in BASELINES:
+        if name not in METHODS:
+            out[name] = {"status": "not registered in evorag eval METHODS"}
+            continue
+        args = argparse.Namespace(adapter=None, script=None, k=None, stage=None, corpus=None)
+        try:
+            method = METHODS[name](args, rt)
+        except (EvoRagError, TypeError, AttributeError, ValueError) as exc:  # reported in the JSON, not hidden
+            out[name] = {"status": f"could not build: {type(exc).__name__}: {exc}"}
+            continue
+        summary, results = run(method, questions, folder / f"{name}.jsonl", fresh)
+        out[name] = {"summary": summary, "results": results}
+    return out
+
+
+class Bench:
+    """One data set: its runtime, split, trained controller, and the runs done so far (kept as JSON lines)."""
+
+    def __init__(self, name: str, args, backend, home: Path, stem: Path):
+        self.name, self.args = name, args
+        self.path = BENCHMARKS / FILES[name]
+        ds = load_dataset(self.path)
+        self.train_qs = ds.questions[: args.train]
+        self.eval_qs = ds.questions[args.train: args.train + args.eval]
+        self.sweep_qs = self.eval_qs[: args.sweep_eval] if args.sweep_eval else self.eval_qs
+        self.cfg = load_config(None, {"policy.threads": args.threads, "dynakrag.compress_tokens": args.compress_tokens,
+                                      "dynakrag.answer_tokens": args.answer_tokens,
+                                      "dynakrag.gap_tokens": args.gap_tokens})
+        self.dk = self.cfg.dynakrag
+        self.rt = Runtime(self.cfg, home, ds)
+        self.dataset, self.backend = ds, backend
+        self.folder = stem / name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.lm = EvidenceLM(backend, self.dk)
+        self.report: dict = {"file": str(self.path), "train_questions": len(self.train_qs),
+                             "eval_questions": len(self.eval_qs), "sweep_questions": len(self.sweep_qs),
+                             "eval_ids": [q.id for q in self.eval_qs]}
+        self.results: dict[str, list] = {}
+        self.models = None
+
+    def train(self) -> None:
+        model_dir = self.folder / "controller"
+        t0 = time.perf_counter()
+        if self.args.retrain or not (model_dir / "controller.json").is_file():
+            log(f"{self.name}: training on {len(self.train_qs)} questions")
+            metrics = train_dynakrag(Dataset(self.dataset.name, self.dataset.path, self.train_qs), self.rt, self.dk,
+                                     model_dir, backend=self.backend,
+                                     on_progress=lambda i, n: log(f"  explored {i}/{n}") if i % 5 == 0 else None)
+            self.report["train_seconds"] = time.perf_counter() - t0
+        else:
+            metrics = json.loads((model_dir / "controller.json").read_text())["metrics"]
+        self.report["training"] = metrics
+        self.models = load_models(model_dir)
+
+    def method(self, cfg_d, controller) -> DynaKragMethod:
+        return DynaKragMethod(cfg_d, controller, make_context_factory(self.rt, cfg_d, self.lm),
+                              lambda q: self.rt.corpus_for(q).gold_for(q), method_label(cfg_d))
+
+    def main_runs(self) -> None:
+        learned = self.method(self.dk, LearnedController(self.models, self.dk))
+        uniform_cfg = replace(self.dk, controller="uniform")
+        uniform = self.method(uniform_cfg, UniformController(self.dk.seed))
+        runs = self.report.setdefault("runs", {})
+        for key, m in (("learned", learned), ("uniform", uniform)):
+            runs[key], self.results[key] = run(m, self.eval_qs, self.folder / f"{key}.jsonl", self.args.fresh)
+        self.report.setdefault("comparisons", {})["learned_vs_uniform_f1"] = bootstrap(
+            self.results["learned"], self.results["uniform"], self.args.resamples)
+
+    def baselines(self) -> None:
+        base = baselines(self.rt, self.eval_qs, self.folder, self.args.fresh)
+        self.report["baselines"] = {k: v.get("summary", v) for k, v in base.items()}
+        for bname, info in base.items():
+            if "results" in info:
+                self.report["comparisons"][f"learned_vs_{bname}_f1"] = bootstrap(
+                    self.results["learned"], info["results"], self.args.resamples)
+
+    def sweep(self) -> None:
+        sweep = self.report.setdefault("cap_sweep", {})
+        for cap in [int(c) for c in self.args.caps.split(",") if c]:
+            cfg_c = replace(self.dk, retrieval_cap=cap)
+            name = "learned" if cap == self.dk.retrieval_cap else f"learned_cap{cap}"
+            sweep[cap], _ = run(self.method(cfg_c, LearnedController(self.models, cfg_c)), self.sweep_qs,
+                                self.folder / f"{name}.jsonl", False if name == "learned" else self.args.fresh)
+
+
+def write(report: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from evorag_core.policy import TransformersBackend
+
+    home = (args.home or home_dir()).resolve()
+    cfg = load_config(None, {"policy.threads": args.threads})
+    backend = TransformersBackend(cfg.policy, home)
+    stem = args.out.with_suffix("")
+    start = time.perf_counter()
+    benches = [Bench(name, args, backend, home, stem) for name in args.datasets.split(",") if name]
+    report = {"settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                           "corpus": cfg.env.corpus, "model": backend.model_id,
+                           "dynakrag": asdict(benches[0].dk) if benches else None,
+                           "pairing": "per question (same question ids); F1 of learned minus the other method",
+                           "load_average_start": os.getloadavg()},
+              "datasets": {b.name: b.report for b in benches}, "phases_done": []}
+    phases = [("train", Bench.train), ("learned_vs_uniform", Bench.main_runs)]
+    if not args.no_baselines:
+        phases.append(("baselines", Bench.baselines))
+    phases.append(("cap_sweep", Bench.sweep))
+    for phase, fn in phases:
+        for b in benches:
+            fn(b)
+        if phase == "learned_vs_uniform" and len(benches) > 1:
+            report["pooled_learned_vs_uniform_f1"] = bootstrap(
+                [r for b in benches for r in b.results["learned"]], [r for b in benches for r in b.results["uniform"]],
+                args.resamples)
+        report["phases_done"].append(phase)
+        report["seconds"] = time.perf_counter() - start
+        report["load_average_now"] = os.getloadavg()
+        write(report, args.out)
+        log(f"{phase} done; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""The seven atomic evidence operations. Each is a function (state, context) -> new state; `execute` checks the
+validity layer first, so an invalid operation raises `EnvStateError` and never runs.
+
+- retrieve_more: fetch the initial ranking of the question on first use (`frontier_depth` documents from the
+  initial retriever), then walk it from the cursor and append up to `docs_per_op` unseen documents.
+- gap_query: search the targeted retriever with the recorded missing-information description.
+- rewrite_query: search with the question expanded by pseudo-relevance feedback: the content terms found in the
+  most evidence passages that are neither in the question nor in an earlier query (no LM call).
+- bridge_entity_expand: search with the top bridge candidate (see `entities`), which is then marked expanded.
+- sufficiency_check: the LM judges support; when insufficient it also writes the missing fact (two LM calls).
+- stop_answer: terminate acquisition.
+- compress_answer_evidence: the LM extracts mutually supporting sentences from the final context.
+Targeted searches keep the top unseen documents in score order ("unseen": neither the pid nor the normalised
+title is in the evidence). Every retrieval operation is one retrieval call, whether or not it found new documents.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Protocol, Sequence
+
+from ...config import DynaKragConfig
+from ...errors import EnvStateError
+from ...types import Passage
+from .lm import EvidenceLM, Usage
+from .state import RETRIEVAL, EvidenceDoc, EvidenceState
+from .text import expansion_terms, title_key
+from .validity import check_valid
+
+__all__ = ["SearchHit", "Searcher", "OpContext", "OPS", "execute", "estimated_cost", "rewrite_query_text",
+           "final_context"]
+
+
+class SearchHit(Protocol):
+    pid: str
+    score: float
+
+
+class Searcher(Protocol):
+    def search(self, query: str, k: int) -> Sequence[SearchHit]: ...
+
+
+@dataclass(frozen=True)
+class OpContext:
+    cfg: DynaKragConfig
+    initial: Searcher  # the initial ranking (retrieve_more)
+    targeted: Searcher  # gap / rewrite / bridge queries
+    passages: Mapping[str, Passage]  # pid -> passage of the corpus
+    lm: EvidenceLM | None = None  # None: the LM operations raise
+
+
+def final_context(state: EvidenceState, cfg: DynaKragConfig) -> tuple[Passage, ...]:
+    """The documents the generator sees: the first `max_context_docs` in evidence order."""
+    return state.passages[: cfg.max_context_docs]
+
+
+def estimated_cost(state: EvidenceState, action: str, cfg: DynaKragConfig) -> float:
+    """c(s, a): one unit per retrieval call, one per LM call plus its estimated prompt size in thousands of
+    tokens (about four characters a token)."""
+    if action in RETRIEVAL:
+        return 1.0
+    chars = sum(len(p.title) + min(len(p.text), cfg.passage_chars) + 8 for p in final_context(state, cfg))
+    prompt = (len(state.question) + chars + 400) / 4000.0
+    if action == "sufficiency_check":
+        return 1.0 + prompt
+    if action == "compress_answer_evidence":
+        return 1.0 + prompt + cfg.compress_tokens / 1000.0
+    return 0.0
+
+
+def _add(state: EvidenceState, candidates: Sequence[tuple[str, float]], action: str, query: str,
+         ctx: OpContext) -> tuple[tuple[EvidenceDoc, ...], int]:
+    """Append up to docs_per_op unseen candidates; also returns how many candidates were consumed."""
+    docs, seen, used = list(state.docs), set(state.seen), 0
+    added = 0
+    for pid, score in candidates:
+        if added >= ctx.cfg.docs_per_op:
+            break
+        used += 1
+        passage = ctx.passages.get(pid)
+        if passage is None:
+            raise EnvStateError(f"retriever returned pid {pid!r}, which is not in the corpus")
+        if pid in seen or title_key(passage.title) in seen:
+            continue
+        docs.append(EvidenceDoc(passage, float(score), action, query))
+        seen.update((pid, title_key(passage.title)))
+        added += 1
+    return tuple(docs), used
+
+
+def _targeted(state: EvidenceState, ctx: OpContext, action: str, query: str, **changes) -> EvidenceState:
+    k = ctx.cfg.docs_per_op + 2 * len(state.docs) + 5
+    hits = ctx.targeted.search(query, k) if query.strip() else []
+    docs, _ = _add(state, [(h.pid, h.score) for h in hits], action, query, ctx)
+    return replace(state, docs=docs, query=query, queries=state.queries + (query,), retrieval_calls=state.retrieval_calls + 1,
+                   last_added=len(docs) - len(state.docs), **changes)
+
+
+def retrieve_more(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    ranking, queries = state.ranking, state.queries
+    if ranking is None:
+        ranking = tuple((h.pid, float(h.score)) for h in ctx.initial.search(state.question, ctx.cfg.frontier_depth))
+        queries = queries + (state.question,)
+    docs, used = _add(state, ranking[state.cursor:], "retrieve_more", state.question, ctx)
+    return replace(state, docs=docs, ranking=ranking, cursor=state.cursor + used, query=state.query or state.question,
+                   queries=queries, retrieval_calls=state.retrieval_calls + 1, last_added=len(docs) - len(state.docs))
+
+
+def gap_query(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    return _targeted(state, ctx, "gap_query", state.missing)
+
+
+def rewrite_query_text(state: EvidenceState) -> str:
+    terms = expansion_terms(state.question, [f"{d.passage.title} {d.passage.text}" for d in state.docs],
+                            exclude=state.queries)
+    return " ".join([state.question, *terms])
+
+
+def rewrite_query(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    return _targeted(state, ctx, "rewrite_query", rewrite_query_text(state))
+
+
+def bridge_entity_expand(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    entity = state.bridge_candidates[0]
+    return _targeted(state, ctx, "bridge_entity_expand", entity, expanded=state.expanded + (entity,))
+
+
+def _need_lm(ctx: OpContext, action: str) -> EvidenceLM:
+    if ctx.lm is None:
+        raise EnvStateError(f"{action} needs a language model; this context has none")
+    return ctx.lm
+
+
+def _with_usage(state: EvidenceState, usage: Usage, **changes) -> EvidenceState:
+    return replace(state, lm_calls=state.lm_calls + usage.calls, prompt_tokens=state.prompt_tokens + usage.prompt_tokens,
+                   completion_tokens=state.completion_tokens + usage.completion_tokens, **changes)
+
+
+def sufficiency_check(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    lm = _need_lm(ctx, "sufficiency_check")
+    context = final_context(state, ctx.cfg)
+    ok, p_yes, usage = lm.judge(state.question, context)
+    missing = ""
+    if not ok:
+        missing, more = lm.missing_info(state.question, context)
+        usage = usage + more
+    return _with_usage(state, usage, sufficient=ok, p_sufficient=p_yes, missing=missing, probed_at=len(state.docs))
+
+
+def stop_answer(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    return replace(state, terminated=True)
+
+
+def compress_answer_evidence(state: EvidenceState, ctx: OpContext) -> EvidenceState:
+    snippets, usage = _need_lm(ctx, "compress_answer_evidence").compress(state.question, final_context(state, ctx.cfg))
+    return _with_usage(state, usage, snippets=snippets)
+
+
+OPS: dict[str, Callable[[EvidenceState, OpContext], EvidenceState]] = {
+    "retrieve_more": retrieve_more,
+    "gap_query": gap_query,
+    "rewrite_query": rewrite_query,
+    "bridge_entity_expand": bridge_entity_expand,
+    "sufficiency_check": sufficiency_check,
+    "stop_answer": stop_answer,
+    "compress_answer_evidence": compress_answer_evidence,
+}
+
+
+def execute(state: EvidenceState, action: str, ctx: OpContext) -> EvidenceState:
+    """Run `action` if the validity layer allows it (else `EnvStateError`); record it and its estimated cost."""
+    check_valid(state, action, ctx.cfg)
+    cost = estimated_cost(state, action, ctx.cfg)
+    new = OPS[action](state, ctx)
+    return replace(new, history=state.history + (action,), cost=state.cost + cost)

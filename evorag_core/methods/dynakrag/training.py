@@ -1,0 +1,262 @@
+"""Offline training of the DynaKrag controller from executed transitions (paper Eq. 1).
+
+For each training question and each of `train_rollouts` rollouts, starting from s_0: every valid action of the
+current state is executed (stop_answer needs no execution) and labelled
+    v(s, a) = SR(s') - SR(s)   for retrieve_more, gap_query, rewrite_query, bridge_entity_expand
+    v(s, a) = 1[SR(s) = 1]     for sufficiency_check
+    v(s, a) = SR(s)            for stop_answer
+where SR is the support recall of the state's documents against the question's gold passages. The rollout then
+continues along one executed non-stop action drawn uniformly (seeded), until only stop_answer is valid. Each
+visited state also gives a continuation example: u(s) = SR(s_final) - SR(s).
+Gold passages are used for these targets only; the features come from `features` and never see them.
+Sufficiency judgments are memoised per (question, evidence) within a question (both rollouts share s_1).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ...config import REPO_ROOT, Config, DynaKragConfig
+from ...types import Dataset, Passage, Question
+from .controller import ValueModels, make_forest, model_folder, save_models
+from .features import action_features, state_features
+from .lm import EvidenceLM, Usage
+from .method import make_context_factory
+from .ops import OpContext, execute
+from .state import ACQUISITION, SCORED, EvidenceState, initial_state
+from .validity import valid_actions
+
+__all__ = ["Transition", "Prefix", "state_support_recall", "target", "explore_question", "collect", "fit_models",
+           "train_dynakrag", "train_command"]
+
+
+@dataclass(frozen=True)
+class Transition:
+    question_id: str
+    rollout: int
+    step: int
+    action: str
+    features: tuple[float, ...]
+    target: float
+    sr_before: float
+    sr_after: float
+
+
+@dataclass(frozen=True)
+class Prefix:
+    question_id: str
+    features: tuple[float, ...]
+    target: float  # SR(final) - SR(s)
+
+
+def state_support_recall(state: EvidenceState, gold: frozenset[str]) -> float:
+    """SR(s): share of the gold passages among the state's documents (gold must be non-empty)."""
+    return len(gold & set(state.pids)) / len(gold)
+
+
+def target(action: str, sr_before: float, sr_after: float) -> float:
+    """Eq. 1 of the paper."""
+    if action in ACQUISITION:
+        return sr_after - sr_before
+    if action == "sufficiency_check":
+        return float(sr_before >= 1.0)
+    if action == "stop_answer":
+        return sr_before
+    raise ValueError(f"no training target for {action!r}")
+
+
+class _MemoLM:
+    """EvidenceLM with judge / missing_info memoised by evidence; a memo hit costs no call."""
+
+    def __init__(self, lm: EvidenceLM):
+        self.lm, self.cfg = lm, lm.cfg
+        self._judge: dict[tuple, tuple[bool, float]] = {}
+        self._missing: dict[tuple, str] = {}
+
+    def judge(self, question: str, passages: Sequence[Passage]) -> tuple[bool, float, Usage]:
+        key = (question, tuple(p.pid for p in passages))
+        if key in self._judge:
+            return (*self._judge[key], Usage())
+        ok, p, usage = self.lm.judge(question, passages)
+        self._judge[key] = (ok, p)
+        return ok, p, usage
+
+    def missing_info(self, question: str, passages: Sequence[Passage]) -> tuple[str, Usage]:
+        key = (question, tuple(p.pid for p in passages))
+        if key in self._missing:
+            return self._missing[key], Usage()
+        text, usage = self.lm.missing_info(question, passages)
+        self._missing[key] = text
+        return text, usage
+
+
+def _rng(seed: int, qid: str, rollout: int) -> random.Random:
+    return random.Random(int.from_bytes(hashlib.sha256(f"{seed}\x00{qid}\x00{rollout}".encode()).digest()[:8], "big"))
+
+
+def explore_question(qid: str, question: str, gold: frozenset[str], ctx: OpContext, rollout: int
+                     ) -> tuple[list[Transition], list[Prefix], EvidenceState]:
+    """One exploration rollout (see the module docstring); returns its transitions, prefixes and final state."""
+    cfg, rng = ctx.cfg, _rng(ctx.cfg.seed, qid, rollout)
+    state, transitions, visited = initial_state(question), [], []
+    while True:
+        valid = [a for a in valid_actions(state, cfg) if a in SCORED]
+        base, sr = state_features(state, cfg), state_support_recall(state, gold)
+        visited.append((base, sr))
+        successors: list[EvidenceState] = []
+        for action in valid:
+            nxt = state if action == "stop_answer" else execute(state, action, ctx)
+            sr_after = state_support_recall(nxt, gold)
+            transitions.append(Transition(qid, rollout, state.steps, action,
+                                          tuple(action_features(state, action, cfg, base)),
+                                          target(action, sr, sr_after), sr, sr_after))
+            if action != "stop_answer":
+                successors.append(nxt)
+        if not successors:
+            break
+        state = rng.choice(successors)
+    final_sr = state_support_recall(state, gold)
+    prefixes = [Prefix(qid, tuple(f), final_sr - sr) for f, sr in visited]
+    return transitions, prefixes, state
+
+
+def collect(questions: Sequence[Question], context_for: Callable[[Question], OpContext],
+            gold_for: Callable[[Question], frozenset[str]], cfg: DynaKragConfig,
+            on_progress: Callable[[int, int], None] | None = None) -> tuple[list[Transition], list[Prefix], dict]:
+    transitions: list[Transition] = []
+    prefixes: list[Prefix] = []
+    lm_calls = skipped = 0
+    for i, q in enumerate(questions, start=1):
+        gold = gold_for(q)
+        if not gold:
+            skipped += 1
+            continue
+        ctx = context_for(q)
+        ctx = replace(ctx, lm=_MemoLM(ctx.lm)) if ctx.lm is not None else ctx
+        for r in range(cfg.train_rollouts):
+            t, p, final = explore_question(q.id, q.question, gold, ctx, r)
+            transitions += t
+            prefixes += p
+            lm_calls += final.lm_calls
+        if on_progress is not None:
+            on_progress(i, len(questions))
+    return transitions, prefixes, {"questions_without_gold": skipped, "lm_calls": lm_calls}
+
+
+def _xy(rows) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray([r.features for r in rows], dtype=np.float64), np.asarray([r.target for r in rows])
+
+
+def _regression(model, rows) -> dict[str, float]:
+    if not rows:
+        return {}
+    x, y = _xy(rows)
+    pred = model.predict(x)
+    ss = float(np.sum((y - y.mean()) ** 2))
+    return {"n": len(rows), "mae": float(np.mean(np.abs(pred - y))),
+            "r2": 1.0 - float(np.sum((pred - y) ** 2)) / ss if ss > 0 else 0.0}
+
+
+def _selection(model, rows: Sequence[Transition]) -> dict[str, float]:
+    """Per held-out state: does argmax v-hat pick an action whose target is maximal? And the mean target of the
+    picked action versus the mean over valid actions (what a uniform choice gets in expectation)."""
+    states: dict[tuple, list[Transition]] = {}
+    for r in rows:
+        states.setdefault((r.question_id, r.rollout, r.step), []).append(r)
+    hits, picked, uniform = [], [], []
+    for group in states.values():
+        preds = model.predict(np.asarray([g.features for g in group]))
+        chosen = group[int(np.argmax(preds))]
+        best = max(g.target for g in group)
+        hits.append(float(chosen.target >= best - 1e-12))
+        picked.append(chosen.target)
+        uniform.append(float(np.mean([g.target for g in group])))
+    if not hits:
+        return {}
+    return {"states": len(hits), "best_action_rate": float(np.mean(hits)),
+            "picked_target": float(np.mean(picked)), "uniform_target": float(np.mean(uniform))}
+
+
+def fit_models(transitions: Sequence[Transition], prefixes: Sequence[Prefix], cfg: DynaKragConfig,
+               holdout: float = 0.2) -> ValueModels:
+    """Held-out metrics on a question-level split, then the saved models refit on everything."""
+    if not transitions:
+        raise ValueError("no transitions to train on (do the questions have gold passages?)")
+    qids = sorted({t.question_id for t in transitions})
+    random.Random(cfg.seed).shuffle(qids)
+    held = set(qids[: int(round(holdout * len(qids)))]) if len(qids) >= 5 else set()
+    metrics: dict[str, Any] = {"transitions": len(transitions), "prefixes": len(prefixes), "questions": len(qids),
+                               "holdout_questions": len(held)}
+    metrics["per_action"] = {a: {"n": sum(1 for t in transitions if t.action == a),
+                                 "mean_target": float(np.mean([t.target for t in transitions if t.action == a] or [0]))}
+                             for a in SCORED}
+    if held:
+        train = [t for t in transitions if t.question_id not in held]
+        test = [t for t in transitions if t.question_id in held]
+        probe = make_forest(cfg).fit(*_xy(train))
+        metrics["holdout_value"] = {**_regression(probe, test), **_selection(probe, test)}
+        ptrain = [p for p in prefixes if p.question_id not in held]
+        ptest = [p for p in prefixes if p.question_id in held]
+        if ptrain and ptest:
+            metrics["holdout_continuation"] = _regression(make_forest(cfg).fit(*_xy(ptrain)), ptest)
+    value = make_forest(cfg).fit(*_xy(transitions))
+    metrics["train_value"] = _regression(value, transitions)
+    continuation = make_forest(cfg).fit(*_xy(prefixes)) if prefixes else None
+    return ValueModels(value, continuation, metrics)
+
+
+def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir: Path, *, backend: Any = None,
+                   holdout: float = 0.2, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Explore `dataset.questions` (the training split) with `runtime`'s corpus and retrievers, fit the action-value
+    and continuation forests, save them to `out_dir` (joblib + controller.json, transitions.jsonl) and return the
+    training metrics. `backend`: the generator (default: `runtime.cfg.policy`'s TransformersBackend)."""
+    start = time.perf_counter()
+    if backend is None:
+        from ...policy import TransformersBackend
+
+        backend = TransformersBackend(runtime.cfg.policy, runtime.home)
+    context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg))
+    transitions, prefixes, info = collect(dataset.questions, context_for, lambda q: runtime.corpus_for(q).gold_for(q),
+                                          cfg, on_progress)
+    models = fit_models(transitions, prefixes, cfg, holdout)
+    models.metrics.update(info, seconds=time.perf_counter() - start, dataset=dataset.name)
+    out = save_models(models, cfg, Path(out_dir))
+    with (out / "transitions.jsonl").open("w", encoding="utf-8") as fh:
+        for t in transitions:
+            fh.write(json.dumps(asdict(t)) + "\n")
+    return models.metrics
+
+
+def train_command(data: Path | None, cfg: Config, home: Path, *, as_json: bool = False) -> int:
+    """`evorag train --objective dynakrag [--data FILE]`: explore every question of the file (default: the demo set),
+    fit and save the controller in `home/<dynakrag.model_dir>`, print the metrics. Runs in this process (the
+    forests take seconds; the LM calls of the sufficiency checks dominate)."""
+    import sys
+
+    from ...datasets import load_dataset
+    from ...runtime import Runtime
+
+    dataset = load_dataset(data or REPO_ROOT / "data" / "demo" / "demo.jsonl")
+    out = model_folder(cfg.dynakrag, home)
+
+    def progress(i: int, n: int) -> None:
+        sys.stderr.write(f"\rdynakrag: explored {i}/{n} questions")
+        sys.stderr.write("\n" if i == n else "")
+        sys.stderr.flush()
+
+    metrics = train_dynakrag(dataset, Runtime(cfg, home, dataset), cfg.dynakrag, out, on_progress=progress)
+    if as_json:
+        print(json.dumps({"objective": "dynakrag", "model_dir": str(out), "metrics": metrics}, default=str))
+    else:
+        held = metrics.get("holdout_value", {})
+        print(f"dynakrag controller saved to {out}: {metrics['transitions']} transitions from {metrics['questions']} "
+              f"questions; held-out R2 {held.get('r2', float('nan')):.3f}, "
+              f"best-action rate {held.get('best_action_rate', float('nan')):.3f}")
+    return 0
