@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "worker": "worker",
     "adapters": "adapters",
+    "rollout": "rollout",
+    "pairs": "pairs",
 }
 
 

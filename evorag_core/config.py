@@ -100,17 +100,31 @@ class JudgeConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    siblings: int = 4
-    policy_margin: float = 0.2
-    preference_margin: float = 0.3
+    """Sibling-branch rollouts (evorag_core/rollout.py explains each bound and its default)."""
+
+    siblings: int = 4  # K candidates sampled per branch state
+    temperature: float = 1.0  # sampling temperature of the siblings
+    t_max: int = 5  # the rollout episodes' T_max (0 = env.t_max)
+    max_states: int = 3  # branch states per episode (evenly spread over the main trajectory)
+    max_branch_steps: int = 0  # steps after the candidate before a branch is cut (0 = to the episode's end)
+    policy_margin: float = 0.2  # |dR| a pair needs for policy training (DPO)
+    preference_margin: float = 0.3  # |dR| a pair needs for the preference model
+    balance_ratio: float = 1.0  # greedy-chosen vs greedy-rejected pairs: majority <= ratio * minority + 1 (0 = off)
     seed: int = 0
 
 
 @dataclass(frozen=True)
 class PreferenceConfig:
-    epochs: int = 30
-    lr: float = 1e-3
-    holdout: float = 0.2
+    """The multi-head preference model (evorag_core/preference.py)."""
+
+    layer: int = 20  # hidden-state layer of the frozen policy LM (0 = embeddings, 30 = last for SmolLM2-135M)
+    pooling: str = "mean"  # mean (over the completion tokens) | last (the completion's last token)
+    hidden: int = 0  # a shared trainable tanh layer of this width under the heads (0 = linear heads on the features)
+    head_margin: float = 0.001  # a head is trained on the pairs whose per-signal returns differ by at least this
+    epochs: int = 300  # full-batch Adam steps
+    lr: float = 1e-2
+    weight_decay: float = 1e-2
+    holdout: float = 0.2  # share of questions held out for evaluation
     seed: int = 0
 
 

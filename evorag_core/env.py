@@ -17,7 +17,7 @@ from .signals import StepContext, compute_signals
 from .state import AgentView, Hop
 from .types import Corpus, Passage, Question
 
-__all__ = ["SearchBackend", "Observation", "StepResult", "RagEnv"]
+__all__ = ["SearchBackend", "Observation", "StepResult", "EnvSnapshot", "RagEnv"]
 
 
 class _Hit(Protocol):
@@ -46,6 +46,17 @@ class StepResult:
     terminated: bool  # ANSWER or REFUSE
     truncated: bool  # t reached T_max without terminating
     record: StepRecord
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """The whole mutable state of a RagEnv between two steps (immutable parts only, so taking one is O(hops))."""
+
+    record: EpisodeRecord | None
+    question: Question | None
+    chain: tuple[Hop, ...]
+    history_queries: tuple[str, ...]
+    history_vecs: tuple[np.ndarray, ...]
 
 
 class RagEnv:
@@ -177,6 +188,21 @@ class RagEnv:
             truncated=truncated,
             record=step,
         )
+
+    # -- branching ----------------------------------------------------------------------------------------------
+    def snapshot(self) -> EnvSnapshot:
+        """The current state; `restore(snap)` returns to it (e.g. to continue several sibling branches from one
+        state). Records, hops and query vectors are immutable, so nothing is deep-copied. The judge is not part of
+        the snapshot (the gold judge is stateless; an OverrideJudge keeps its overrides)."""
+        return EnvSnapshot(
+            self._record, self._question, tuple(self._chain), tuple(self._history_queries), tuple(self._history_vecs)
+        )
+
+    def restore(self, snap: EnvSnapshot) -> None:
+        self._record, self._question = snap.record, snap.question
+        self._chain = list(snap.chain)
+        self._history_queries = list(snap.history_queries)
+        self._history_vecs = list(snap.history_vecs)
 
     # -- read-only views ----------------------------------------------------------------------------------------
     def view(self) -> AgentView:

@@ -1,0 +1,181 @@
+"""Preference pairs as JSON lines in TRL's conversational DPO format, plus our metadata columns.
+
+One line per pair:
+
+    {"prompt": [{"role": "system", "content": ...}, {"role": "user", ...}, {"role": "assistant", ...}, ...],
+     "chosen": [{"role": "assistant", "content": "SEARCH: ..."}],
+     "rejected": [{"role": "assistant", "content": "ANSWER: ..."}],
+     "id": 12, "source": "rollout", "stage": "discovery", "margin": 0.42, "annotator": null, "status": "queued",
+     "round_id": null, "created_at": "2025-...", "signals_chosen": {...}, "signals_rejected": {...},
+     "metadata": {...}}
+
+`prompt` is the ChatML text of the agent prompt split into its turns (the policy's chat template writes
+`<|im_start|>role\\ncontent<|im_end|>\\n` per turn and ends with `<|im_start|>assistant\\n`); importing joins them back
+the same way, so a ChatML prompt survives export -> import unchanged. A prompt that is not ChatML (a base model
+without a chat template) is exported as a single user message holding the raw text and flagged with
+`"prompt_format": "raw"`; importing such a line restores the raw text. TRL reads `prompt`/`chosen`/`rejected` and
+ignores the other columns.
+
+Import validates every line before writing anything and then inserts all pairs in one transaction: a malformed
+line raises `DatasetFormatError` naming the file, the line and the field, and nothing is imported.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import DatasetFormatError
+
+__all__ = ["pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
+           "split_chatml", "join_chatml"]
+
+_TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", re.DOTALL)
+_OPENER = "<|im_start|>assistant\n"
+_ROLES = ("system", "user", "assistant")
+
+
+def split_chatml(prompt: str) -> list[dict[str, str]] | None:
+    """The turns of a ChatML prompt ending with the assistant opener; None if it is not exactly that."""
+    if not prompt.endswith(_OPENER):
+        return None
+    body, pos, turns = prompt[: -len(_OPENER)], 0, []
+    for match in _TURN.finditer(body):
+        if match.start() != pos:
+            return None
+        turns.append({"role": match.group(1), "content": match.group(2)})
+        pos = match.end()
+    return turns if turns and pos == len(body) else None
+
+
+def join_chatml(turns: Iterable[Mapping[str, str]]) -> str:
+    return "".join(f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n" for t in turns) + _OPENER
+
+
+def pair_record(pair) -> dict[str, Any]:
+    """One export line for a store `Pair`."""
+    turns = split_chatml(pair.prompt)
+    meta = dict(pair.metadata or {})
+    record: dict[str, Any] = {
+        "prompt": turns if turns is not None else [{"role": "user", "content": pair.prompt}],
+        "chosen": [{"role": "assistant", "content": pair.chosen}],
+        "rejected": [{"role": "assistant", "content": pair.rejected}],
+        "id": pair.id,
+        "source": pair.source,
+        "stage": pair.stage,
+        "margin": pair.margin,
+        "annotator": pair.annotator,
+        "status": pair.status,
+        "round_id": pair.round_id,
+        "created_at": pair.created_at.isoformat() if pair.created_at else None,
+        "signals_chosen": meta.get("signals_chosen"),
+        "signals_rejected": meta.get("signals_rejected"),
+        "metadata": meta,
+    }
+    if turns is None:
+        record["prompt_format"] = "raw"
+    return record
+
+
+def _messages(raw: Any, path: str, line: int, field: str, *, roles: tuple[str, ...]) -> list[dict[str, str]]:
+    if not isinstance(raw, list) or not raw:
+        raise DatasetFormatError(path, f"line {line}", field, "must be a non-empty list of chat messages")
+    for i, m in enumerate(raw):
+        if not isinstance(m, Mapping) or set(m) != {"role", "content"}:
+            raise DatasetFormatError(path, f"line {line}", f"{field}[{i}]", "must be {\"role\": ..., \"content\": ...}")
+        if m["role"] not in roles or not isinstance(m["content"], str):
+            raise DatasetFormatError(
+                path, f"line {line}", f"{field}[{i}]", f"role must be one of {', '.join(roles)} and content a string"
+            )
+    return [dict(m) for m in raw]
+
+
+def new_pair_from_record(raw: Any, path: str = "<pairs>", line: int = 1):
+    """A store `NewPair` from one export line (its id and status are not imported: the pair is queued anew)."""
+    from .store import PAIR_SOURCES, NewPair
+
+    if not isinstance(raw, Mapping):
+        raise DatasetFormatError(path, f"line {line}", None, f"expected a JSON object, got {type(raw).__name__}")
+    for name in ("prompt", "chosen", "rejected"):
+        if name not in raw:
+            raise DatasetFormatError(path, f"line {line}", name, "is missing")
+    turns = _messages(raw["prompt"], path, line, "prompt", roles=_ROLES)
+    if raw.get("prompt_format", "chatml") == "raw":
+        if len(turns) != 1:
+            raise DatasetFormatError(path, f"line {line}", "prompt", "a raw prompt is a single message")
+        prompt = turns[0]["content"]
+    else:
+        prompt = join_chatml(turns)
+    texts = {}
+    for name in ("chosen", "rejected"):
+        msgs = _messages(raw[name], path, line, name, roles=("assistant",))
+        texts[name] = msgs[-1]["content"]
+        if not texts[name].strip():
+            raise DatasetFormatError(path, f"line {line}", name, "the completion is empty")
+    if texts["chosen"] == texts["rejected"]:
+        raise DatasetFormatError(path, f"line {line}", "rejected", "chosen and rejected completions are identical")
+    source = raw.get("source", "rollout")
+    if source not in PAIR_SOURCES:
+        raise DatasetFormatError(path, f"line {line}", "source", f"must be one of {', '.join(PAIR_SOURCES)}")
+    margin = raw.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
+        raise DatasetFormatError(path, f"line {line}", "margin", f"must be a number or null, got {margin!r}")
+    for name in ("stage", "annotator"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            raise DatasetFormatError(path, f"line {line}", name, "must be a string or null")
+    meta = raw.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise DatasetFormatError(path, f"line {line}", "metadata", "must be a JSON object")
+    meta = dict(meta)
+    for name in ("signals_chosen", "signals_rejected"):  # the top-level columns win over stale metadata copies
+        if raw.get(name) is not None:
+            meta[name] = raw[name]
+    if raw.get("id") is not None:
+        meta.setdefault("imported_from_id", raw["id"])
+    return NewPair(prompt, texts["chosen"], texts["rejected"], source, raw.get("annotator"),
+                   None if margin is None else float(margin), raw.get("stage"), meta)
+
+
+def write_pairs(pairs: Iterable, path: Path | str) -> int:
+    """Write store `Pair`s as JSON lines (atomically: a temporary file renamed into place); returns how many."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as fh:
+        for pair in pairs:
+            fh.write(json.dumps(pair_record(pair), ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(path)
+    return n
+
+
+def read_pairs(path: Path | str) -> list:
+    """Every line of an export file as a `NewPair`; the first malformed line raises `DatasetFormatError`."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetFormatError(str(path), None, None, f"cannot read the file: {exc}") from None
+    out = []
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DatasetFormatError(str(path), f"line {number}", None, f"invalid JSON: {exc.msg}") from None
+        out.append(new_pair_from_record(raw, str(path), number))
+    return out
+
+
+def export_pairs(store, path: Path | str, *, status: str | None = "queued", source: str | None = None,
+                 stage: str | None = None) -> int:
+    """Write the store's pairs matching the filters (oldest first); returns how many lines were written."""
+    pairs = store.list_pairs(status=status, source=source, stage=stage, limit=None)
+    return write_pairs(pairs, path)
+
+
+def import_pairs(store, path: Path | str) -> list[int]:
+    """Queue every pair of an export file in one transaction (all or nothing); returns the new ids."""
+    return store.add_pairs(read_pairs(path))
