@@ -410,3 +410,51 @@ def test_arena_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_pa
         from training.arena_grpo import arena_config_from_job
 
         arena_config_from_job(RoundJob.from_config(rid, "arena-grpo", bad, cfg, tmp_path))
+
+
+# -- the real embedded model -----------------------------------------------------------------------------------
+
+@pytest.mark.slow  # loads SmolLM2-135M twice and decodes a few tokens (~20 s on 2 idle cores; conversion once)
+def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_thread, tmp_path):
+    """`evorag eval --method arena` as built from the CLI: the embedded model answers the first HotpotQA question
+    (12 new tokens here); the reply's log-prob equals the backend's score of (prompt, reply) (boundary rule); with
+    `--adapter FOLDER` (a LoRA whose B matrices were set to 0.01) the adapter is loaded, active and changes the reply
+    scores."""
+    import dataclasses
+    from argparse import Namespace
+
+    import torch
+
+    from evorag_core.config import apply_overrides, load_config
+    from evorag_core.datasets import load_dataset
+    from evorag_core.methods.arena import build_arena_method
+    from evorag_core.policy.loading import load_model
+    from evorag_core.runtime import Runtime
+    from training.lora import attach_lora, save_adapter
+    from training.round_io import base_model_id
+
+    cfg = apply_overrides(load_config(), {"policy.device": "cpu"})
+    rt = Runtime(cfg, session_home, load_dataset(benchmarks / "hotpotqa_dev300.jsonl"))
+    method = build_arena_method(Namespace(adapter=None), rt)
+    method.generator.cfg = dataclasses.replace(method.generator.cfg, max_new_tokens=12)
+    question = rt.dataset.questions[0]
+    result = method.run_question(question)
+    assert result.steps == 1 and set(METRIC_KEYS) == set(result.extras["metrics"])
+    assert result.extras["arena"]["gold_ids"] == [i for i, p in enumerate(question.passages, 1) if p.pid in question.gold_pids]
+    out = method.generator.generate(question.question, question.passages)
+    assert out.tokens == 12 and out.finish_reason == "length"
+    scored = method.generator.backend.sequence_logprob(out.prompt, out.text)
+    assert scored == pytest.approx(out.logprob, abs=1e-3)
+
+    model, _, _ = load_model("embedded", session_home, device="cpu")
+    peft_model = attach_lora(model, cfg.train)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)
+    folder = tmp_path / "my adapter"
+    save_adapter(peft_model, folder, {"round_id": None, "objective": "arena-grpo",
+                                      "base_model_id": base_model_id("embedded", session_home), "metrics": {}})
+    tuned = build_arena_method(Namespace(adapter=str(folder)), rt)
+    assert tuned.label.endswith("+ adapter my-adapter") and tuned.generator.backend.active_adapter == "my-adapter"
+    assert tuned.generator.backend.sequence_logprob(out.prompt, out.text) != pytest.approx(scored, abs=1e-3)
