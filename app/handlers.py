@@ -10,7 +10,7 @@ import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import plotly.graph_objects as go
 
@@ -37,6 +37,7 @@ __all__ = [
     "policy_options",
     "start_episode",
     "step_episode",
+    "run_steps",
     "run_to_end",
     "episode_view",
     "override_verdict",
@@ -169,10 +170,24 @@ def step_episode(session: EpisodeSession | None) -> tuple[EpisodeView, EpisodeSe
     return episode_view(session, f"t = {step.t}: {action_to_dict(step.action)['action']} ({took:.2f} s)"), session
 
 
-def run_to_end(session: EpisodeSession | None) -> tuple[EpisodeView, EpisodeSession]:
+def run_steps(session: EpisodeSession | None) -> Iterator[tuple[EpisodeView, EpisodeSession]]:
+    """Step until the episode ends, yielding the view after every step (the page streams them)."""
     session = _require(session)
-    n = session.run_to_end()
-    return episode_view(session, f"Ran {n} step(s) to the end."), session
+    if session.done:
+        raise ValueError("the episode has ended; press Reset to start another")
+    n = 0
+    while not session.done:
+        session.step()
+        n += 1
+        note = "Ran to the end" if session.done else "Running"
+        yield episode_view(session, f"{note}: {n} step(s), last {session.step_seconds[-1]:.2f} s."), session
+
+
+def run_to_end(session: EpisodeSession | None) -> tuple[EpisodeView, EpisodeSession]:
+    out = None
+    for out in run_steps(session):
+        pass
+    return out
 
 
 def override_verdict(session: EpisodeSession | None, t: int | None, verdict: str, who: str

@@ -38,7 +38,11 @@ def worker_command_available() -> bool:
     return "worker" in COMMANDS
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux only)
+WORKER_NICE = 10  # the worker trains at a lower CPU priority than the studio, so that the page stays responsive
+
+
+def _worker_child_setup() -> None:  # runs in the child between fork and exec (Linux only)
+    os.nice(WORKER_NICE)
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
@@ -48,7 +52,8 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec (Linu
 class WorkerProcess:
     """The background `evorag worker` subprocess: started with the studio, stopped with it.
 
-    On Linux the child also gets SIGTERM if the studio dies without cleaning up (PR_SET_PDEATHSIG).
+    On Linux the child runs at nice +10 (training must not starve the page) and gets SIGTERM if the studio dies
+    without cleaning up (PR_SET_PDEATHSIG).
     """
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
@@ -60,7 +65,7 @@ class WorkerProcess:
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=_worker_child_setup if sys.platform.startswith("linux") else None,
             )
         log.info("started worker pid %s: %s (log %s)", self.proc.pid, " ".join(self.argv), self.log_path)
 

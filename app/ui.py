@@ -4,6 +4,7 @@ plain result onto components. Errors become a readable message in the page (`gr.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import time
 from typing import Any, Callable
@@ -34,9 +35,31 @@ def error_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _page_error(fn: Callable, exc: BaseException) -> gr.Error:
+    if isinstance(exc, (EvoRagError, ValueError, KeyError, OSError)):
+        log.info("%s: %s", fn.__name__, exc)
+        return gr.Error(views.esc(error_message(exc)), print_exception=False)
+    log.error("unexpected error in %s", fn.__name__, exc_info=exc)
+    msg = f"internal error ({type(exc).__name__}): {error_message(exc)} — details are in the studio log"
+    return gr.Error(views.esc(msg), print_exception=False)
+
+
 def guard(fn: Callable) -> Callable:
     """Run a UI callback; expected errors become `gr.Error(message)`, unexpected ones are logged with their
-    traceback on the server and shown as one line. The app keeps running either way."""
+    traceback on the server and shown as one line. The app keeps running either way. Generator callbacks (streamed
+    outputs) stay generators."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def stream(*args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from fn(*args, **kwargs)
+            except gr.Error:
+                raise
+            except Exception as exc:  # UI boundary (see _page_error)
+                raise _page_error(fn, exc) from None
+
+        return stream
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -45,13 +68,8 @@ def guard(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except gr.Error:
             raise
-        except (EvoRagError, ValueError, KeyError, OSError) as exc:
-            log.info("%s: %s", fn.__name__, exc)
-            raise gr.Error(views.esc(error_message(exc)), print_exception=False) from None
-        except Exception as exc:  # UI boundary: keep serving, log the traceback for the operator
-            log.exception("unexpected error in %s", fn.__name__)
-            msg = f"internal error ({type(exc).__name__}): {error_message(exc)} — details are in the studio log"
-            raise gr.Error(views.esc(msg), print_exception=False) from None
+        except Exception as exc:  # UI boundary: keep serving; the operator finds the traceback in the log
+            raise _page_error(fn, exc) from None
         finally:
             log.debug("%s took %.3f s", fn.__name__, time.perf_counter() - start)
 
@@ -95,6 +113,12 @@ def build_ui(svc: Services) -> gr.Blocks:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+def _annotator(typed: str | None, request: gr.Request | None) -> str:
+    """Who made an annotation: the logged-in user when the studio requires login, else the name typed in the page."""
+    user = getattr(request, "username", None) if request is not None else None
+    return user or (typed or "").strip()
+
+
 def _episode_outputs(view: EpisodeView, shown: dict | None) -> tuple:
     """The episode outputs, with gr.skip() for those equal to what the page already shows (re-rendering a Plotly
     chart is the costliest part of a step in the browser), followed by the new `shown` record."""
@@ -218,11 +242,12 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
         return (*_episode_outputs(view, shown_now), sess)
 
     def on_run(sess, shown_now):
-        view, sess = handlers.run_to_end(sess)
-        return (*_episode_outputs(view, shown_now), sess)
+        for view, sess in handlers.run_steps(sess):
+            *outs, shown_now = _episode_outputs(view, shown_now)
+            yield (*outs, shown_now, sess)
 
-    def on_override(sess, shown_now, t, v, who):
-        view, sess = handlers.override_verdict(sess, t, v, who or "")
+    def on_override(sess, shown_now, t, v, who, request: gr.Request):
+        view, sess = handlers.override_verdict(sess, t, v, _annotator(who, request))
         return (*_episode_outputs(view, shown_now), sess)
 
     def on_sample(sess, shown_now, kk, temp, sd):
@@ -233,8 +258,8 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
         view, sess = handlers.score_siblings(sess, h)
         return (*_episode_outputs(view, shown_now), sess)
 
-    def on_pair(sess, i, j, who):
-        msg, _ = handlers.queue_pair(sess, svc, i, j, who or "")
+    def on_pair(sess, i, j, who, request: gr.Request):
+        msg, _ = handlers.queue_pair(sess, svc, i, j, _annotator(who, request))
         return views.message_html(msg, "ok")
 
     ep_outputs = [*outputs, shown, session]

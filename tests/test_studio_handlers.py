@@ -12,10 +12,10 @@ import gradio as gr
 import pytest
 
 from app import handlers, views
-from app.main import load_auth_file
+from app.main import load_auth_file, make_auth
 from app.services import Services
 from app.session import EpisodeSettings
-from app.ui import error_message, guard
+from app.ui import _annotator, error_message, guard
 from evorag_core.config import load_config
 from evorag_core.errors import ActionParseError, ConfigError, EnvStateError
 from evorag_core.signals import SIGNAL_NAMES
@@ -274,14 +274,51 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
         handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
 
 
-def test_auth_file(tmp_path):
+def test_auth_from_a_file_or_the_store(svc, tmp_path):
     good = tmp_path / "users.toml"
     good.write_text('[users]\nalice = "s3cret"\n', encoding="utf-8")
     assert load_auth_file(good) == {"alice": "s3cret"}
+    check = make_auth(svc, str(good))
+    assert check("alice", "s3cret") and not check("alice", "nope") and not check("bob", "s3cret")
     bad = tmp_path / "bad.toml"
     bad.write_text("[users]\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="users"):
         load_auth_file(bad)
+    assert make_auth(svc, None) is None
+    with pytest.raises(ConfigError, match="no users"):  # this module's database starts without users
+        make_auth(svc, "store")
+    svc.store().add_user("carol", "pw-carol")
+    check = make_auth(svc, "store")
+    assert check("carol", "pw-carol") and not check("carol", "wrong")
+
+
+def test_annotator_is_the_logged_in_user_when_there_is_one():
+    class Req:
+        username = "alice"
+
+    assert _annotator("typed name", Req()) == "alice"
+    assert _annotator(" typed name ", None) == "typed name"
+
+
+def test_run_streams_one_view_per_step_and_refuses_a_finished_episode(svc):
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    seen = [v.steps.count("<tr") - 1 for v, _ in handlers.run_steps(sess)]
+    assert seen == [1, 2, 3]
+    with pytest.raises(ValueError, match="ended"):
+        next(handlers.run_steps(sess))
+
+
+def test_guard_keeps_generators_streaming_and_catches_their_errors():
+    def gen():
+        yield 1
+        raise ValueError("stopped <here>")
+
+    wrapped = guard(gen)
+    it = wrapped()
+    assert next(it) == 1
+    with pytest.raises(gr.Error) as info:
+        next(it)
+    assert info.value.message == "stopped &lt;here&gt;"
 
 
 def test_studio_command_is_registered():
