@@ -458,3 +458,46 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     tuned = build_arena_method(Namespace(adapter=str(folder)), rt)
     assert tuned.label.endswith("+ adapter my-adapter") and tuned.generator.backend.active_adapter == "my-adapter"
     assert tuned.generator.backend.sequence_logprob(out.prompt, out.text) != pytest.approx(scored, abs=1e-3)
+
+
+@pytest.mark.slow  # a few seconds on the warmed tiny model
+def test_micro_batches_accumulate_the_group_gradient(warm_tiny, one_thread):
+    """One group of 4 replies: backpropagating each reply with weight 1/4 gives the same LoRA gradient as the
+    whole group at once (the loss is a mean over replies), with KL terms included (LoRA B set to 0.01 first so
+    that policy != reference)."""
+    import dataclasses
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evorag_core.config import TrainConfig
+    from evorag_core.policy.hf_backend import TransformersBackend
+    from training.arena_grpo import ArenaGrpoConfig, _encode_group, _micro_step, _rows, sample_group
+    from training.lora import attach_lora
+
+    tokenizer = AutoTokenizer.from_pretrained(warm_tiny)
+    model = AutoModelForCausalLM.from_pretrained(warm_tiny)
+    train = dataclasses.replace(TrainConfig(), kl="k2", kl_coef=0.5, lora_dropout=0.0, seed=1)
+    policy = attach_lora(model, train)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)
+    cfg = ArenaGrpoConfig(group_size=4, max_new_tokens=40, passage_chars=0)
+    generator = ArenaGenerator(TransformersBackend.from_model(model, tokenizer, model_id="tiny"), cfg.arena())
+    group = sample_group(generator, Q, 4, seed=5)
+    full = _encode_group(tokenizer, group)
+    params = [p for n, p in policy.named_parameters() if p.requires_grad]
+
+    def grads(micro: int) -> list[torch.Tensor]:
+        for p in params:
+            p.grad = None
+        for start in range(0, 4, micro):
+            _micro_step(policy, _rows(full, start, start + micro), group.advantages[start : start + micro], train,
+                        None, micro / 4)
+        return [p.grad.clone() for p in params]
+
+    whole, single = grads(4), grads(1)
+    assert any(float(g.abs().max()) > 0 for g in whole)
+    for a, b in zip(whole, single):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)

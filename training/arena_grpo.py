@@ -12,7 +12,8 @@ One optimiser step takes `questions_per_step` questions (in a seeded order, `epo
    mean per-token KL under BOTH estimators (`kl_k2`, `kl_k3`) so the stability claim can be plotted.
 Token ids are the sampled ones (no re-tokenisation), plus the end-of-turn token when the reply ended on it.
 Prompts are not cut: size them with `passage_chars`. Groups whose rewards are all equal carry no policy gradient
-but still contribute their KL term.
+but still contribute their KL term. The replies of a group go through forward/backward `micro_batch` at a time
+(gradients accumulate; every reply weighs the same), which bounds activation memory on long prompts.
 
 `run(job, store, on_progress)` is the worker's round (objective `arena-grpo`): setup -> train -> save -> register.
 Job keys (`RoundJob`): `data` (a data file whose questions carry their passages; required), `max_steps`, `kl`,
@@ -58,6 +59,7 @@ class ArenaGrpoConfig:
     questions_per_step: int = 2
     temperature: float = 0.9  # rollout temperature (the paper's)
     max_new_tokens: int = 160
+    micro_batch: int = 1  # replies per forward/backward pass (activation memory ~ micro_batch x sequence length)
     passage_chars: int = 300  # references cut to this many characters (0: full text)
     demo: bool = False
     accuracy: str = "em"  # em | f1 (ablation)
@@ -70,6 +72,8 @@ class ArenaGrpoConfig:
             raise ConfigError("arena.questions and arena.questions_per_step must be >= 1, arena.offset >= 0")
         if self.temperature <= 0:
             raise ConfigError(f"arena.temperature must be > 0 (replies are sampled), got {self.temperature}")
+        if self.micro_batch < 1:
+            raise ConfigError(f"arena.micro_batch must be >= 1, got {self.micro_batch}")
 
     def arena(self) -> ArenaConfig:
         return ArenaConfig(max_new_tokens=self.max_new_tokens, passage_chars=self.passage_chars, demo=self.demo,
@@ -116,6 +120,14 @@ def _encode_group(tokenizer: Any, group: ArenaGroup) -> Encoded:
         cmask[i, : len(c)] = 1.0
     n = len(completions)
     return Encoded(ids, attention, cmask, (len(prompt_ids),) * n, tuple(len(c) for c in completions), 0)
+
+
+def _rows(batch: Encoded, start: int, stop: int) -> Encoded:
+    """Rows start..stop-1 of `batch`, with the padding they do not need cut off."""
+    starts, lengths = batch.starts[start:stop], batch.lengths[start:stop]
+    length = max(s + n for s, n in zip(starts, lengths))
+    return Encoded(batch.input_ids[start:stop, :length], batch.attention_mask[start:stop, :length],
+                   batch.completion_mask[start:stop, : max(lengths)], starts, lengths, 0)
 
 
 def _reference_logps(policy: Any, batch: Encoded, ref_adapter: str | None) -> torch.Tensor:
@@ -174,20 +186,15 @@ def train_arena_grpo(
         train_mode(policy, train)
         acc: dict[str, float] = {}
         for group in groups:
-            batch = _encode_group(tokenizer, group)
-            mask = batch.completion_mask.to(device)
-            logp_ref = _reference_logps(policy, batch, ref_adapter)
-            with autocast(train, device):
-                logp = completion_token_logps(policy, batch)[0]
-            advantages = torch.tensor(group.advantages, dtype=torch.float32, device=device)
-            loss, stats = grpo_loss(logp, logp.detach(), logp_ref, advantages, mask=mask, clip_low=train.clip_eps,
-                                    clip_high=train.clip_eps_high, kl_coef=train.kl_coef, kl=train.kl)
-            (loss / len(groups)).backward()
-            with torch.no_grad():
-                stats.update(kl_k2=float(sequence_mean(kl_k2(logp, logp_ref), mask)),
-                             kl_k3=float(sequence_mean(kl_k3(logp, logp_ref), mask)))
-            stats.update(loss=float(loss.detach()), **_reward_stats(group))
-            for key, value in stats.items():
+            full = _encode_group(tokenizer, group)
+            for start in range(0, cfg.group_size, cfg.micro_batch):
+                batch = _rows(full, start, start + cfg.micro_batch)
+                share = len(batch.lengths) / cfg.group_size / len(groups)  # every reply weighs the same
+                stats = _micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train,
+                                    ref_adapter, share)
+                for key, value in stats.items():
+                    acc[key] = acc.get(key, 0.0) + value * share
+            for key, value in _reward_stats(group).items():
                 acc[key] = acc.get(key, 0.0) + value / len(groups)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
@@ -197,6 +204,24 @@ def train_arena_grpo(
                      "reward": g.rewards[0].to_dict()} for g in groups]
     policy.eval()
     return log, samples
+
+
+def _micro_step(policy: Any, batch: Encoded, advantages: Sequence[float], train: TrainConfig,
+                ref_adapter: str | None, share: float) -> dict[str, float]:
+    """Backpropagate `share` x the GRPO loss of these replies; returns their loss terms and both KL estimates."""
+    device = next(policy.parameters()).device
+    mask = batch.completion_mask.to(device)
+    logp_ref = _reference_logps(policy, batch, ref_adapter)
+    with autocast(train, device):
+        logp = completion_token_logps(policy, batch)[0]
+    adv = torch.tensor(list(advantages), dtype=torch.float32, device=device)
+    loss, stats = grpo_loss(logp, logp.detach(), logp_ref, adv, mask=mask, clip_low=train.clip_eps,
+                            clip_high=train.clip_eps_high, kl_coef=train.kl_coef, kl=train.kl)
+    (loss * share).backward()
+    with torch.no_grad():
+        stats.update(kl_k2=float(sequence_mean(kl_k2(logp, logp_ref), mask)),
+                     kl_k3=float(sequence_mean(kl_k3(logp, logp_ref), mask)), loss=float(loss.detach()))
+    return stats
 
 
 def _reward_stats(group: ArenaGroup) -> dict[str, float]:
