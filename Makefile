@@ -25,13 +25,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
-# System packages the test suite needs: a PostgreSQL server for the store tests.
+# System packages the test suite needs: Chromium for the browser tests (Debian's build; Playwright drives it, it
+# never downloads a browser) and a PostgreSQL server for the store tests. Installed once, when missing, as root.
 system-test-deps:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
-	      || echo "warning: could not install postgresql; PostgreSQL store tests will be skipped"; \
-	  fi; \
+	@missing=""; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium chromium-driver"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "warning: could not install$$missing; the tests that need them will be skipped"; \
+	  else echo "warning: missing$$missing (run as root to install); the tests that need them will be skipped"; fi; \
 	fi
 
 studio: install
