@@ -109,6 +109,18 @@ def test_job_merges_train_keys_and_rejects_typos(tmp_path):
         RoundJob.from_config(1, "grpo", {"train": {"lrr": 1}}, cfg, tmp_path)
 
 
+def test_dpo_claims_only_the_pairs_its_steps_use(tmp_path):
+    """max_steps 12, batch 4, grad_accum 1, 2 epochs -> 12 · 4 / 2 = 24 pairs; with holdout 0.2 -> ⌈24 / 0.8⌉ = 30;
+    never more than `pairs`; without max_steps exactly `pairs`."""
+    from training.dpo_round import claim_size
+
+    cfg = load_config()
+    size = lambda **v: claim_size(RoundJob.from_config(1, "dpo", v, cfg, tmp_path))  # noqa: E731
+    assert size(pairs=1000, max_steps=12, epochs=2) == 24
+    assert size(pairs=1000, max_steps=12, epochs=2, holdout=0.2) == 30
+    assert size(pairs=10, max_steps=12, epochs=2) == 10 and size(pairs=77) == 77
+
+
 def test_replay_rebuilds_the_views_the_policy_saw(tmp_path):
     """Episode 2: t=1 sees no search; t=2 sees one hop (the lamp passage, resolved from the data file); after
     BACKTRACK, t=3 sees an empty chain and 'Travine lamp' among the dropped queries. Rewards are Σ w_k r_k."""

@@ -3,7 +3,8 @@
 The round claims up to `job.pairs` of the oldest queued pairs (optionally of one source/stage) for itself; the
 worker's `finish_round` then consumes them on success or releases them on failure, and an expired lease releases
 them too. The reference (and starting point) is the previous round's adapter, or the base model for the first
-round (`job.reference`). With `job.holdout` > 0 that share of the claimed pairs' states is held out of training and
+round (`job.reference`). With `job.max_steps` the round claims only as many pairs as that many steps use
+(`claim_size`: TRL's trainer runs whole epochs). With `job.holdout` > 0 that share of the claimed pairs' states is held out of training and
 scored afterwards (pair accuracy = share with implicit reward margin > 0). Pairs that cannot be trained on (empty
 or identical completions) are counted in `skipped_pairs`; they are consumed with the others. Prompts too long for
 train.max_length are cut by `seqlogp.fit_text` first (the system prompt and the current turn survive, the
@@ -11,6 +12,7 @@ demonstration in between is cut), so TRL's own fitting leaves them as they are.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -21,7 +23,7 @@ from .job import AdapterRef, ProgressFn, RoundJob
 from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 from .seqlogp import fit_text
 
-__all__ = ["run", "pair_examples"]
+__all__ = ["run", "pair_examples", "claim_size"]
 
 _DPO_LOGGED = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
                "logps/chosen", "logps/rejected")
@@ -42,6 +44,16 @@ def pair_examples(pairs: list[Any], tokenizer: Any = None, max_length: int = 0) 
         except (DatasetFormatError, ValueError):
             bad.append(p.id)
     return good, bad
+
+
+def claim_size(job: RoundJob) -> int:
+    """`job.pairs`, or fewer with `job.max_steps`: just enough training pairs for max_steps optimiser steps over
+    train.epochs epochs (plus the held-out share), so the round claims no pair it would not train on."""
+    if not job.max_steps:
+        return job.pairs
+    per_step = job.train.batch_size * job.train.grad_accum
+    needed = math.ceil(job.max_steps * per_step / job.train.epochs / (1.0 - job.holdout))
+    return max(1, min(job.pairs, needed))
 
 
 def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
@@ -66,7 +78,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         return done
     started = time.perf_counter()
     with RssSampler() as rss:
-        claimed = store.claim_pairs(job.round_id, job.pairs, source=job.source, stage=job.stage)
+        claimed = store.claim_pairs(job.round_id, claim_size(job), source=job.source, stage=job.stage)
         if not claimed:
             raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}); "
                                 "add pairs by rollouts or annotation first")

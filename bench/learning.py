@@ -1,0 +1,404 @@
+"""Evidence that learning works: one round of each objective (DPO, GRPO, PPO) from the same rollouts of the embedded
+SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoint slice. Writes JSON.
+
+    python bench/learning.py [--train 0:16] [--eval 100:124] [--workers 2] [--threads 1] [--max-length 512]
+                             [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4] [--dtype float32] [--grad-ckpt]
+                             [--passage-chars 120] [--t-max 5] [--siblings 4] [--max-states 3] [--heldout 0.25]
+                             [--objectives dpo,grpo,ppo] [--home DIR] [--out bench/results/learning.json]
+
+Phases (each resumable; finished phases are kept in <home>/learning_state.json, so a re-run continues):
+1. rollouts: `evorag_core.rollout.run_rollouts` of the base policy on the training slice of
+   ../shared/benchmarks/hotpotqa_dev300.jsonl (per-question corpus: each question's 10 passages; Discovery stage),
+   `--workers` processes with `--threads` torch threads each, into a SQLite store;
+2. held-out pairs: the pairs of the last `--heldout` share of the training questions are set aside (discarded in
+   the store, so no round trains on them; their episodes are left out of GRPO/PPO too);
+3. rounds: one round per objective from the same rollouts, reference = the base model, each in its own
+   `evorag worker --once` process (its wall time and peak RSS are the round's);
+4. pair accuracy: each adapter's implicit-reward accuracy on the held-out pairs, β[(log π − log π_base)(chosen) −
+   (log π − log π_base)(rejected)] > 0 (for DPO this is its held-out reward accuracy);
+5. evaluation: greedy episodes of the base policy and of each adapter on the eval slice (same questions for all,
+   env T_max = `--eval-t-max`), EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples) of each
+   adapter against the base.
+`--passage-chars` applies everywhere (rollouts, training prompts, evaluation): with 120 characters per passage the
+current turn of a prompt at t <= 3 fits in 512 tokens next to the system prompt (see training/seqlogp.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
+TARGETS = {"dpo_heldout_accuracy_min": 0.65, "steps_p_max": 0.05, "round_minutes_max": 15.0}
+OBJECTIVES = ("dpo", "grpo", "ppo")
+
+
+def _slice(text: str) -> tuple[int, int]:
+    start, _, stop = text.partition(":")
+    return int(start or 0), int(stop)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The config overrides every phase shares (as `--set` values)."""
+    return {
+        "policy.model": args.model, "policy.device": "cpu", "policy.threads": args.threads,
+        "policy.passage_chars": args.passage_chars, "env.corpus": "per-question", "env.t_max": args.t_max,
+        "rollout.t_max": args.t_max, "rollout.siblings": args.siblings, "rollout.max_states": args.max_states,
+        "reward.stage": "discovery", "train.max_length": args.max_length, "train.batch_size": args.batch,
+        "train.epochs": args.epochs, "train.lr": args.lr, "train.dtype": args.dtype,
+        "train.gradient_checkpointing": args.grad_ckpt, "train.lease_seconds": 600,
+    }
+
+
+def _config(args: argparse.Namespace, **extra: Any):
+    from evorag_core.config import apply_overrides, load_config
+
+    return apply_overrides(load_config(), {**_settings(args), **extra})
+
+
+def _set_flags(args: argparse.Namespace) -> list[str]:
+    return [a for k, v in _settings(args).items() for a in ("--set", f"{k}={v}")]
+
+
+def _write_slice(path: Path, lo: int, hi: int) -> Path:
+    from evorag_core.datasets import load_dataset, write_jsonl
+    from evorag_core.types import Dataset
+
+    dataset = load_dataset(DATA)
+    write_jsonl(Dataset(dataset.name, str(path), dataset.questions[lo:hi]), path)
+    return path
+
+
+def _spawn(args: argparse.Namespace, mode: list[str], log: Path) -> subprocess.Popen:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT),
+               OMP_NUM_THREADS=str(args.threads))
+    argv = [sys.executable, str(Path(__file__).resolve()), *mode, "--home", str(args.home),
+            *sys.argv[1:]]
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT)
+
+
+def _wait_all(procs: list[tuple[subprocess.Popen, Path]]) -> None:
+    for proc, log in procs:
+        if proc.wait() != 0:
+            raise SystemExit(f"a bench process failed (exit {proc.returncode}); see {log}")
+
+
+# -- phase 1: rollouts ----------------------------------------------------------------------------------------------
+
+def rollout_part(args: argparse.Namespace, lo: int, hi: int) -> None:
+    """Child process: roll out questions [lo, hi) of the data file (skipping those already in the store)."""
+    import torch
+
+    from evorag_core.datasets import load_dataset
+    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.rollout import PairSelector, run_rollouts
+    from evorag_core.runtime import Runtime
+    from evorag_core.store import open_store
+
+    cfg = _config(args)
+    torch.set_num_threads(args.threads)
+    dataset = load_dataset(args.train_file)
+    runtime = Runtime(cfg, args.home, dataset)
+    backend = TransformersBackend(cfg.policy, args.home)
+    name = f"lm:{backend.model_id}"
+    with open_store(args.db) as store:
+        todo = [q for q in dataset.questions[lo:hi] if not store.list_episodes(question_id=q.id, policy=name, limit=1)]
+        selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
+        started = time.perf_counter()
+
+        def show(question, saved) -> None:
+            print(f"{question.id}: episode {saved.episode_id}, {saved.steps} steps, {len(saved.pair_ids)} pairs, "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
+
+        run_rollouts(todo, runtime.make_env, LMPolicy(backend, cfg.policy), store, cfg.rollout, selector,
+                     policy_name=name, stage="discovery", on_episode=show)
+        selector.finish()
+
+
+def phase_rollouts(args: argparse.Namespace) -> dict[str, Any]:
+    from evorag_core.store import open_store
+
+    lo, hi = _slice(args.train)
+    n = hi - lo
+    parts = [(i * n // args.workers, (i + 1) * n // args.workers) for i in range(args.workers)]
+    started, cpu0, load0 = time.perf_counter(), _children_cpu(), os.getloadavg()[0]
+    procs = []
+    for a, b in parts:
+        log = args.home / f"learning_rollout_{a}_{b}.log"
+        procs.append((_spawn(args, ["--rollout-part", f"{a}:{b}"], log), log))
+    _wait_all(procs)
+    with open_store(args.db) as store:
+        episodes = store.list_episodes(limit=100_000)
+        pairs = store.count_pairs("status")
+    return {"questions": n, "episodes": len(episodes), "pairs": sum(pairs.values()),
+            "minutes": (time.perf_counter() - started) / 60, "cpu_minutes": (_children_cpu() - cpu0) / 60,
+            "load_avg_start": load0, "load_avg_end": os.getloadavg()[0], "workers": args.workers}
+
+
+def _children_cpu() -> float:
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
+# -- phase 2: held-out pairs ----------------------------------------------------------------------------------------
+
+def phase_heldout(args: argparse.Namespace) -> dict[str, Any]:
+    from evorag_core.datasets import load_dataset
+    from evorag_core.store import open_store
+
+    questions = [q.id for q in load_dataset(args.train_file).questions]
+    held = set(questions[len(questions) - round(args.heldout * len(questions)):]) if args.heldout > 0 else set()
+    with open_store(args.db) as store:
+        pairs = store.list_pairs(limit=None)
+        held_pairs = [p for p in pairs if p.metadata.get("question_id") in held]
+        for p in held_pairs:
+            if p.status == "queued":
+                store.discard_pair(p.id)
+        train_episodes = [e.id for e in store.list_episodes(limit=100_000) if e.question_id not in held]
+    return {"heldout_questions": sorted(held), "heldout_pair_ids": [p.id for p in held_pairs],
+            "train_pairs": len(pairs) - len(held_pairs), "train_episode_ids": sorted(train_episodes)}
+
+
+# -- phase 3: rounds ------------------------------------------------------------------------------------------------
+
+def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) -> dict[str, Any]:
+    from evorag_core.store import open_store
+    from training.job import job_config
+
+    values: dict[str, Any] = {"reference": "base", "seed": 0, "max_steps": args.max_steps or None}
+    if objective == "dpo":
+        values["pairs"] = 100_000
+    else:
+        values.update(episode_ids=held["train_episode_ids"], data=str(args.train_file))
+    with open_store(args.db) as store:
+        rid = store.enqueue_round(objective, job_config(objective, **values))
+    log = args.home / f"learning_round_{objective}.log"
+    argv = [sys.executable, "-m", "evorag_core.cli", "worker", "--once", "--home", str(args.home), "--db", args.db,
+            *_set_flags(args)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(args.threads))
+    load0 = os.getloadavg()[0]
+    with log.open("a") as fh:
+        code = subprocess.call(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    with open_store(args.db) as store:
+        r = store.get_round(rid)
+    if code != 0 or r.status != "succeeded":
+        return {"round_id": rid, "status": r.status, "error": r.error, "exit_code": code}
+    m = r.metrics or {}
+    keep = ("adapter", "adapter_path", "steps", "samples", "pairs", "n_train", "episodes", "first_loss", "final_loss",
+            "final_kl", "kl_end", "final_rewards_accuracies", "final_rewards_margins", "surrogate_start",
+            "surrogate_end", "first_value_loss", "final_value_loss", "wall_s", "setup_s", "train_s",
+            "seconds_per_step", "peak_rss_mb", "truncated_prompts", "loss_history")
+    return {"round_id": rid, "status": r.status, "minutes": (r.finished_at - r.started_at).total_seconds() / 60,
+            "load_avg_start": load0, "load_avg_end": os.getloadavg()[0], **{k: m[k] for k in keep if k in m}}
+
+
+# -- phase 4: held-out pair accuracy --------------------------------------------------------------------------------
+
+def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from evorag_core.policy.loading import load_model
+    from evorag_core.store import open_store
+    from training.dpo import pair_margins
+    from training.dpo_round import pair_examples
+    from training.lora import load_adapter
+    from training.round_io import base_model_id
+
+    cfg = _config(args)
+    torch.set_num_threads(args.threads)
+    with open_store(args.db) as store:
+        pairs = [store.get_pair(i) for i in held["heldout_pair_ids"]]
+    out: dict[str, Any] = {"pairs": len(pairs)}
+    if not pairs:
+        return out
+    for objective, r in rounds.items():
+        if r.get("status") != "succeeded":
+            continue
+        model, tokenizer, _ = load_model(args.model, args.home, device="cpu")
+        examples, _ = pair_examples(pairs, tokenizer, cfg.train.max_length)
+        policy = load_adapter(model, Path(r["adapter_path"]), base_model_id(args.model, args.home))
+        margins = pair_margins(policy, tokenizer, examples, beta=cfg.train.beta, max_length=cfg.train.max_length,
+                               ref_adapter_name=None, batch_size=args.batch)
+        out[objective] = {"accuracy": sum(m > 0 for m in margins) / len(margins),
+                          "mean_margin": sum(margins) / len(margins), "n": len(margins)}
+    return out
+
+
+# -- phase 5: evaluation --------------------------------------------------------------------------------------------
+
+class _FixedAdapter:
+    """Greedy LMPolicy on one adapter (None: the base model) as an episode policy."""
+
+    name = "agent"
+
+    def __init__(self, lm: Any, adapter: str | None):
+        self.lm, self.adapter = lm, adapter
+        self.label = adapter or "base"
+
+    def begin(self, question: Any) -> None:
+        self.lm.backend.activate(self.adapter)
+
+    def act(self, view: Any):
+        d = self.lm.act(view)
+        return d.action, {"completion": d.completion, "logprob": d.logprob, **({"fallback": d.fallback} if d.fallback else {})}
+
+
+def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> None:
+    """Child process: greedy episodes of one policy on the eval slice; results appended to JSON lines (resumable)."""
+    import torch
+
+    from evorag_core.datasets import load_dataset
+    from evorag_core.evaluation import evaluate
+    from evorag_core.methods.base import EpisodeMethod
+    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.runtime import Runtime
+
+    cfg = _config(args, **{"env.t_max": args.eval_t_max})
+    torch.set_num_threads(args.threads)
+    dataset = load_dataset(args.eval_file)
+    runtime = Runtime(cfg, args.home, dataset)
+    backend = TransformersBackend(cfg.policy, args.home)
+    adapter = None
+    if adapter_path:
+        backend.load_adapter(name, adapter_path)
+        adapter = name
+    method = EpisodeMethod(_FixedAdapter(LMPolicy(backend, cfg.policy), adapter), runtime.make_env)
+    evaluate(method, dataset.questions, out_path=args.home / f"learning_eval_{name}.jsonl", resume=True,
+             on_result=lambda r, rs: print(f"{len(rs)}/{len(dataset.questions)} {r.question_id} em={r.em} "
+                                           f"steps={r.steps}", flush=True))
+
+
+def phase_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, Any]:
+    from evorag_core.evaluation import compare_results, load_results, summarize
+
+    policies = [("base", None)] + [(o, r["adapter_path"]) for o, r in rounds.items() if r.get("status") == "succeeded"]
+    started = time.perf_counter()
+    queue = list(policies)
+    running: list[tuple[subprocess.Popen, Path]] = []
+    while queue or running:
+        while queue and len(running) < args.workers:
+            name, path = queue.pop(0)
+            log = args.home / f"learning_eval_{name}.log"
+            running.append((_spawn(args, ["--eval-part", name, "--adapter-path", path or ""], log), log))
+        time.sleep(2)
+        for item in [r for r in running if r[0].poll() is not None]:
+            running.remove(item)
+            if item[0].returncode != 0:
+                raise SystemExit(f"evaluation process failed; see {item[1]}")
+    results = {name: load_results(args.home / f"learning_eval_{name}.jsonl") for name, _ in policies}
+    out: dict[str, Any] = {"minutes": (time.perf_counter() - started) / 60, "t_max": args.eval_t_max}
+    for name, rs in results.items():
+        s = summarize(rs)
+        out[name] = {k: s[k] for k in ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate",
+                                       "fallback_rate", "seconds")}
+        if name != "base":
+            out[name]["vs_base"] = compare_results(rs, results["base"], resamples=10_000, seed=0)
+    return out
+
+
+# -- driver ---------------------------------------------------------------------------------------------------------
+
+def _targets(state: dict[str, Any]) -> dict[str, Any]:
+    acc = state.get("pair_accuracy", {}).get("dpo", {}).get("accuracy")
+    rounds = state.get("rounds", {})
+    ev = state.get("eval", {})
+    fewer_steps = {}
+    for o in OBJECTIVES:
+        cmp = ev.get(o, {}).get("vs_base")
+        if cmp:
+            fewer_steps[o] = (cmp["steps"]["diff"] < 0 and cmp["steps"]["p_value"] < TARGETS["steps_p_max"]
+                              and cmp["f1"]["diff"] >= 0)
+    return {
+        "dpo_heldout_accuracy": acc, "dpo_heldout_accuracy_met": acc is not None and acc >= 0.65,
+        "fewer_steps_without_lower_f1_p<0.05": fewer_steps, "any_objective_met": any(fewer_steps.values()),
+        "round_minutes": {o: r.get("minutes") for o, r in rounds.items()},
+        "rounds_within_15_min": {o: (r.get("minutes") or 1e9) <= TARGETS["round_minutes_max"] for o, r in rounds.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", default="0:16", help="training slice START:STOP of the data file")
+    ap.add_argument("--eval", default="100:124", help="evaluation slice START:STOP (disjoint from --train)")
+    ap.add_argument("--workers", type=int, default=2, help="parallel rollout/eval processes")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--max-length", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--max-steps", type=int, default=12, help="optimiser steps per round at most (0: no cap)")
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--grad-ckpt", action="store_true")
+    ap.add_argument("--passage-chars", type=int, default=120)
+    ap.add_argument("--t-max", type=int, default=5, help="T_max of the rollouts")
+    ap.add_argument("--eval-t-max", type=int, default=8, help="T_max of the evaluation episodes")
+    ap.add_argument("--siblings", type=int, default=4)
+    ap.add_argument("--max-states", type=int, default=3)
+    ap.add_argument("--heldout", type=float, default=0.25, help="share of training questions whose pairs are held out")
+    ap.add_argument("--objectives", default=",".join(OBJECTIVES))
+    ap.add_argument("--model", default="embedded", help="policy model (a folder for smoke runs; default embedded)")
+    ap.add_argument("--home", type=Path, default=Path(os.environ.get("EVORAG_HOME", ROOT / ".evorag")))
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "learning.json")
+    ap.add_argument("--rollout-part", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--eval-part", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--adapter-path", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.home = args.home.resolve()
+    args.home.mkdir(parents=True, exist_ok=True)
+    args.db = f"sqlite:///{args.home / 'bench_learning.db'}"
+    args.train_file = args.home / "learning_train.jsonl"
+    args.eval_file = args.home / "learning_eval.jsonl"
+    if args.rollout_part:
+        return rollout_part(args, *_slice(args.rollout_part))
+    if args.eval_part:
+        return eval_part(args, args.eval_part, args.adapter_path or None)
+
+    (tl, th), (el, eh) = _slice(args.train), _slice(args.eval)
+    if max(tl, el) < min(th, eh):
+        raise SystemExit(f"--train {args.train} and --eval {args.eval} overlap")
+    state_file = args.home / "learning_state.json"
+    state: dict[str, Any] = json.loads(state_file.read_text()) if state_file.is_file() else {}
+
+    def save() -> None:
+        state_file.write_text(json.dumps(state, indent=2, default=str))
+        result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+                               if not k.endswith("_part") and k != "adapter_path"},
+                  "config": _settings(args), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                                         "load_avg_now": os.getloadavg()},
+                  **state, "targets": _targets(state)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, default=str))
+
+    if "rollouts" not in state:
+        _write_slice(args.train_file, tl, th)
+        state["rollouts"] = phase_rollouts(args)
+        save()
+    if "heldout" not in state:
+        state["heldout"] = phase_heldout(args)
+        save()
+    state.setdefault("rounds", {})
+    for objective in [o for o in args.objectives.split(",") if o]:
+        if state["rounds"].get(objective, {}).get("status") != "succeeded":
+            state["rounds"][objective] = phase_round(args, objective, state["heldout"])
+            save()
+    if "pair_accuracy" not in state:
+        state["pair_accuracy"] = phase_pair_accuracy(args, state["heldout"], state["rounds"])
+        save()
+    if "eval" not in state:
+        _write_slice(args.eval_file, el, eh)
+        state["eval"] = phase_eval(args, state["rounds"])
+        save()
+    print(json.dumps(_targets(state), indent=2))
+
+
+if __name__ == "__main__":
+    main()
