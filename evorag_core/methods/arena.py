@@ -117,6 +117,10 @@ class ArenaMethod:
         self.generator = generator
         self.label = label or "ARENA"
 
+    @property
+    def backend(self) -> Any:
+        return self.generator.backend
+
     def run_question(self, question: Question) -> QuestionResult:
         if not question.passages:
             raise ConfigError(f"question {question.id}: ARENA needs the question's own passages (none in the data)")
@@ -200,21 +204,17 @@ def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
 
 
 def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
-    """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (device, dtype, threads);
-    references cut to `policy.passage_chars` characters (0: full text); greedy replies."""
-    from ..policy import TransformersBackend
+    """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (backend, device, dtype,
+    threads; loaded as the agent method loads it); references cut to `policy.passage_chars` characters (0: full
+    text); greedy replies."""
+    from .agent import load_backend
 
     missing = [q.id for q in rt.dataset.questions if not q.passages]
     if missing:
         raise ConfigError(f"--method arena needs questions with their own passages; {len(missing)} have none "
                           f"(e.g. {missing[0]})")
-    backend = TransformersBackend(rt.cfg.policy, rt.home)
-    label = f"ARENA {backend.model_id}"
-    adapter = getattr(args, "adapter", None)
-    if adapter:
-        name, folder = resolve_adapter(adapter, rt.home)
-        backend.load_adapter(name, folder)
-        backend.activate(name)
-        label += f" + adapter {name}"
+    backend, name = load_backend(rt, getattr(args, "adapter", None))
+    backend.activate(name)
+    label = f"ARENA {backend.model_id}" + (f" + adapter {name}" if name else "")
     cfg = ArenaConfig(passage_chars=rt.cfg.policy.passage_chars)
     return ArenaMethod(ArenaGenerator(backend, cfg), label)
