@@ -58,6 +58,7 @@ __all__ = [
     "eval_summary",
     "compare_runs",
     "eval_questions",
+    "eval_method_options",
     "drill_down",
     "OBJECTIVES",
     "KL_ESTIMATORS",
@@ -561,6 +562,32 @@ class EvalRun:
     data: str
     summary: dict[str, Any]
     results: list[QuestionResult] = field(default_factory=list)
+    path: str = ""  # the data file (to look passages up in a drill-down)
+
+
+EVAL_PREFIX = "eval:"  # method choices that are `evorag eval` methods (built by that command's METHODS table)
+
+
+def eval_method_options(svc: Services) -> list[tuple[str, str]]:
+    """The studio's policies plus every other `evorag eval` method (DynaKrag, ARENA, the pipeline baselines...)."""
+    from evorag_core.commands.eval import METHODS
+
+    extra = [(f"eval · {name}", EVAL_PREFIX + name) for name in sorted(METHODS) if name not in ("oracle", "script")]
+    return policy_options(svc) + extra
+
+
+def _eval_method(svc: Services, rt: Any, method: str, script: str):
+    if method.startswith(EVAL_PREFIX):
+        import argparse
+
+        from evorag_core.commands.eval import METHODS
+
+        name = method[len(EVAL_PREFIX):]
+        if name not in METHODS:
+            raise ValueError(f"unknown evaluation method {name!r}; expected one of {', '.join(sorted(METHODS))}")
+        return METHODS[name](argparse.Namespace(adapter=None, script=None), rt)
+    policy = svc.policies.make(method, script=script, adapter_lookup=_adapter_lookup(svc))
+    return EpisodeMethod(policy.policy, rt.make_env, label=policy.label)
 
 
 def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | None, method: str, script: str,
@@ -573,8 +600,7 @@ def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | No
     if count < 1 or not questions:
         raise ValueError(f"the slice [{start}, {start + count}) of {rt.dataset.name} holds no question "
                          f"({len(rt.dataset.questions)} in the file)")
-    policy = svc.policies.make(method, script=script, adapter_lookup=_adapter_lookup(svc))
-    em = EpisodeMethod(policy.policy, rt.make_env, label=policy.label)
+    em = _eval_method(svc, rt, method, script)
     total = len(questions)
 
     def progress(res: QuestionResult, done: list[QuestionResult]) -> None:
@@ -584,7 +610,7 @@ def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | No
     summary, results = evaluate(em, questions, on_result=progress)
     runs = dict(runs or {})
     name = f"{len(runs) + 1}: {method} on {rt.dataset.name}[{start}:{start + len(questions)}]"
-    run = EvalRun(name, policy.label, rt.dataset.name, summary, results)
+    run = EvalRun(name, em.label, rt.dataset.name, summary, results, str(rt.dataset.path))
     runs[name] = run
     return runs, run
 
@@ -623,22 +649,37 @@ def eval_questions(runs: dict[str, EvalRun] | None, name: str | None) -> list[tu
     return [(f"{'✓' if r.em else '✗'} {r.question_id} · {_short(r.question, 60)}", r.question_id) for r in run.results]
 
 
-def drill_down(runs: dict[str, EvalRun] | None, name: str | None, question_id: str | None
+def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None, question_id: str | None
                ) -> tuple[str, str, go.Figure]:
-    """The episode trace of one evaluated question: (summary HTML, steps table HTML, contributions figure)."""
+    """The trace of one evaluated question: (summary HTML, trace HTML, contributions figure). Environment episodes
+    show their steps with signals; DynaKrag its controller trace; ARENA its structured answer over the references."""
     run = (runs or {}).get(name or "")
     if run is None or not question_id:
         raise ValueError("choose a run and a question")
     res = next((r for r in run.results if r.question_id == question_id), None)
     if res is None:
         raise KeyError(f"question {question_id!r} is not in run {name!r}")
-    raw = res.extras.get("episode")
     head = (f'<div class="evo-status"><div class="evo-q">{views.esc(res.question)}</div><div class="evo-meta">'
             f"prediction: <b>{views.esc(res.prediction if res.prediction is not None else '(none)')}</b> · gold: "
             f"{views.esc(', '.join(res.gold))} · EM {res.em:.0f} · F1 {res.f1:.2f} · steps {res.steps}"
             f"{'' if res.total_return is None else f' · return {res.total_return:+.3f}'}</div></div>")
-    if not raw:
-        return head, views.table_html(["t", "action"], [[t.get("t", ""), json.dumps(t)] for t in res.trace]), \
-            views.contributions_figure(None)
-    record = EpisodeRecord.from_dict(raw)
-    return head, views.steps_table(record), views.contributions_figure(record)
+    empty = views.contributions_figure(None)
+    if res.extras.get("episode"):
+        record = EpisodeRecord.from_dict(res.extras["episode"])
+        return head, views.steps_table(record), views.contributions_figure(record)
+    if res.extras.get("arena"):
+        from .arena_view import render_arena_answer
+
+        arena = res.extras["arena"]
+        rt = svc.runtime(run.path or None)
+        by_pid = {p.pid: p for q in rt.dataset.questions for p in q.passages}
+        refs = [by_pid[pid] for pid in arena.get("references", []) if pid in by_pid]
+        body = render_arena_answer(refs, arena.get("text", ""), gold_ids=arena.get("gold_ids", ()),
+                                   gold_answers=res.gold, anchor=f"arena-{question_id}")
+        return head, body, empty
+    if res.trace and all(isinstance(t, dict) and "valid" in t for t in res.trace):
+        from .dynakrag_view import trace_html
+
+        return head, trace_html(res.trace), empty
+    rows = [[t.get("t", i + 1), json.dumps(dict(t), ensure_ascii=False)] for i, t in enumerate(res.trace)]
+    return head, views.table_html(["step", "trace"], rows, empty="This method records no trace."), empty

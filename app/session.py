@@ -162,25 +162,25 @@ class EpisodeSession:
 
     def score_candidates(self, horizon: int) -> None:
         """Continue each sibling branch with the episode's policy for at most `horizon` steps after the candidate
-        (to the episode's end if it comes first); the branch return is the sum of R_t from the branch point on."""
+        (to the episode's end if it comes first); the branch return is the sum of R_t from the branch point on.
+        Branches run on the live environment from a snapshot, which is restored afterwards."""
         if not self.candidates:
             raise ValueError("sample candidates first")
         if horizon < 0:
             raise ValueError(f"the branch horizon must be >= 0, got {horizon}")
-        prefix = [s.action for s in self.env.record.steps]
-        free = bool(self.settings.free_question.strip())
-        for cand, action in zip(self.candidates, self.candidate_actions):
-            env = _make_env(self.runtime, self.question, OverrideJudge(GoldCoverageJudge()), free)
-            rec = self.env.record
-            env.reset(self.question, stage=rec.stage, schedule=rec.schedule, preset=rec.preset)
-            for a in prefix:
-                env.step(a)
-            total, steps = env.step(action).reward, 1
-            while not env.done and steps <= horizon:
-                next_action, info = self.policy.policy.act(env.view())
-                total += env.step(next_action, info=info).reward
-                steps += 1
-            cand["branch_return"], cand["branch_steps"], cand["branch_cut"] = float(total), steps, not env.done
+        snap = self.env.snapshot()
+        try:
+            for cand, action in zip(self.candidates, self.candidate_actions):
+                self.env.restore(snap)
+                total, steps = self.env.step(action).reward, 1
+                while not self.env.done and steps <= horizon:
+                    next_action, info = self.policy.policy.act(self.env.view())
+                    total += self.env.step(next_action, info=info).reward
+                    steps += 1
+                cand["branch_return"], cand["branch_steps"] = float(total), steps
+                cand["branch_cut"] = not self.env.done
+        finally:
+            self.env.restore(snap)
 
     # -- store mirroring ---------------------------------------------------------------------------------------------
     def _store_call(self, fn, *args, **kwargs):

@@ -411,7 +411,7 @@ def _eval_tab(svc: Services) -> None:
     with gr.Row():
         files = handlers.data_choices(svc)
         data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file", allow_custom_value=True, scale=2)
-        method = gr.Dropdown(handlers.policy_options(svc), value="oracle", label="Method", scale=2,
+        method = gr.Dropdown(handlers.eval_method_options(svc), value="oracle", label="Method", scale=2,
                              elem_id="evo-eval-method")
         start = gr.Number(value=0, precision=0, minimum=0, label="From question #", scale=1)
         count = gr.Number(value=10, precision=0, minimum=1, label="How many", scale=1, elem_id="evo-eval-count")
@@ -451,7 +451,7 @@ def _eval_tab(svc: Services) -> None:
     compare.click(guard(lambda st, a, b, n: handlers.compare_runs(st, a, b, n)), [runs, run_a, run_b, resamples], boot)
     run_pick.input(guard(lambda st, name: gr.Dropdown(choices=handlers.eval_questions(st, name), value=None)),
                    [runs, run_pick], q_pick)
-    open_btn.click(guard(lambda st, name, q: handlers.drill_down(st, name, q)), [runs, run_pick, q_pick],
+    open_btn.click(guard(lambda st, name, q: handlers.drill_down(svc, st, name, q)), [runs, run_pick, q_pick],
                    [trace_head, trace_steps, trace_plot])
-    q_pick.input(guard(lambda st, name, q: handlers.drill_down(st, name, q)), [runs, run_pick, q_pick],
+    q_pick.input(guard(lambda st, name, q: handlers.drill_down(svc, st, name, q)), [runs, run_pick, q_pick],
                  [trace_head, trace_steps, trace_plot])

@@ -266,7 +266,7 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     assert "4 common questions" in boot and "<td>+0.7500</td>" in boot
     with pytest.raises(ValueError, match="different"):
         handlers.compare_runs(runs, run.name, run.name)
-    head, steps, fig = handlers.drill_down(runs, run.name, "demo-002")
+    head, steps, fig = handlers.drill_down(svc, runs, run.name, "demo-002")
     assert "prediction: <b>Sable River</b>" in head and "EM 1" in head
     assert steps.count("<tr") >= 3 and len(fig.data) == 8
     assert handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
@@ -360,3 +360,27 @@ def test_lm_siblings_scored_and_queued_as_a_human_pair(svc):
     assert sess.record.steps[0].info["completion"].startswith("SEARCH")
     stored = svc.store().get_episode(sess.db_id).steps[0]
     assert len(stored.siblings) == 4 and stored.siblings[0].branch_return is not None
+
+
+def _result(qid: str, trace=(), extras=None):
+    from evorag_core.methods.base import QuestionResult
+
+    return QuestionResult(qid, "demo", "q <i>?</i>", "Sable River", ("Sable River",), 1.0, 1.0, len(trace), (), None,
+                          False, tuple(trace), extras=extras or {})
+
+
+def test_drill_down_shows_dynakrag_and_arena_traces(svc):
+    """Other `evorag eval` methods are offered, and their traces open in the drill-down (escaped)."""
+    assert ("eval · dynakrag", "eval:dynakrag") in handlers.eval_method_options(svc)
+    dyn = _result("d1", [{"step": 1, "valid": ["retrieve_more", "stop_answer"], "scores": {"retrieve_more": 0.25},
+                          "chosen": "retrieve_more", "query": "<b>x</b>", "state": {"docs": []}}])
+    ids = [p.pid for p in svc.runtime(str(DEMO)).dataset.get("demo-001").passages[:2]]
+    arena = _result("a1", extras={"arena": {"text": "<relevance>[1]</relevance><analysis>See [1].</analysis>"
+                                                    "<answer>Sable River</answer>", "references": ids,
+                                            "gold_ids": [1]}})
+    runs = {"r": handlers.EvalRun("r", "m", "demo", {}, [dyn, arena], str(DEMO))}
+    head, body, _ = handlers.drill_down(svc, runs, "r", "d1")
+    assert "retrieve_more (0.250)" in body and "&lt;b&gt;x&lt;/b&gt;" in body and "<b>x</b>" not in body
+    assert "q &lt;i&gt;?&lt;/i&gt;" in head
+    head, body, _ = handlers.drill_down(svc, runs, "r", "a1")
+    assert "Answer: Sable River" in body and "well-formed" in body and "[2]" in body
