@@ -4,14 +4,15 @@ The round claims up to `job.pairs` of the oldest queued pairs (optionally of one
 worker's `finish_round` then consumes them on success or releases them on failure, and an expired lease releases
 them too. The reference (and starting point) is the previous round's adapter, or the base model for the first
 round (`job.reference`). With `job.max_steps` the round claims only as many pairs as that many steps use
-(`claim_size`: TRL's trainer runs whole epochs). With `job.holdout` > 0 that share of the claimed pairs' states is held out of training and
-scored afterwards (pair accuracy = share with implicit reward margin > 0). Pairs that cannot be trained on (empty
+(`claim_size`: TRL's trainer runs whole epochs). With `job.holdout` > 0 that share of the claimed pairs' states is
+held out of training and scored afterwards (pair accuracy = share with implicit reward margin > 0). Pairs that cannot be trained on (empty
 or identical completions) are counted in `skipped_pairs`; they are consumed with the others. Prompts too long for
 train.max_length are cut by `seqlogp.fit_text` first (the system prompt and the current turn survive, the
 demonstration in between is cut), so TRL's own fitting leaves them as they are.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -110,7 +111,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         "accuracy_history": [[h["step"], h.get("rewards/accuracies")] for h in steps],
         "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
         "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
-        "config": job.raw,
+        "config": job.raw, "train_config": dataclasses.asdict(job.train),
     }
     metrics = {k: v for k, v in metrics.items() if v is not None}
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)

@@ -12,6 +12,7 @@ candidates in seeded minibatches of `train.batch_size`, `train.grad_accum` minib
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -167,7 +168,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
             "surrogate_end": after["policy_loss"], "kl_end": after["kl"],
             "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
             "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw,
+            "config": job.raw, "train_config": dataclasses.asdict(job.train),
         }
         meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": base_id,
                 "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},

@@ -12,6 +12,7 @@ adapter's `value_head.safetensors` when it has one; this round's head is saved b
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -195,7 +196,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
             "mean_step_reward": sum(s.reward for s in steps) / len(steps),
             "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
             "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw,
+            "config": job.raw, "train_config": dataclasses.asdict(job.train),
         }
         meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": base_id,
                 "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},

@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import traceback
 import uuid
 from dataclasses import dataclass
