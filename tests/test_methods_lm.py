@@ -1,0 +1,65 @@
+"""The `agent` method and the four pipeline baselines on the embedded LM and the demo data."""
+from __future__ import annotations
+
+from argparse import Namespace
+
+import pytest
+
+from evorag_core.config import Config, apply_overrides
+from evorag_core.datasets import load_dataset
+from evorag_core.evaluation import evaluate
+from evorag_core.methods.baselines import BASELINES, clean_answer
+from evorag_core.runtime import Runtime
+
+
+def test_clean_answer():
+    assert clean_answer("Answer: Sable River.\nmore") == "Sable River"
+    assert clean_answer("So the final answer is: 1412") == "1412"
+    assert clean_answer('  "Mirrow" ') == "Mirrow"
+    assert clean_answer("") == ""
+
+
+@pytest.fixture(scope="module")
+def runtime(session_home, demo_path):
+    cfg = apply_overrides(Config(), {"env.t_max": 3, "env.top_k": 3, "policy.max_answer_tokens": 12})
+    return Runtime(cfg, session_home, load_dataset(demo_path))
+
+
+@pytest.mark.slow
+def test_agent_method_runs_episodes_with_logprobs(runtime):
+    from evorag_core.commands.eval import METHODS
+
+    method = METHODS["agent"](Namespace(adapter=None), runtime)
+    questions = runtime.dataset.questions[:2]
+    summary, results = evaluate(method, questions)
+    assert summary["n"] == 2 and summary["format_valid"] == 1.0
+    for res in results:
+        episode = res.extras["episode"]
+        assert 1 <= res.steps <= 3 and len(episode["steps"]) == res.steps
+        for step in episode["steps"]:
+            assert step["info"]["logprob"] <= 0.0
+            assert step["info"]["logprob"] == pytest.approx(
+                step["info"]["action_logprob"] + step["info"]["argument_logprob"])
+        # the first action is a SEARCH: ANSWER/REFUSE are masked before any evidence
+        assert res.trace[0]["action"] == "SEARCH"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BASELINES)
+def test_baselines_answer_with_the_shared_backend(runtime, name):
+    from evorag_core.commands.eval import METHODS
+
+    method = METHODS[name](Namespace(adapter=None), runtime)
+    method.cfg = type(method.cfg)(k=3, max_iterations=2, max_answer_tokens=12, max_thought_tokens=24)
+    q = runtime.dataset.questions[0]
+    res = method.run_question(q)
+    assert res.question_id == q.id and res.trace[-1]["action"] == "ANSWER"
+    searches = [t for t in res.trace if t["action"] == "SEARCH"]
+    assert res.steps == len(searches)
+    if name == "direct":
+        assert res.steps == 0 and res.passages == () and res.support_recall == 0.0
+    else:
+        assert 1 <= res.steps <= 3 and 0 < len(res.passages) <= 3 * res.steps
+        assert 0.0 <= res.support_recall <= 1.0
+    assert 0.0 <= res.f1 <= 1.0
+    assert method.backend.tokens_generated > 0
