@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from evorag_core.config import Config
+from evorag_core.errors import StoreError
 
 from .job import AdapterRef, ProgressFn, RoundJob, RoundLost
 
@@ -156,14 +159,16 @@ def process_one(
         log.warning("round %s finished training but its lease was lost; not finishing it", claimed.id)
         return store.get_round(claimed.id)
     metrics = {**ref.metrics, "adapter": ref.name, "adapter_path": str(ref.path), "checksum": ref.checksum}
-    done = store.finish_round(claimed.id, metrics=metrics, worker_id=worker_id)
+    try:
+        done = store.finish_round(claimed.id, metrics=metrics, worker_id=worker_id)
+    except StoreError as exc:  # reaped or cancelled between the last heartbeat and now
+        log.warning("round %s trained (adapter %s) but could not be finished: %s", claimed.id, ref.name, exc)
+        return store.get_round(claimed.id)
     log.info("round %s succeeded: adapter %s at %s", claimed.id, ref.name, ref.path)
     return done
 
 
 def _fail(store: Any, round_id: int, worker_id: str, error: str) -> Any | None:
-    from evorag_core.errors import StoreError
-
     try:
         return store.finish_round(round_id, error=error, worker_id=worker_id)
     except StoreError as exc:  # reaped or cancelled meanwhile: the store already released its pairs
@@ -179,7 +184,11 @@ def serve(store: Any, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id
     log.info("worker %s polling %s every %.1f s (lease %.0f s)", worker_id, store.url, opts.poll_s, opts.lease_s)
     count = 0
     while not stop.is_set():
-        done = process_one(store, cfg, home, worker_id, opts, run)
+        try:
+            done = process_one(store, cfg, home, worker_id, opts, run)
+        except (StoreError, SQLAlchemyError) as exc:  # the database is unreachable or locked: retry after a poll
+            log.error("worker %s: database error, retrying in %.1f s: %s", worker_id, opts.poll_s, exc)
+            done = None
         count += done is not None
         if opts.once:
             break
