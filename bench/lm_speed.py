@@ -6,7 +6,8 @@ Measures (medians over --runs): cached load time; for a ~600-token agent prompt:
 prefill tok/s, decode tok/s at batch 1 and aggregate at batch 4/8 (HF `generate` at batch 1 for comparison); the
 per-step cost of the agent's action scoring as an episode's prompt grows, with and without prefix reuse; and the
 cost of K=4 sibling candidates vs one sampled decision. `--variants` also times decode/prefill for float32/bfloat16
-x 1/2 threads. The load average is recorded because the machine may be shared.
+x 1/2 threads. The load average is recorded because the machine may be shared: on a busy machine compare the
+`*_cpu` figures (rates from process CPU time; with --threads 1 they approximate an idle machine).
 """
 from __future__ import annotations
 
@@ -34,18 +35,16 @@ BENCHMARKS = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"decode_batch1_tok_s": 30.0, "cached_load_s": 3.0, "k4_over_one": 2.0}
 
 
-CPU_TIMES: list[tuple[float, float]] = []  # (wall, process cpu) of every timed call, for the summary
-
-
-def _median_time(fn, runs: int) -> float:
-    """Median wall-clock seconds of `runs` calls (process CPU seconds are recorded too, see `cpu_vs_wall`)."""
-    times = []
+def _median_time(fn, runs: int) -> tuple[float, float]:
+    """Medians of wall-clock and of process CPU seconds over `runs` calls. With one torch thread the CPU seconds
+    approximate the wall time on an idle machine (the machine may be shared; see the module docstring)."""
+    walls, cpus = [], []
     for _ in range(runs):
         start, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-        CPU_TIMES.append((times[-1], time.process_time() - cpu))
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def _question() -> tuple[str, list[Passage]]:
@@ -71,27 +70,32 @@ def bench_load(cfg: PolicyConfig, home: Path, runs: int) -> dict:
 
 
 def bench_decode(backend: TransformersBackend, prompt: str, runs: int, tokens: int) -> dict:
+    """Cold time to first token (prefill), then decode rates from (time of `tokens` tokens - time of 1 token) with
+    the prompt already cached; `*_cpu` figures use process CPU time instead of wall time."""
     def cold_first_token():
         backend.reset_cache()
         backend.generate(prompt, 1)
 
     prompt_len = len(backend.encode(prompt))
-    ttft = _median_time(cold_first_token, runs)
-    out = {"prompt_tokens": prompt_len, "ttft_cold_s": ttft, "prefill_tok_s": prompt_len / ttft}
+    ttft, ttft_cpu = _median_time(cold_first_token, runs)
+    out = {"prompt_tokens": prompt_len, "ttft_cold_s": ttft, "prefill_tok_s": prompt_len / ttft,
+           "prefill_tok_s_cpu": prompt_len / ttft_cpu}
     for n in (1, 4, 8):
         temperature = 0.0 if n == 1 else 1.0
         backend.generate(prompt, 2, temperature=temperature, n=n, seed=0)  # warm: prompt cached
         one = _median_time(lambda: backend.generate(prompt, 1, temperature=temperature, n=n, seed=0), runs)
         full = _median_time(lambda: backend.generate(prompt, tokens, temperature=temperature, n=n, seed=0,
                                                      ignore_eos=True), runs)
-        out[f"decode_batch{n}_tok_s"] = n * (tokens - 1) / (full - one)
-        out[f"decode_batch{n}_step_ms"] = 1000 * (full - one) / (tokens - 1)
+        out[f"decode_batch{n}_tok_s"] = n * (tokens - 1) / (full[0] - one[0])
+        out[f"decode_batch{n}_tok_s_cpu"] = n * (tokens - 1) / (full[1] - one[1])
+        out[f"decode_batch{n}_step_ms"] = 1000 * (full[0] - one[0]) / (tokens - 1)
     ids = torch.tensor([backend.encode(prompt)])
     with torch.inference_mode():
         backend.model.generate(ids, max_new_tokens=4, do_sample=False)
-        gen = _median_time(lambda: backend.model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
-                                                          do_sample=False), max(2, runs // 2))
+        gen, gen_cpu = _median_time(lambda: backend.model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens,
+                                                                   do_sample=False), max(2, runs // 2))
     out["hf_generate_batch1_tok_s"] = tokens / (gen - ttft)  # its prefill is about our cold TTFT
+    out["hf_generate_batch1_tok_s_cpu"] = tokens / (gen_cpu - ttft_cpu)
     return out
 
 
@@ -99,8 +103,8 @@ def bench_prefix_reuse(backend: TransformersBackend, policy: LMPolicy, views: li
     labels = list(LABELS.values())
     prompts = [policy.prompt(v) for v in views]
     lengths = [len(backend.encode(p)) for p in prompts]
-    with_reuse: list[list[float]] = [[] for _ in prompts]
-    without: list[list[float]] = [[] for _ in prompts]
+    with_reuse: list[list[tuple[float, float]]] = [[] for _ in prompts]
+    without: list[list[tuple[float, float]]] = [[] for _ in prompts]
     for _ in range(runs):
         backend.reset_cache()
         for i, p in enumerate(prompts):  # an episode: each step's prompt extends the previous one
@@ -112,7 +116,10 @@ def bench_prefix_reuse(backend: TransformersBackend, policy: LMPolicy, views: li
     for i, p in enumerate(prompts):
         new = lengths[i] - (_common(backend.encode(prompts[i - 1]), backend.encode(p)) if i else 0)
         rows.append({"step": i + 1, "prompt_tokens": lengths[i], "new_tokens": new,
-                     "with_reuse_s": statistics.median(with_reuse[i]), "without_reuse_s": statistics.median(without[i])})
+                     "with_reuse_s": statistics.median(w for w, _ in with_reuse[i]),
+                     "without_reuse_s": statistics.median(w for w, _ in without[i]),
+                     "with_reuse_cpu_s": statistics.median(c for _, c in with_reuse[i]),
+                     "without_reuse_cpu_s": statistics.median(c for _, c in without[i])})
     return rows
 
 
@@ -128,7 +135,7 @@ def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentVi
     seeds = iter(range(10_000))
     one = _median_time(lambda: policy.act(view, sample=True, seed=next(seeds)), runs)
     k4 = _median_time(lambda: policy.candidates(view, k=4, seed=next(seeds)), runs)
-    return {"one_s": one, "k4_s": k4, "k4_over_one": k4 / one}
+    return {"one_s": one[0], "k4_s": k4[0], "k4_over_one": k4[0] / one[0], "k4_over_one_cpu": k4[1] / one[1]}
 
 
 def bench_variants(home: Path, prompt: str, runs: int, tokens: int) -> list:
@@ -140,6 +147,7 @@ def bench_variants(home: Path, prompt: str, runs: int, tokens: int) -> list:
             d = bench_decode(backend, prompt, runs, tokens)
             rows.append({"dtype": dtype, "threads": threads, "prefill_tok_s": d["prefill_tok_s"],
                          "decode_batch1_tok_s": d["decode_batch1_tok_s"], "decode_batch4_tok_s": d["decode_batch4_tok_s"],
+                         "decode_batch1_tok_s_cpu": d["decode_batch1_tok_s_cpu"],
                          "hf_generate_batch1_tok_s": d["hf_generate_batch1_tok_s"]})
             print(rows[-1], flush=True)
     return rows
@@ -175,12 +183,6 @@ def main(argv: list[str] | None = None) -> dict:
         "decode_batch1_tok_s": [TARGETS["decode_batch1_tok_s"], result["decode"]["decode_batch1_tok_s"]],
         "cached_load_s": [TARGETS["cached_load_s"], result["load"]["cached_load_s"]],
         "k4_over_one": [TARGETS["k4_over_one"], result["siblings"]["k4_over_one"]],
-    }
-    wall, cpu = sum(w for w, _ in CPU_TIMES), sum(c for _, c in CPU_TIMES)
-    result["cpu_vs_wall"] = {
-        "wall_s": wall, "cpu_s": cpu, "cpu_share": cpu / wall / torch.get_num_threads(),
-        "note": "cpu_share < 1: the process got that share of its threads' time (other processes competed); "
-                "with 1 thread, wall figures x cpu_share approximate an idle machine",
     }
     result["machine"] = {
         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": backend.dtype,

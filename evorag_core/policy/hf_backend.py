@@ -255,25 +255,31 @@ class TransformersBackend:
         return [row.result(self.tokenizer) for row in rows]
 
     def _start_suffixes(self, ids: list[list[int]], room: int) -> "_Batch":
-        """Run the common prefix once (prefix cache), copy it into one row per prompt, then run every prompt's own
-        suffix in one right-padded forward. Pads stay masked out (2-D attention mask); positions are per row."""
+        """Run the common prefix once (prefix cache), copy it into one row per distinct prompt, run the distinct
+        suffixes in one right-padded forward (pads masked out by a 2-D attention mask, positions per row), then give
+        every prompt its row."""
+        distinct = list(dict.fromkeys(map(tuple, ids)))
+        row_of = torch.tensor([distinct.index(tuple(i)) for i in ids])
         common = min(min(len(i) for i in ids) - 1, *(common_prefix_length(ids[0], i) for i in ids[1:]))
         if common > 0:
             self._prefill(ids[0][:common])
-            cache = fork_cache(self._prefix.cache, len(ids), room + max(len(i) for i in ids) - common)
+            cache = fork_cache(self._prefix.cache, len(distinct), room + max(len(i) for i in ids) - common)
         else:
             cache = growing_cache(len(self._prefix.cache.layers))
-        suffixes = [i[common:] for i in ids]
+        suffixes = [list(i[common:]) for i in distinct]
         width = max(len(x) for x in suffixes)
         tokens = torch.tensor([x + [x[-1]] * (width - len(x)) for x in suffixes])
         mask = torch.tensor([[1] * (common + len(x)) + [0] * (width - len(x)) for x in suffixes])
         lengths = torch.tensor([len(x) for x in suffixes])
-        positions = common + torch.arange(width).unsqueeze(0).expand(len(ids), -1)
+        positions = common + torch.arange(width).unsqueeze(0).expand(len(suffixes), -1)
         device = self.model.device
         logits = self._forward(tokens, cache, positions=positions.to(device), mask=mask.to(device))
-        last = logits[torch.arange(len(ids)), lengths.to(logits.device) - 1]
+        last = logits[torch.arange(len(suffixes)), lengths.to(logits.device) - 1]
         self.prompt_tokens += int(lengths.sum())
-        return _Batch(cache, torch.log_softmax(last.float(), dim=-1), mask.to(device), (common + lengths).to(device))
+        batch = _Batch(cache, torch.log_softmax(last.float(), dim=-1), mask.to(device), (common + lengths).to(device))
+        if len(distinct) < len(ids):
+            batch.select(row_of.to(device))
+        return batch
 
     def _decode(self, batch: "_Batch", rows: list["_Row"], stop, temperature, rng, ignore_eos) -> list[int]:
         """Sample until every row is done; finished rows leave the batch. Returns row 0's fed tokens."""
@@ -370,7 +376,9 @@ class _Batch:
         self.cache, self.logprobs, self.mask, self.positions = cache, logprobs, mask, positions
 
     def select(self, index: torch.Tensor) -> None:
+        """Keep (or repeat) the rows in `index`."""
         self.cache.batch_select_indices(index)
+        self.logprobs = self.logprobs[index]
         if self.mask is not None:
             self.mask, self.positions = self.mask[index], self.positions[index]
 
