@@ -153,6 +153,13 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
         pair_ids, stats = rollout_pairs(runtime, backend, cfg, store, runtime.dataset.questions[:6])
         pairs = [store.get_pair(i) for i in pair_ids]
         assert stats.episodes == 6 and stats.candidates > 0 and len(pairs) >= 3, stats
+        # GRPO/PPO rebuild each state's prompt from the stored steps: it must be the prompt the rollout sampled after
+        from training.rollout_data import PassageResolver, replay_episode
+
+        render = LMPolicy(backend, cfg.policy).prompt
+        for p in pairs:
+            replay = replay_episode(store.get_episode(p.metadata["episode_db_id"]), PassageResolver(str(DEMO)), 4)
+            assert render(replay.steps[p.metadata["t"] - 1].view) == p.prompt
         before = [(backend.sequence_logprob(p.prompt, p.chosen), backend.sequence_logprob(p.prompt, p.rejected))
                   for p in pairs]
 
