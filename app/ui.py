@@ -1,5 +1,5 @@
 """Layout and event wiring of the studio. No logic here: every event calls a function of `handlers` and maps its
-plain result onto components. Errors become a readable message in the page (`gr.Error`), never a stack trace.
+plain result onto components. Errors become a one-line message in the page (a toast), never a stack trace.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .handlers import EpisodeView
 from .services import Services
 from .session import EpisodeSettings
 
-__all__ = ["build_ui", "guard", "error_message"]
+__all__ = ["build_ui", "guard", "on", "error_message"]
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +35,36 @@ def error_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _page_error(fn: Callable, exc: BaseException) -> gr.Error:
+def _report(fn: Callable, exc: BaseException) -> str:
+    """Log an error raised by a UI callback and return the one-line message the page shows."""
     if isinstance(exc, (EvoRagError, ValueError, KeyError, OSError)):
         log.info("%s: %s", fn.__name__, exc)
-        return gr.Error(views.esc(error_message(exc)), print_exception=False)
+        return error_message(exc)
     log.error("unexpected error in %s", fn.__name__, exc_info=exc)
-    msg = f"internal error ({type(exc).__name__}): {error_message(exc)} — details are in the studio log"
-    return gr.Error(views.esc(msg), print_exception=False)
+    return f"internal error ({type(exc).__name__}): {error_message(exc)} — details are in the studio log"
 
 
-def guard(fn: Callable) -> Callable:
-    """Run a UI callback; expected errors become `gr.Error(message)`, unexpected ones are logged with their
-    traceback on the server and shown as one line. The app keeps running either way. Generator callbacks (streamed
-    outputs) stay generators."""
+def guard(fn: Callable, n_outputs: int = 1, *, quiet: bool = False) -> Callable:
+    """Run a UI callback so that no error reaches the page as a stack trace: on an error the outputs keep what they
+    show (gr.skip()), a toast says in one line what went wrong (not for `quiet` timer ticks), and the server log
+    has the details. The app keeps running. Generator callbacks (streamed outputs) stay generators."""
+
+    def fail(exc: BaseException) -> Any:
+        msg = _report(fn, exc)
+        if not quiet:
+            gr.Warning(views.esc(msg), title="Error", duration=15)
+        if n_outputs == 0:
+            return None
+        return gr.skip() if n_outputs == 1 else tuple(gr.skip() for _ in range(n_outputs))
+
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
         def stream(*args: Any, **kwargs: Any) -> Any:
             try:
                 yield from fn(*args, **kwargs)
-            except gr.Error:
-                raise
-            except Exception as exc:  # UI boundary (see _page_error)
-                raise _page_error(fn, exc) from None
+            except Exception as exc:  # UI boundary: report, keep serving
+                yield fail(exc)
 
         return stream
 
@@ -66,14 +73,18 @@ def guard(fn: Callable) -> Callable:
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
-        except gr.Error:
-            raise
-        except Exception as exc:  # UI boundary: keep serving; the operator finds the traceback in the log
-            raise _page_error(fn, exc) from None
+        except Exception as exc:  # UI boundary: report, keep serving
+            return fail(exc)
         finally:
             log.debug("%s took %.3f s", fn.__name__, time.perf_counter() - start)
 
     return wrapper
+
+
+def on(trigger: Callable, fn: Callable, inputs: Any, outputs: Any, *, quiet: bool = False, **kwargs: Any) -> Any:
+    """`trigger(guard(fn), inputs, outputs, **kwargs)` with the guard told how many outputs to leave alone."""
+    n = len(outputs) if isinstance(outputs, (list, tuple)) else (0 if outputs is None else 1)
+    return trigger(guard(fn, n, quiet=quiet), inputs, outputs, **kwargs)
 
 
 def build_ui(svc: Services) -> gr.Blocks:
@@ -100,7 +111,7 @@ def build_ui(svc: Services) -> gr.Blocks:
             return (html, html) if html != last else (gr.skip(), last)
 
         timer = gr.Timer(TIMER_SECONDS)
-        timer.tick(guard(tick), header_shown, [header, header_shown], show_progress="hidden",
+        on(timer.tick, tick, header_shown, [header, header_shown], quiet=True, show_progress="hidden",
                    concurrency_limit=None, api_visibility="private")
 
         def on_load(request: gr.Request):
@@ -108,7 +119,7 @@ def build_ui(svc: Services) -> gr.Blocks:
             box = gr.Textbox(value=user, interactive=False) if user else gr.Textbox()
             return handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc))
 
-        demo.load(guard(on_load), None, [header, annotator, policy_dd], api_visibility="private")
+        on(demo.load, on_load, None, [header, annotator, policy_dd], api_visibility="private")
     return demo
 
 
@@ -229,9 +240,9 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
                 gr.Dropdown(choices=info.questions, value=first_q))
 
     data_outputs = [data_dd, data_info, question_dd]
-    load_btn.click(guard(on_data), data_dd, data_outputs)
-    data_dd.input(guard(on_data), data_dd, data_outputs)
-    upload.upload(guard(on_upload), upload, data_outputs)
+    on(load_btn.click, on_data, data_dd, data_outputs)
+    on(data_dd.input, on_data, data_dd, data_outputs)
+    on(upload.upload, on_upload, upload, data_outputs)
 
     def on_reset(shown_now, *args):
         view, sess = handlers.start_episode(svc, settings_of(*args))
@@ -263,15 +274,15 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
         return views.message_html(msg, "ok")
 
     ep_outputs = [*outputs, shown, session]
-    reset_btn.click(guard(on_reset), [shown, *settings_inputs], ep_outputs)
-    step_btn.click(guard(on_step), [session, shown], ep_outputs, show_progress="minimal")
-    run_btn.click(guard(on_run), [session, shown], ep_outputs)
-    override_btn.click(guard(on_override), [session, shown, judged_dd, verdict, annotator], ep_outputs)
-    sample_btn.click(guard(on_sample), [session, shown, k, temperature, seed], ep_outputs)
-    score_btn.click(guard(on_score), [session, shown, horizon], ep_outputs)
-    pair_btn.click(guard(on_pair), [session, preferred, rejected, annotator], pair_msg)
+    on(reset_btn.click, on_reset, [shown, *settings_inputs], ep_outputs)
+    on(step_btn.click, on_step, [session, shown], ep_outputs, show_progress="minimal")
+    on(run_btn.click, on_run, [session, shown], ep_outputs)
+    on(override_btn.click, on_override, [session, shown, judged_dd, verdict, annotator], ep_outputs)
+    on(sample_btn.click, on_sample, [session, shown, k, temperature, seed], ep_outputs)
+    on(score_btn.click, on_score, [session, shown, horizon], ep_outputs)
+    on(pair_btn.click, on_pair, [session, preferred, rejected, annotator], pair_msg)
     policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
-    demo.load(guard(on_data), data_dd, data_outputs, api_visibility="private")
+    on(demo.load, on_data, data_dd, data_outputs, api_visibility="private")
     return policy_dd
 
 
@@ -305,12 +316,12 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
         return view.counts, view.table, gr.Dropdown(choices=view.ids)
 
     outs = [counts, table, pair_dd]
-    refresh.click(guard(show), filters, outs)
+    on(refresh.click, show, filters, outs)
     for f in (source, status, stage):
-        f.input(guard(show), filters, outs)
-    annot.submit(guard(show), filters, outs)
-    demo.load(guard(show), filters, outs, api_visibility="private")
-    pair_dd.input(guard(lambda i: handlers.pair_fields(svc, i)), pair_dd, [prompt, chosen, rejected, pair_stage])
+        on(f.input, show, filters, outs)
+    on(annot.submit, show, filters, outs)
+    on(demo.load, show, filters, outs, api_visibility="private")
+    on(pair_dd.input, lambda i: handlers.pair_fields(svc, i), pair_dd, [prompt, chosen, rejected, pair_stage])
 
     def act(fn):
         def run(pid, c, r, s, *f):
@@ -318,11 +329,11 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
             return (views.message_html(msg, "ok"), *show(*f))
         return run
 
-    save.click(guard(act(lambda pid, c, r, s: handlers.edit_pair(svc, pid, c, r, s))),
+    on(save.click, act(lambda pid, c, r, s: handlers.edit_pair(svc, pid, c, r, s)),
                [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
-    discard.click(guard(act(lambda pid, c, r, s: handlers.discard_pair(svc, pid))),
+    on(discard.click, act(lambda pid, c, r, s: handlers.discard_pair(svc, pid)),
                   [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
-    restore.click(guard(act(lambda pid, c, r, s: handlers.restore_pair(svc, pid))),
+    on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
                   [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
 
 
@@ -396,12 +407,12 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         msg = handlers.use_base_model(svc)
         return (views.message_html(msg, "ok"), *refresh(shown))
 
-    launch.click(guard(on_launch), [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state],
+    on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state],
                  [launch_msg, *outs])
-    activate.click(guard(on_activate), [adapter_dd, names_state], [act_msg, *outs])
-    base.click(guard(on_base), names_state, [act_msg, *outs])
+    on(activate.click, on_activate, [adapter_dd, names_state], [act_msg, *outs])
+    on(base.click, on_base, names_state, [act_msg, *outs])
     timer = gr.Timer(TIMER_SECONDS)
-    timer.tick(guard(refresh), names_state, outs, show_progress="hidden", concurrency_limit=None,
+    on(timer.tick, refresh, names_state, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
                api_visibility="private")
     return names_state
 
@@ -416,22 +427,23 @@ def _eval_tab(svc: Services) -> None:
         start = gr.Number(value=0, precision=0, minimum=0, label="From question #", scale=1)
         count = gr.Number(value=10, precision=0, minimum=1, label="How many", scale=1, elem_id="evo-eval-count")
         run_btn = gr.Button("Run evaluation", variant="primary", scale=1, elem_id="evo-eval-run")
-    script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (for the script method)", lines=4, visible=False)
+    script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (for the script method)", lines=4, visible=False,
+                     elem_id="evo-eval-script")
     summary = gr.HTML(handlers.eval_summary({}), elem_id="evo-eval-summary-box")
     gr.Markdown("### Paired bootstrap between two runs")
     with gr.Row():
         run_a = gr.Dropdown(label="Run A", choices=[])
         run_b = gr.Dropdown(label="Run B", choices=[])
         resamples = gr.Number(value=10_000, precision=0, minimum=100, label="Resamples")
-        compare = gr.Button("Compare", scale=0, min_width=120)
+        compare = gr.Button("Compare", scale=0, min_width=120, elem_id="evo-compare")
     boot = gr.HTML(elem_id="evo-bootstrap-box")
     gr.Markdown("### Per-question drill-down")
     with gr.Row():
-        run_pick = gr.Dropdown(label="Run", choices=[])
-        q_pick = gr.Dropdown(label="Question", choices=[])
+        run_pick = gr.Dropdown(label="Run", choices=[], elem_id="evo-eval-run-pick")
+        q_pick = gr.Dropdown(label="Question", choices=[], elem_id="evo-eval-question")
         open_btn = gr.Button("Open trace", scale=0, min_width=120)
     trace_head = gr.HTML()
-    trace_steps = gr.HTML()
+    trace_steps = gr.HTML(elem_id="evo-trace-box")
     trace_plot = gr.Plot(views.empty_figure("Signal contributions w·r per step", "open a trace to see it"),
                          label="Contributions")
 
@@ -446,12 +458,12 @@ def _eval_tab(svc: Services) -> None:
                 gr.Dropdown(choices=handlers.eval_questions(new_runs, run.name), value=None))
 
     method.change(lambda m: gr.Code(visible=m == "script"), method, script, api_visibility="private")
-    run_btn.click(guard(on_run), [runs, data_dd, method, script, start, count],
+    on(run_btn.click, on_run, [runs, data_dd, method, script, start, count],
                   [runs, summary, run_a, run_b, run_pick, q_pick])
-    compare.click(guard(lambda st, a, b, n: handlers.compare_runs(st, a, b, n)), [runs, run_a, run_b, resamples], boot)
-    run_pick.input(guard(lambda st, name: gr.Dropdown(choices=handlers.eval_questions(st, name), value=None)),
+    on(compare.click, lambda st, a, b, n: handlers.compare_runs(st, a, b, n), [runs, run_a, run_b, resamples], boot)
+    on(run_pick.input, lambda st, name: gr.Dropdown(choices=handlers.eval_questions(st, name), value=None),
                    [runs, run_pick], q_pick)
-    open_btn.click(guard(lambda st, name, q: handlers.drill_down(svc, st, name, q)), [runs, run_pick, q_pick],
+    on(open_btn.click, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
                    [trace_head, trace_steps, trace_plot])
-    q_pick.input(guard(lambda st, name, q: handlers.drill_down(svc, st, name, q)), [runs, run_pick, q_pick],
+    on(q_pick.input, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
                  [trace_head, trace_steps, trace_plot])

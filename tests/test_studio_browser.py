@@ -331,7 +331,28 @@ def test_launch_a_tiny_round_see_it_complete_and_activate_its_adapter(page, stud
     shot(page, "05b_episode_with_live_adapter")
 
 
-def test_evaluate_a_slice_and_open_a_trace(page):
+def test_errors_are_readable_and_the_app_keeps_running(page):
+    """A script that is not JSON: the page shows the parser's message (no traceback); the next Reset works."""
+    choose(page, "evo-policy", "script (JSON actions)")
+    editor = page.locator("#evo-script .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("search for it")
+    page.click("#evo-reset")
+    toast = page.locator(".toast-body").first
+    toast.wait_for()
+    text = toast.inner_text()
+    assert "not valid JSON" in text and "Traceback" not in text
+    assert "Error" not in page.locator("#evo-steps-box").inner_text()  # the outputs keep what they showed
+    shot(page, "09_readable_error")
+    choose(page, "evo-policy", "oracle (upper bound, reads gold)")
+    page.click("#evo-reset")
+    page.click("#evo-step")
+    page.wait_for_function("document.querySelectorAll('#evo-steps tbody tr').length === 1")
+
+
+def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
+    """Oracle and a refuse-at-once script on demo[0:3]: EM 1 vs 0 on all three questions (A - B = +1)."""
     page.get_by_role("tab", name="Evaluate").click()
     page.fill("#evo-eval-count input", "3")
     page.click("#evo-eval-run")
@@ -339,4 +360,20 @@ def test_evaluate_a_slice_and_open_a_trace(page):
                            "document.querySelector('#evo-eval-summary').innerText.includes('oracle')")
     row = page.locator("#evo-eval-summary tbody tr").first.inner_text()
     assert "\t3\t1\t1\t" in row  # n = 3, EM = 1, F1 = 1
+    choose(page, "evo-eval-method", "script (JSON actions)")
+    editor = page.locator("#evo-eval-script .cm-content")
+    editor.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type('[{"action": "REFUSE"}]')
+    page.click("#evo-eval-run")
+    page.wait_for_function("document.querySelectorAll('#evo-eval-summary tbody tr').length === 2")
+    page.click("#evo-compare")
+    page.wait_for_function("document.querySelector('#evo-bootstrap') !== null")
+    boot = page.locator("#evo-bootstrap").inner_text()
+    assert "+1.0000" in boot
+    choose(page, "evo-eval-run-pick", "1: oracle")
+    page.wait_for_timeout(1500)  # the question list of the picked run arrives
+    choose(page, "evo-eval-question", "demo-002")
+    page.wait_for_function("document.querySelector('#evo-trace-box #evo-steps') !== null")
+    assert "SEARCH" in page.locator("#evo-trace-box").inner_text()
     shot(page, "06_evaluate")
