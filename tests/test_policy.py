@@ -19,7 +19,7 @@ from evorag_core.judge_llm import LLMSufficiencyJudge
 from evorag_core.policy import LMPolicy, TransformersBackend, allowed_actions, load_model
 from evorag_core.policy import loading
 from evorag_core.policy.hf_backend import _pack
-from evorag_core.policy.kv_cache import common_prefix_length, growing_cache
+from evorag_core.policy.kv_cache import PrefixPool, common_prefix_length, growing_cache
 from evorag_core.policy.prompts import render_passage, render_user
 from evorag_core.state import AgentView, Hop
 from evorag_core.types import Passage
@@ -78,6 +78,18 @@ def test_growing_cache_matches_dynamic_cache():
         last = model(ids[:, 9:], past_key_values=cache, use_cache=True).logits
     assert cache.get_seq_length() == 12
     torch.testing.assert_close(last, full[:, 9:], atol=1e-5, rtol=1e-5)
+
+
+def test_prefix_pool_routes_prompts_to_the_cache_sharing_most():
+    """Slots 2: [1,2,3,4] and [9,9] get their own caches; [1,2,3,5] shares 3 of 4 tokens -> the first cache;
+    [7] shares nothing and both slots are taken -> the least recently used one ([9,9]'s)."""
+    pool = PrefixPool(num_layers=1, slots=2)
+    first = pool.select([1, 2, 3, 4])
+    first.ids = [1, 2, 3, 4]
+    second = pool.select([9, 9])
+    second.ids = [9, 9]
+    assert second is not first and pool.select([1, 2, 3, 5]) is first
+    assert pool.select([7]) is second and len(pool.entries) == 2
 
 
 def test_missing_package_is_a_clear_error(monkeypatch):
@@ -161,8 +173,8 @@ def test_score_choices_agrees_with_full_forward(backend):
 
 @pytest.mark.slow
 def test_prefix_reuse_runs_only_new_tokens_and_matches_fresh(backend):
-    """A prompt that extends the cached one runs only its new tokens; one that diverges is cropped to the common
-    prefix. Both give the scores of a fresh (cache-less) computation."""
+    """A prompt that extends the cached one runs only its new tokens, even after an unrelated prompt in between
+    (separate cache slots); one that diverges is cropped to the common prefix. Scores equal a fresh computation."""
     base = PROMPT + "Paris is the capital."
     longer = base + " Lyon is the third largest city of France, after Paris and Marseille."
     backend.reset_cache()
@@ -170,6 +182,12 @@ def test_prefix_reuse_runs_only_new_tokens_and_matches_fresh(backend):
     before = backend.prompt_tokens
     reused = backend.score_choices(longer, [" yes", " no thanks"])
     assert backend.prompt_tokens - before == len(backend.encode(longer)) - len(backend.encode(base))
+    judge_like = "<|im_start|>system\nYou check evidence.<|im_end|>\n<|im_start|>user\nIs it?<|im_end|>\n"
+    backend.score_choices(judge_like, [" yes"])  # another prompt family in between: its own cache slot
+    before = backend.prompt_tokens
+    backend.score_choices(longer + " Nice is on the coast.", [" yes"])
+    assert backend.prompt_tokens - before == len(backend.encode(longer + " Nice is on the coast.")) - len(
+        backend.encode(longer))
     diverged = PROMPT + "Berlin is not in France."
     reused_div = backend.score_choices(diverged, [" yes"])
     backend.reset_cache()

@@ -1,8 +1,8 @@
 """`TransformersBackend`: the policy LM in transformers, with a prefix KV cache and a hand-written decode loop.
 
-- Prefix reuse: the backend keeps the KV cache of the last token sequence it ran. A new prompt is compared token
-  by token with it; only the tokens after the longest common prefix are run (an episode's prompt grows by
-  appending, so a step costs its new tokens, not the whole prompt).
+- Prefix reuse: the backend keeps the KV caches of the last few token sequences it ran (`kv_cache.PrefixPool`). A
+  new prompt is compared token by token with them; only the tokens after the longest common prefix are run (an
+  episode's prompt grows by appending, so a step costs its new tokens, not the whole prompt).
 - `score_choices` runs all continuations in ONE extra forward on top of the cached prompt: they are laid out one
   after the other in a single row with a block attention mask (each continuation sees the prompt and itself) and
   their own position ids, so no copy of the prompt cache is made.
@@ -22,13 +22,14 @@ import torch
 
 from ..config import PolicyConfig, home_dir
 from .base import Generation, encode_pair
-from .kv_cache import PrefixCache, common_prefix_length, fork_cache, growing_cache
+from .kv_cache import PrefixCache, PrefixPool, common_prefix_length, fork_cache, growing_cache
 from .loading import load_model
 from .lora import AdapterSet
 
 __all__ = ["TransformersBackend"]
 
 _KEEP_LOGPROBS = 4  # next-token distributions remembered at recent prompt ends
+_PREFIX_SLOTS = 3  # prefix caches kept at once (e.g. agent prompt, judge prompt, one more)
 
 
 class TransformersBackend:
@@ -64,7 +65,9 @@ class TransformersBackend:
         self.prompt_tokens = 0  # prompt tokens actually run (cache misses)
         self.cached_prompt_tokens = 0  # prompt tokens served from the prefix cache
         self.load_seconds = 0.0
-        self._prefix = PrefixCache(growing_cache(model.config.get_text_config().num_hidden_layers))
+        self._num_layers = model.config.get_text_config().num_hidden_layers
+        self._pool = PrefixPool(self._num_layers, slots=_PREFIX_SLOTS)
+        self._prefix = PrefixCache(growing_cache(self._num_layers))  # the pool's entry of the current call
         self._adapters = AdapterSet(model)
         self._end_ids = self._collect_end_ids()
 
@@ -112,14 +115,16 @@ class TransformersBackend:
         try:
             yield
         except BaseException:
-            self._prefix = PrefixCache(growing_cache(len(self._prefix.cache.layers)))
+            self._pool.discard(self._prefix)
+            self._prefix = PrefixCache(growing_cache(self._num_layers))
             raise
 
     def _prefill(self, prompt_ids: list[int]) -> torch.Tensor:
         """Next-token log-probs after `prompt_ids` (float32, shape [vocab]); leaves the cache holding the prompt."""
         if not prompt_ids:
             raise ValueError("the prompt must not be empty")
-        pc, n = self._prefix, len(prompt_ids)
+        self._prefix = pc = self._pool.select(prompt_ids)
+        n = len(prompt_ids)
         lcp = common_prefix_length(pc.ids, prompt_ids)
         if lcp == n and n in pc.next_logprobs:
             pc.crop_to(n)
@@ -265,7 +270,7 @@ class TransformersBackend:
             self._prefill(ids[0][:common])
             cache = fork_cache(self._prefix.cache, len(distinct), room + max(len(i) for i in ids) - common)
         else:
-            cache = growing_cache(len(self._prefix.cache.layers))
+            cache = growing_cache(self._num_layers)
         suffixes = [list(i[common:]) for i in distinct]
         width = max(len(x) for x in suffixes)
         tokens = torch.tensor([x + [x[-1]] * (width - len(x)) for x in suffixes])
@@ -326,11 +331,11 @@ class TransformersBackend:
         try:
             self._adapters.load(name, path)
         finally:
-            self._prefix.clear()
+            self.reset_cache()
 
     def unload_adapter(self, name: str) -> None:
         self._adapters.unload(name)
-        self._prefix.clear()
+        self.reset_cache()
 
     def list_adapters(self) -> list[str]:
         return self._adapters.names()
@@ -339,14 +344,16 @@ class TransformersBackend:
         """Make adapter `name` (None: the base model) the one used by every later call."""
         if name != self._adapters.active:
             self._adapters.activate(name)
-            self._prefix.clear()
+            self.reset_cache()
 
     @property
     def active_adapter(self) -> str | None:
         return self._adapters.active
 
     def reset_cache(self) -> None:
-        self._prefix.clear()
+        """Forget every cached prefix (the next call runs its whole prompt)."""
+        self._pool.clear()
+        self._prefix = PrefixCache(growing_cache(self._num_layers))
 
 
 class _Row:

@@ -3,7 +3,8 @@
 transformers' `DynamicLayer` concatenates the whole cache at every step (`torch.cat`), so a decode step over a
 600-token prompt copies the full cache of every layer. `GrowingLayer` keeps a buffer with spare room and writes only
 the new positions; `crop` just moves the length back. `PrefixCache` remembers which token ids the cache holds so that
-a prompt that extends (or shares a prefix with) the previous one only pays for its new tokens.
+a prompt that extends (or shares a prefix with) the previous one only pays for its new tokens. `PrefixPool` keeps
+a few of them, so that interleaved prompt families (the agent's prompt and the judge's, say) do not evict each other.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["GrowingLayer", "growing_cache", "fork_cache", "PrefixCache", "common_prefix_length"]
+__all__ = ["GrowingLayer", "growing_cache", "fork_cache", "PrefixCache", "PrefixPool", "common_prefix_length"]
 
 _MIN_ROOM = 256
 
@@ -137,3 +138,33 @@ class PrefixCache:
     def clear(self) -> None:
         self.crop_to(0)
         self.next_logprobs.clear()
+
+
+class PrefixPool:
+    """Up to `slots` prefix caches, most recently used first. A prompt goes to the cache sharing the longest prefix
+    with it when that prefix is at least half of the shorter of the two (or the whole cached sequence); otherwise it
+    gets a fresh cache, or the least recently used one once all slots are taken."""
+
+    def __init__(self, num_layers: int, slots: int = 3) -> None:
+        if slots < 1:
+            raise ValueError("a prefix pool needs at least one slot")
+        self.num_layers, self.slots = num_layers, slots
+        self.entries: list[PrefixCache] = []
+
+    def select(self, ids: list[int]) -> PrefixCache:
+        scored = [(common_prefix_length(e.ids, ids), e) for e in self.entries]
+        lcp, best = max(scored, key=lambda pair: pair[0], default=(0, None))
+        if best is not None and (lcp >= len(best.ids) or 2 * lcp >= min(len(ids), len(best.ids))):
+            chosen = best
+        elif len(self.entries) < self.slots:
+            chosen = PrefixCache(growing_cache(self.num_layers))
+        else:
+            chosen = self.entries[-1]
+        self.entries = [chosen] + [e for e in self.entries if e is not chosen]
+        return chosen
+
+    def discard(self, entry: PrefixCache) -> None:
+        self.entries = [e for e in self.entries if e is not entry]
+
+    def clear(self) -> None:
+        self.entries.clear()
