@@ -114,9 +114,6 @@ class EpisodeSession:
     def passages(self, step: StepRecord | None) -> tuple[Passage, ...]:
         return tuple(self.env.passage(pid) for pid in step.passages) if step else ()
 
-    def gold(self) -> frozenset[str]:
-        return frozenset(self.record.gold_pids)
-
     # -- acting ------------------------------------------------------------------------------------------------------
     def step(self) -> StepRecord:
         if self.env.done:
@@ -130,14 +127,6 @@ class EpisodeSession:
         self.candidates, self.candidate_actions, self.candidates_t, self.candidate_prompt = [], [], None, None
         self._save_step(result.record, siblings)
         return result.record
-
-    def run_to_end(self) -> int:
-        """Step until ANSWER, REFUSE or T_max; returns how many steps were taken."""
-        n = 0
-        while not self.env.done:
-            self.step()
-            n += 1
-        return n
 
     def override(self, t: int, answerable: bool, who: str) -> StepRecord:
         """A person's verdict for step t: the refusal signal, R_t and the return are recomputed at once."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -197,12 +196,12 @@ def test_queued_pairs_are_listed_with_counts_and_can_be_discarded(page, studio):
                          stage="discovery")
     page.get_by_role("tab", name="Pairs").click()
     page.click("#evo-pairs-refresh")
-    page.wait_for_function(f"document.querySelector('#evo-pairs') && "
-                           f"document.querySelector('#evo-pairs').innerText.includes('SEARCH: Mirrow')")
+    page.wait_for_function("document.querySelector('#evo-pairs') && "
+                           "document.querySelector('#evo-pairs').innerText.includes('SEARCH: Mirrow')")
     assert "alice" in page.locator("#evo-pairs").inner_text()
     choose(page, "evo-pair-pick", f"#{pid} ")
     page.click("#evo-pair-discard")
-    page.wait_for_function(f"document.querySelector('#evo-pairs').innerText.includes('discarded')")
+    page.wait_for_function("document.querySelector('#evo-pairs').innerText.includes('discarded')")
     assert store.get_pair(pid).status == "discarded"
     shot(page, "03_pairs")
 

@@ -1,0 +1,282 @@
+"""Episode handlers: data files and questions, Reset / Step / Run to end, refusal overrides, sibling candidates
+and human preference pairs, and the episode's rendered view."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import plotly.graph_objects as go
+
+from evorag_core.actions import action_to_dict
+from evorag_core.episode import EpisodeRecord
+from evorag_core.types import Passage
+
+from .. import views
+from ..policies import FeatureUnavailable, policy_choices
+from ..services import Services
+from ..session import EpisodeSession, EpisodeSettings
+from .common import adapter_lookup, short
+
+__all__ = [
+    "DataInfo",
+    "EpisodeView",
+    "data_choices",
+    "load_data",
+    "upload_data",
+    "policy_options",
+    "start_episode",
+    "step_episode",
+    "run_steps",
+    "run_to_end",
+    "episode_view",
+    "override_verdict",
+    "sample_siblings",
+    "score_siblings",
+    "queue_pair",
+]
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    path: str
+    questions: list[tuple[str, str]]  # (label, question id)
+    summary: str
+
+
+def data_choices(svc: Services) -> list[tuple[str, str]]:
+    return svc.data_files()
+
+
+def load_data(svc: Services, path: str | None) -> DataInfo:
+    """Load a data file (any supported format; path typed or picked) and list its questions."""
+    rt = svc.runtime(path.strip() if path else None)
+    ds = rt.dataset
+    questions = [(f"{q.id} · {short(q.question, 90)}", q.id) for q in ds.questions]
+    n_pass = sum(len(q.passages) for q in ds.questions)
+    summary = f"{ds.name}: {len(ds.questions)} questions, {n_pass} passages ({Path(ds.path).name})"
+    if n_pass == 0:
+        summary += " — this file has no passages, so its questions cannot be searched here"
+    return DataInfo(str(Path(ds.path).resolve()), questions, summary)
+
+
+def upload_data(svc: Services, uploaded: str) -> DataInfo:
+    """Keep an uploaded data file under <home>/uploads/ (Gradio's temp files are short-lived) and load it."""
+    src = Path(uploaded)
+    target_dir = svc.home / "uploads"
+    target_dir.mkdir(parents=True, exist_ok=True)
+    target = target_dir / src.name
+    shutil.copyfile(src, target)
+    return load_data(svc, str(target))
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    status: str  # HTML
+    steps: str  # HTML table of steps with signals, R_t and the running return
+    breakdown: str  # HTML: the latest step's r, w, w·r
+    passages: str  # HTML: the latest step's passages (or the active chain's)
+    weights: go.Figure
+    contributions: go.Figure
+    verdicts: str  # HTML
+    judged_steps: list[int]  # steps with a verdict, for the override picker
+    candidates: str  # HTML of the sampled siblings
+    candidate_choices: list[tuple[str, int]]  # for the preferred / rejected pickers
+    message: str = ""  # HTML notice (store problems, what just happened)
+    weights_key: tuple = ()  # equal keys: identical weight charts (the UI then leaves the chart alone)
+    contributions_key: tuple = ()
+
+
+def policy_options(svc: Services) -> list[tuple[str, str]]:
+    """The policy dropdown: oracle, script, LM live/base, and one entry per registered adapter."""
+    store = svc.store_or_none()
+    names = [a.name for a in store.list_adapters()] if store is not None else []
+    return policy_choices(names)
+
+
+def start_episode(svc: Services, settings: EpisodeSettings) -> tuple[EpisodeView, EpisodeSession]:
+    """Reset: a new episode on the chosen question (or the typed one) with the chosen policy and schedule."""
+    rt = svc.runtime(settings.data_path or None)
+    policy = svc.policies.make(settings.policy, script=settings.script, adapter_lookup=adapter_lookup(svc))
+    session = EpisodeSession.start(settings, rt, policy, svc.store_or_none())
+    return episode_view(session, "New episode started."), session
+
+
+def _require(session: EpisodeSession | None) -> EpisodeSession:
+    if session is None:
+        raise ValueError("no episode yet: press Reset to start one")
+    return session
+
+
+def step_episode(session: EpisodeSession | None) -> tuple[EpisodeView, EpisodeSession]:
+    session = _require(session)
+    step = session.step()
+    took = session.step_seconds[-1]
+    return episode_view(session, f"t = {step.t}: {action_to_dict(step.action)['action']} ({took:.2f} s)"), session
+
+
+def run_steps(session: EpisodeSession | None) -> Iterator[tuple[EpisodeView, EpisodeSession]]:
+    """Step until the episode ends, yielding the view after every step (the page streams them)."""
+    session = _require(session)
+    if session.done:
+        raise ValueError("the episode has ended; press Reset to start another")
+    n = 0
+    while not session.done:
+        session.step()
+        n += 1
+        note = "Ran to the end" if session.done else "Running"
+        yield episode_view(session, f"{note}: {n} step(s), last {session.step_seconds[-1]:.2f} s."), session
+
+
+def run_to_end(session: EpisodeSession | None) -> tuple[EpisodeView, EpisodeSession]:
+    out = None
+    for out in run_steps(session):
+        pass
+    return out
+
+
+def override_verdict(session: EpisodeSession | None, t: int | None, verdict: str, who: str
+                     ) -> tuple[EpisodeView, EpisodeSession]:
+    """Replace the judge's verdict at step t ('answerable' / 'unanswerable'); returns recomputed at once."""
+    session = _require(session)
+    if t is None:
+        raise ValueError("choose the step whose verdict to override")
+    if verdict not in ("answerable", "unanswerable"):
+        raise ValueError(f"a verdict is 'answerable' or 'unanswerable', not {verdict!r}")
+    step = session.override(int(t), verdict == "answerable", who.strip() or "anonymous")
+    msg = f"Override stored: step {step.t} is {verdict}; ref = {step.signals['ref']:+.0f}, R_t = {step.reward:+.3f}."
+    return episode_view(session, msg), session
+
+
+def sample_siblings(session: EpisodeSession | None, k: int, temperature: float, seed: int
+                    ) -> tuple[EpisodeView, EpisodeSession]:
+    """Sample K candidate actions at the current state (LM policies only)."""
+    session = _require(session)
+    if session.done:
+        raise ValueError("the episode has ended; siblings are sampled at a state before its end")
+    if session.policy.sample is None:
+        raise FeatureUnavailable("sibling candidates need a language-model policy (choose an LM policy and Reset)")
+    if not 2 <= int(k) <= 16:
+        raise ValueError(f"K must be between 2 and 16, got {k}")
+    found = session.policy.sample(session.env.view(), int(k), float(temperature), int(seed))
+    session.set_candidates(found)
+    return episode_view(session, f"Sampled {len(found)} candidates at t = {session.candidates_t}."), session
+
+
+def score_siblings(session: EpisodeSession | None, horizon: int = 6) -> tuple[EpisodeView, EpisodeSession]:
+    """Branch returns: each candidate taken, then the policy continues for at most `horizon` steps."""
+    session = _require(session)
+    session.score_candidates(int(horizon))
+    cut = sum(1 for c in session.candidates if c.get("branch_cut"))
+    note = f" ({cut} cut at the horizon of {int(horizon)} steps)" if cut else ""
+    return episode_view(session, f"Branch returns computed{note}."), session
+
+
+def queue_pair(session: EpisodeSession | None, svc: Services, preferred: int | None, rejected: int | None,
+               annotator: str) -> tuple[str, int]:
+    """Queue a human preference pair (preferred over rejected at the current state); returns (message, pair id)."""
+    session = _require(session)
+    if not session.candidates:
+        raise ValueError("sample candidates first")
+    if preferred is None or rejected is None:
+        raise ValueError("choose a preferred and a rejected candidate")
+    i, j = int(preferred), int(rejected)
+    n = len(session.candidates)
+    if not (1 <= i <= n and 1 <= j <= n):
+        raise ValueError(f"candidates are numbered 1..{n}")
+    if i == j:
+        raise ValueError("preferred and rejected must be different candidates")
+    chosen, rejected_text = _completion(session, i - 1), _completion(session, j - 1)
+    if chosen == rejected_text:
+        raise ValueError("these two candidates are the same action; pick two that differ")
+    a, b = session.candidates[i - 1], session.candidates[j - 1]
+    margin = None
+    if a.get("branch_return") is not None and b.get("branch_return") is not None:
+        margin = float(a["branch_return"] - b["branch_return"])
+    meta = {"episode": session.record.episode_id, "episode_db_id": session.db_id, "t": session.candidates_t,
+            "question_id": session.question.id, "dataset": session.question.dataset,
+            "logprobs": [a.get("logprob"), b.get("logprob")], "policy": session.policy.label}
+    pair_id = svc.store().add_pair(
+        _prompt(session), chosen, rejected_text, source="human", annotator=annotator.strip() or "anonymous",
+        margin=margin, stage=session.record.stage, metadata=meta,
+    )
+    return f"Queued human pair #{pair_id}: candidate {i} preferred over {j}.", pair_id
+
+
+def _prompt(session: EpisodeSession) -> str:
+    """The agent prompt the candidates were sampled after (training reads exactly this text)."""
+    if session.candidate_prompt:
+        return session.candidate_prompt
+    render = getattr(getattr(session.policy.policy, "lm", None), "prompt", None)
+    if render is None:
+        raise FeatureUnavailable("the policy cannot render its prompt; pairs need the LM policy")
+    return render(session.env.view())
+
+
+def _completion(session: EpisodeSession, index: int) -> str:
+    """The candidate's completion as the policy wrote it, e.g. "SEARCH: Mirrow"."""
+    cand = session.candidates[index]
+    if cand.get("completion"):
+        return cand["completion"]
+    act = action_to_dict(session.candidate_actions[index])
+    arg = act.get("query") or act.get("answer")
+    return f"{act['action']}: {arg}" if arg else act["action"]
+
+
+def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeView:
+    if session is None:
+        return EpisodeView(
+            status='<div class="evo-empty">Pick a question and a policy, then press Reset.</div>',
+            steps=views.steps_table(None), breakdown=views.step_breakdown(None),
+            passages=views.passages_html((), (), False), weights=views.weights_figure("discovery", "time-dynamic", "full", 20, None),
+            contributions=views.contributions_figure(None), verdicts=views.verdicts_html(None), judged_steps=[],
+            candidates=views.candidates_html(()), candidate_choices=[], message=views.message_html(message),
+        )
+    rec = session.record
+    last = rec.steps[-1] if rec.steps else None
+    notes = session.take_notes()
+    passages: tuple[Passage, ...] = session.passages(last)
+    heading = f"Passages retrieved at t = {last.t}" if passages and last else ""
+    if not passages:
+        chain = session.env.view().passages
+        passages, heading = chain, ("Evidence in the active chain" if chain else "")
+    current_t = min(len(rec.steps) + (0 if rec.done else 1), rec.t_max) if rec.steps else 1
+    msg = views.message_html(message, "ok") + "".join(views.message_html(n, "warn") for n in notes)
+    return EpisodeView(
+        status=_status_html(session, rec),
+        steps=views.steps_table(rec),
+        breakdown=views.step_breakdown(last),
+        passages=views.passages_html(passages, rec.gold_pids, session.question.has_passages, heading),
+        weights=views.weights_figure(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
+        contributions=views.contributions_figure(rec),
+        verdicts=views.verdicts_html(rec),
+        judged_steps=[s.t for s in rec.steps if s.verdict is not None],
+        candidates=views.candidates_html(session.candidates),
+        candidate_choices=[(f"#{i} {c['action']} {short(c.get('argument') or '', 40)}", i)
+                           for i, c in enumerate(session.candidates, 1)],
+        message=msg,
+        weights_key=(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
+        contributions_key=(rec.episode_id, tuple((s.t, s.reward) for s in rec.steps)),
+    )
+
+
+def _status_html(session: EpisodeSession, rec: EpisodeRecord) -> str:
+    q = session.question
+    gold = ", ".join(q.answers) if q.answers else "unknown (free question)"
+    if rec.done:
+        outcome = (f"answered <b>{views.esc(rec.answer)}</b>" if rec.answer is not None
+                   else "refused" if rec.refused else "ran out of steps")
+        state = f'<span class="badge done">done</span> {outcome}'
+    else:
+        state = f'<span class="badge running">running</span> next step t = {len(rec.steps) + 1} of {rec.t_max}'
+    adapter = session.policy.adapter or ("base model" if session.policy.choice.startswith("lm:") else "—")
+    return (
+        f'<div class="evo-status" id="evo-status"><div class="evo-q">{views.esc(q.question)}</div>'
+        f'<div class="evo-meta">question <code>{views.esc(q.id)}</code> · gold answer: {views.esc(gold)} · '
+        f"policy: {views.esc(session.policy.label)} · adapter: <b id=\"evo-episode-adapter\">{views.esc(adapter)}</b> · "
+        f"{views.esc(rec.stage)} / {views.esc(rec.schedule)} / {views.esc(rec.preset)}</div>"
+        f'<div class="evo-meta">{state} · return <b id="evo-return">{rec.total_return:+.3f}</b></div></div>'
+    )
+
+

@@ -1,0 +1,174 @@
+"""Training handlers: queue a round for the worker, follow its progress and history, list and activate adapters,
+and the page header's live status."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+
+from .. import views
+from ..services import Services
+from .common import none_if_all, short
+
+__all__ = [
+    "OBJECTIVES",
+    "KL_ESTIMATORS",
+    "KEY_METRICS",
+    "TrainingView",
+    "launch_round",
+    "training_view",
+    "activate_adapter",
+    "use_base_model",
+    "header_status",
+]
+
+OBJECTIVES = ("dpo", "grpo", "ppo")
+KL_ESTIMATORS = ("k3", "k2")
+
+
+@dataclass(frozen=True)
+class TrainingView:
+    progress: str  # HTML progress bar of the newest round
+    loss: go.Figure
+    rounds: str  # HTML history table
+    adapters: str  # HTML table with metrics
+    adapter_names: list[str]
+    live: str  # active adapter name or "base model"
+    loss_key: tuple = ()  # (round id, loss points): equal keys mean an identical loss figure
+
+
+def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
+                 source: str | None = None, stage: str | None = None, episodes: int | None = None,
+                 max_steps: int | None = None) -> tuple[str, int]:
+    """Queue a training round for the worker; returns (message, round id).
+
+    The round's job (stored as JSON, read by `evorag worker`): objective, pairs (DPO: queued pairs to claim),
+    episodes (GRPO/PPO: newest stored episodes), epochs, lr, kl, source/stage filters, max_steps, base_model."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
+    if kl not in KL_ESTIMATORS:
+        raise ValueError(f"KL estimator must be one of {', '.join(KL_ESTIMATORS)}")
+    pairs, epochs, lr = int(pairs or 0), int(epochs or 0), float(lr or 0.0)
+    episodes, max_steps = int(episodes or 32), int(max_steps or 0)
+    if pairs < 1 or epochs < 1 or episodes < 1 or not lr > 0 or max_steps < 0:
+        raise ValueError("pairs, episodes and epochs must be at least 1, the learning rate positive, max steps >= 0")
+    store = svc.store()
+    config = {"objective": objective, "pairs": pairs, "episodes": episodes, "epochs": epochs, "lr": lr, "kl": kl,
+              "source": none_if_all(source), "stage": none_if_all(stage), "max_steps": max_steps or None,
+              "base_model": svc.cfg.policy.model}
+    config = {k: v for k, v in config.items() if v is not None}
+    round_id = store.enqueue_round(objective, config)
+    worker = svc.worker.describe() if svc.worker is not None else "no worker process started by this studio"
+    note = ""
+    if objective == "dpo":
+        queued = sum(store.count_pairs("status", status="queued", source=config.get("source"),
+                                       stage=config.get("stage")).values())
+        note = "" if queued else " Note: no queued pairs match; the round will fail with nothing to train on."
+    return (f"Round #{round_id} queued ({objective}, {epochs} epoch(s), lr {lr:g}, KL {kl}"
+            f"{f', up to {pairs} pairs' if objective == 'dpo' else f', {episodes} episodes'}); {worker}.{note}",
+            round_id)
+
+
+def training_view(svc: Services) -> TrainingView:
+    store = svc.store()
+    rounds = store.list_rounds(limit=50)
+    newest = rounds[0] if rounds else None
+    loss_key: tuple = ()
+    if newest is None:
+        progress = '<div class="evo-empty">No training round yet.</div>'
+        loss = views.loss_figure([])
+    else:
+        prog = newest.progress or {}
+        points = svc.loss_history.setdefault(newest.id, [])
+        _merge_losses(points, newest)
+        phase = f" · {prog['phase']}" if newest.status == "running" and prog.get("phase") else ""
+        progress = views.progress_html(f"Round #{newest.id} ({newest.objective}){phase}", prog.get("step"),
+                                       prog.get("total"), prog.get("eta"), newest.status)
+        if newest.error:
+            progress += views.message_html(newest.error, "error")
+        loss = views.loss_figure(points, f"Round #{newest.id} loss")
+        loss_key = (newest.id, tuple(points))
+    round_rows = []
+    for r in rounds:
+        m = r.metrics or {}
+        summary = ", ".join(f"{k}={m[k]:.4g}" if isinstance(m[k], float) else f"{k}={m[k]}" for k in _key_metrics([m]))
+        if m.get("adapter"):
+            summary = f"adapter {m['adapter']}" + (f", {summary}" if summary else "")
+        took = (r.finished_at - r.started_at).total_seconds() if r.finished_at and r.started_at else None
+        data_used = r.config.get("pairs", "") if r.objective == "dpo" else r.config.get("episodes", "")
+        round_rows.append([r.id, r.objective, r.status, data_used, r.config.get("epochs", ""),
+                           r.config.get("lr", ""), r.config.get("kl", ""), took if took is not None else "",
+                           short(summary, 120) if summary else (r.error or "")[:120]])
+    rounds_html = views.table_html(["round", "objective", "status", "pairs / episodes", "epochs", "lr", "KL", "seconds",
+                                    "metrics"],
+                                   round_rows, table_id="evo-rounds", empty="No rounds yet.")
+    adapters = store.list_adapters()
+    keys = _key_metrics([a.metrics for a in adapters])
+    adapter_rows = [[("● " if a.active else "") + a.name, a.objective or "", a.round_id or "",
+                     *[(a.metrics or {}).get(k, "") for k in keys], a.created_at.strftime("%Y-%m-%d %H:%M")]
+                    for a in adapters]
+    adapters_html = views.table_html(["adapter", "objective", "round", *keys, "created"], adapter_rows,
+                                     table_id="evo-adapters", empty="No adapters yet: a finished round registers one.")
+    live = next((a.name for a in adapters if a.active), "base model")
+    return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key)
+
+
+# Metrics shown first when rounds and adapters are compared (whichever of them a round reported).
+KEY_METRICS = ("eval_em", "eval_f1", "em", "f1", "heldout_accuracy", "final_rewards_accuracies",
+               "final_rewards_margins", "final_loss", "first_loss", "final_kl", "steps", "pairs", "episodes", "wall_s")
+
+
+def _key_metrics(metrics_list: list[dict[str, Any]], limit: int = 8) -> list[str]:
+    numeric = [{k for k, v in (m or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+               for m in metrics_list]
+    present = set().union(*numeric) if numeric else set()
+    keys = [k for k in KEY_METRICS if k in present]
+    return keys if keys else sorted(present)[:limit]
+
+
+def _merge_losses(points: list[tuple[float, float]], r: Any) -> None:
+    """Loss points: the round's reported history when it has one, else each progress report the UI has seen."""
+    history = (r.metrics or {}).get("loss_history") or (r.progress or {}).get("loss_history")
+    if isinstance(history, list) and history:
+        points[:] = [(float(i + 1), float(v)) if not isinstance(v, (list, tuple)) else (float(v[0]), float(v[1]))
+                     for i, v in enumerate(history)]
+        return
+    prog = r.progress or {}
+    if prog.get("loss") is not None and prog.get("step") is not None:
+        point = (float(prog["step"]), float(prog["loss"]))
+        if not points or points[-1][0] != point[0]:
+            points.append(point)
+
+
+def activate_adapter(svc: Services, name: str | None) -> str:
+    if not name:
+        raise ValueError("choose an adapter to activate")
+    a = svc.store().activate_adapter(name)
+    return f"Adapter {a.name} is live: new episodes with the 'LM · live adapter' policy use it."
+
+
+def use_base_model(svc: Services) -> str:
+    svc.store().deactivate_adapters()
+    return "No adapter is active: new LM episodes use the base model."
+
+
+def header_status(svc: Services) -> str:
+    """Live adapter, worker and store state, for the page header."""
+    parts = []
+    store = svc.store_or_none()
+    if store is None:
+        parts.append('<span class="chip warn">store unavailable</span>')
+    else:
+        active = store.active_adapter()
+        name = active.name if active is not None else "base model"
+        parts.append(f'live adapter: <b id="evo-live-adapter">{views.esc(name)}</b>')
+        running = store.list_rounds(status="running", limit=5)
+        queued = store.list_rounds(status="queued", limit=50)
+        parts.append(f"rounds: {len(running)} running, {len(queued)} queued")
+    parts.append(views.esc(svc.worker.describe() if svc.worker is not None else "worker: not started"))
+    if svc.warm_status:
+        parts.append(f'<span class="chip warn" id="evo-warming">{views.esc(svc.warm_status)}…</span>')
+    return '<div class="evo-header-status">' + " · ".join(parts) + "</div>"
+
+
