@@ -194,9 +194,10 @@ class ScriptedPolicy:
 
 
 @pytest.fixture(scope="module")
-def demo_runtime(tmp_path_factory):
+def demo_runtime(session_home):
+    """The session's home: indexes and the dequantized LM are shared with the other test modules."""
     cfg = load_config(None, {"env.corpus": "per-question", "env.t_max": 3})
-    return Runtime(cfg, tmp_path_factory.mktemp("rollout-home"), load_dataset(DEMO))
+    return Runtime(cfg, session_home, load_dataset(DEMO))
 
 
 def _check_store(store, stats, cfg: RolloutConfig):

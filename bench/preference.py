@@ -1,0 +1,245 @@
+"""Rollout throughput and the multi-head preference model on HotpotQA-derived pairs; writes JSON.
+
+    python bench/preference.py [--questions 0:64] [--workers 2] [--t-max 5] [--siblings 4] [--max-states 3]
+                               [--db URL] [--home DIR] [--out bench/results/preference.json] [--skip-rollout]
+
+1. Rollouts (`evorag rollout`, one process per worker, one torch thread each, on disjoint parts of the slice) of the
+   embedded SmolLM2 policy on the training slice of /work/shared/benchmarks/hotpotqa_dev300.jsonl, per-question
+   corpus (each question's 10 passages), Discovery stage, into a SQLite store (resumable: questions already rolled
+   out by the same policy are skipped). Throughput = pairs stored / wall minutes of this run, with the CPU time
+   and the load average recorded (the machine is shared).
+2. Encoder choice: pooled hidden states of several layers x {mean, last} are computed in one pass per state
+   (cached); each is scored by the held-out overall pairwise accuracy of the full model.
+3. The full model (seven heads) at the chosen layer/pooling, single-signal ablations (one head trained at a time,
+   the paper's Table 5 shape: that head's eval accuracy/loss and the overall accuracy when ranking by it alone),
+   and a single-head baseline trained on the total return. The split is by question (80/20, seed 0).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
+TARGETS = {"head_accuracy_min": 0.5, "overall_accuracy_min": 0.70}
+
+
+def _slice(text: str) -> tuple[int, int]:
+    start, _, stop = text.partition(":")
+    return int(start or 0), int(stop)
+
+
+def run_rollouts(args: argparse.Namespace, db: str) -> dict:
+    """`evorag rollout` in `args.workers` processes over disjoint parts of the slice; returns the combined stats."""
+    start, stop = _slice(args.questions)
+    n = stop - start
+    bounds = [start + round(i * n / args.workers) for i in range(args.workers + 1)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    procs = []
+    wall = time.perf_counter()
+    load_before = os.getloadavg()
+    for lo, hi in zip(bounds, bounds[1:]):
+        cmd = [sys.executable, "-m", "evorag_core.cli", "rollout", "--data", str(args.data), "--offset", str(lo),
+               "--limit", str(hi - lo), "--siblings", str(args.siblings), "--t-max", str(args.t_max),
+               "--max-states", str(args.max_states), "--stage", "discovery", "--db", db, "--home", str(args.home),
+               "--resume", "--json", "--set", "policy.threads=1", "--set", "policy.device=cpu",
+               "--set", "env.corpus=per-question"]
+        log = open(Path(args.home) / f"rollout_{lo}_{hi}.log", "w")
+        procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True), log))
+    outs = []
+    for proc, log in procs:
+        stdout, _ = proc.communicate()
+        log.close()
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        if proc.returncode not in (0, 130) or not lines:
+            raise SystemExit(f"rollout worker failed (exit {proc.returncode}); see the logs in {args.home}")
+        outs.append(json.loads(lines[-1]))
+    minutes = (time.perf_counter() - wall) / 60
+    total = {k: sum(o[k] for o in outs) for k in ("episodes", "steps", "candidates", "branches", "decisions",
+                                                 "pairs_built", "pairs_kept", "dropped_duplicate",
+                                                 "dropped_balance", "greedy_chosen", "greedy_rejected")}
+    cpu = os.times()
+    return {
+        **total,
+        "wall_minutes": round(minutes, 2),
+        "pairs_per_minute": round(total["pairs_kept"] / minutes, 2) if minutes > 0 else None,
+        "episodes_per_minute": round(total["episodes"] / minutes, 3) if minutes > 0 else None,
+        "worker_cpu_minutes": round((cpu.children_user + cpu.children_system) / 60, 2),
+        "pairs_per_cpu_minute": round(total["pairs_kept"] / max((cpu.children_user + cpu.children_system) / 60, 1e-9), 2),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "workers": outs,
+    }
+
+
+def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
+    """Mean overall accuracy over grouped folds of the training split (the encoder choice never sees eval pairs)."""
+    from evorag_core.preference import evaluate, fit_preference_model, split_examples
+
+    groups = sorted({e.group for e in examples})
+    accs = []
+    for f in range(folds):
+        held = set(groups[f::folds])
+        tr = [i for i, e in enumerate(examples) if e.group not in held]
+        te = [i for i, e in enumerate(examples) if e.group in held]
+        if not tr or not te:
+            continue
+        model = fit_preference_model(xc[tr], xr[tr], [examples[i] for i in tr], cfg)
+        accs.append(evaluate(model, xc[te], xr[te], [examples[i] for i in te])[1])
+    return float(sum(accs) / len(accs)) if accs else float("nan")
+
+
+def _head_table(metrics) -> dict:
+    return {k: {"train_pairs": h.train_pairs, "eval_pairs": h.eval_pairs,
+                "eval_accuracy": None if h.accuracy is None else round(h.accuracy, 4),
+                "eval_loss": None if h.loss is None else round(h.loss, 4)} for k, h in metrics.heads.items()}
+
+
+def evaluate_models(db: str, args: argparse.Namespace) -> dict:
+    """Encoder choice, the full model, single-signal ablations and a total-return single head (see the docstring)."""
+    import numpy as np
+    import torch
+
+    from evorag_core.config import PolicyConfig, PreferenceConfig
+    from evorag_core.policy import TransformersBackend
+    from evorag_core.preference import (FeatureCache, PrefixEncoder, encode_examples, examples_from_pairs,
+                                        fit_preference_model, metrics_for, split_examples)
+    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.store import open_store
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    margin = 0.3
+    with open_store(db) as store:
+        pairs = [p for p in store.list_pairs(source="rollout", limit=None) if p.status != "discarded"]
+    examples, skipped = examples_from_pairs(pairs, margin)
+    if len(examples) < 10:
+        raise SystemExit(f"only {len(examples)} pairs with margin >= {margin}; roll out more questions first")
+    train, evals = split_examples(examples, 0.2, 0)
+    layers = [int(x) for x in args.layers.split(",")]
+    specs = [(layer, pooling) for layer in layers for pooling in ("mean", "last")]
+    backend = TransformersBackend(PolicyConfig(device="cpu", threads=1), args.home)
+    encoder = PrefixEncoder.from_backend(backend, specs)
+    cache = FeatureCache(args.home / "cache" / "preference_features.safetensors")
+    t0 = time.perf_counter()
+    tc, tr = encode_examples(encoder, train, cache)
+    ec, er = encode_examples(encoder, evals, cache)
+    encode_s = time.perf_counter() - t0
+    base = PreferenceConfig()
+    choice = []
+    for j, (layer, pooling) in enumerate(specs):
+        cfg = PreferenceConfig(**{**base.__dict__, "layer": layer, "pooling": pooling})
+        cv = _cv_accuracy(tc[:, j], tr[:, j], train, cfg)
+        model = fit_preference_model(tc[:, j], tr[:, j], train, cfg)
+        m = metrics_for(model, (tc[:, j], tr[:, j]), (ec[:, j], er[:, j]), train, evals)
+        choice.append({"layer": layer, "pooling": pooling, "cv_overall_accuracy": round(cv, 4),
+                       "eval_overall_accuracy": round(m.overall_accuracy, 4)})
+        print(choice[-1], file=sys.stderr)
+    best = max(range(len(specs)), key=lambda j: choice[j]["cv_overall_accuracy"])
+    layer, pooling = specs[best]
+    cfg = PreferenceConfig(**{**base.__dict__, "layer": layer, "pooling": pooling})
+    X = (tc[:, best], tr[:, best]), (ec[:, best], er[:, best])
+
+    def run(heads, hidden=0):
+        c = PreferenceConfig(**{**cfg.__dict__, "hidden": hidden})
+        model = fit_preference_model(*X[0], train, c, heads=heads, model_id=backend.model_id)
+        return model, metrics_for(model, X[0], X[1], train, evals)
+
+    full_model, full = run(SIGNAL_NAMES)
+    full_model.metrics = full.to_dict()
+    full_model.save(args.home / "bench_preference_model")
+    _, full_hidden = run(SIGNAL_NAMES, hidden=64)
+    ablation = {}
+    for k in SIGNAL_NAMES:
+        if full.heads[k].train_pairs == 0:
+            ablation[k] = {"train_pairs": 0, "note": "the signal never differs between the branches of a pair"}
+            continue
+        _, m = run((k,))
+        h = m.heads[k]
+        ablation[k] = {"train_pairs": h.train_pairs, "eval_pairs": h.eval_pairs,
+                       "eval_accuracy": None if h.accuracy is None else round(h.accuracy, 4),
+                       "eval_loss": None if h.loss is None else round(h.loss, 4),
+                       "overall_eval_accuracy_ranking_by_this_head": round(m.overall_accuracy, 4)}
+    _, total = run(("total",))
+    varying = [k for k, h in full.heads.items() if h.eval_pairs > 0]
+    kinds = {}
+    for e in examples:
+        key = f"{e.chosen.split(':')[0]}>{e.rejected.split(':')[0]}"
+        kinds[key] = kinds.get(key, 0) + 1
+    return {
+        "pairs": {"stored_rollout_pairs": len(pairs), "with_margin_ge_0.3": len(examples), "skipped": skipped,
+                  "train": len(train), "eval": len(evals), "train_questions": len({e.group for e in train}),
+                  "eval_questions": len({e.group for e in evals}), "action_kinds_chosen>rejected": kinds},
+        "encoder_choice": {"specs": choice, "chosen": {"layer": layer, "pooling": pooling},
+                           "rule": "best mean overall accuracy over 5 grouped folds of the training split",
+                           "encode_seconds": round(encode_s, 1)},
+        "full_model": {"config": cfg.__dict__, "heads": _head_table(full),
+                       "overall_eval_accuracy": round(full.overall_accuracy, 4),
+                       "overall_eval_loss": round(full.overall_loss, 4),
+                       "overall_train_accuracy": round(full.train_overall_accuracy, 4),
+                       "combine": {k: round(v, 4) for k, v in full.combine.items()}},
+        "full_model_hidden64": {"heads": _head_table(full_hidden),
+                                "overall_eval_accuracy": round(full_hidden.overall_accuracy, 4)},
+        "single_signal_ablation": ablation,
+        "single_head_on_total_return": {"eval_accuracy": round(total.overall_accuracy, 4),
+                                        "eval_loss": round(total.overall_loss, 4)},
+        "targets": {
+            "every_varying_head_above_50": all((full.heads[k].accuracy or 0) > 0.5 for k in varying),
+            "varying_heads": varying,
+            "overall_at_least_70": full.overall_accuracy >= TARGETS["overall_accuracy_min"],
+        },
+        "model_seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--questions", default="0:64", help="training slice START:STOP of the data file (default 0:64)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--t-max", type=int, default=5)
+    ap.add_argument("--siblings", type=int, default=4)
+    ap.add_argument("--max-states", type=int, default=3)
+    ap.add_argument("--home", type=Path, default=Path(os.environ.get("EVORAG_HOME", ROOT / ".evorag")))
+    ap.add_argument("--db", default=None, help="default: sqlite:///<home>/bench_preference.db")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "preference.json")
+    ap.add_argument("--skip-rollout", action="store_true", help="only train/evaluate on the pairs already stored")
+    ap.add_argument("--rollout-only", action="store_true", help="only roll out (stats are kept beside the database)")
+    ap.add_argument("--layers", default="6,12,16,20,24,28,30", help="layers compared for the encoder choice")
+    args = ap.parse_args()
+    args.home = args.home.resolve()
+    args.home.mkdir(parents=True, exist_ok=True)
+    db = args.db or f"sqlite:///{args.home / 'bench_preference.db'}"
+    result: dict = {
+        "settings": {"data": str(args.data), "slice": args.questions, "workers": args.workers,
+                     "threads_per_worker": 1, "t_max": args.t_max, "siblings": args.siblings,
+                     "max_states": args.max_states, "stage": "discovery", "corpus": "per-question",
+                     "policy": "embedded SmolLM2-135M-Instruct (float32, CPU)", "db": db},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+    }
+    runs_file = args.home / "bench_preference_rollouts.json"
+    runs = json.loads(runs_file.read_text()) if runs_file.is_file() else []
+    if not args.skip_rollout:
+        run = {"slice": args.questions, **run_rollouts(args, db)}
+        runs.append(run)
+        runs_file.write_text(json.dumps(runs, indent=1))
+        print(json.dumps(run, indent=1), file=sys.stderr)
+    result["rollout_runs"] = runs
+    if args.rollout_only:
+        return
+    result.update(evaluate_models(db, args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

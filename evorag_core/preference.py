@@ -1,0 +1,585 @@
+"""The multi-head preference model (SPEC §4): a frozen encoder of the trajectory prefix and one linear head per signal.
+
+Encoder. x = (agent prompt at the state, candidate completion). Its feature is a hidden state of the policy LM
+itself (frozen, base weights, LoRA adapters switched off), pooled over the completion's tokens: the prompt is run
+once per state (its KV cache is shared by the state's candidates) and each completion is run on top of it, so every
+completion token attends to the whole state. Default: layer 20 of 30, mean over the completion tokens
+(`PreferenceConfig.layer/pooling`); the prompt's own positions are identical for the two sides of a pair and would
+cancel in f(x+) - f(x-), so only completion positions are pooled. bench/preference.py compares layers
+{6, ..., 30} x {mean, last} by held-out accuracy; see its JSON for the measurement behind the default.
+Features are cached on disk (`FeatureCache`, safetensors) under a key of (model, layer, pooling, prompt,
+completion): the encoder is frozen, so retraining never re-runs the LM.
+
+Heads and loss. Features are standardized with the training set's mean/std, optionally passed through a shared
+trainable tanh layer (`hidden` > 0), and scored by H linear heads f^(k) (no bias: it cancels in differences).
+Each stored rollout pair carries the per-signal returns G^(k) of both branches (rollout.py). Head k's preferred side
+is the branch with the larger G^(k); the head is trained only on the pairs where |dG^(k)| >= head_margin (a signal
+that is equal on both branches says nothing about which prefix is better on that aspect). With s_k = sign(dG^(k))
+and M_k the pairs of head k:
+    L = -(1/H) sum_k mean_{i in M_k} log sigma(s_k,i * (f^(k)(x_chosen,i) - f^(k)(x_rejected,i)))
+(SPEC §4's -(1/7) sum_k log sigma(f^(k)(x+) - f^(k)(x-)), with x+ chosen per head, averaged over each head's pairs;
+a head with no pairs contributes 0). With a frozen encoder and no shared layer the heads are independent logistic
+regressions, so a single-signal model's head equals the full model's (the ablation then differs only in what the
+overall ranking can use).
+
+Overall preference. score(x) = sum_k c_k f^(k)(x), with c fitted (L2, a few hundred Adam steps) on the training
+pairs' overall direction (the chosen branch has the larger total return). It ranks candidate actions at inference
+(`rank_candidates`, `RankedPolicy`: best-of-K).
+
+Saved as `model.safetensors` (weights, feature mean/std, combiner) + `config.json` (PreferenceConfig, heads, encoder
+model id, feature size, metrics).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import Config, PreferenceConfig
+from .errors import ConfigError, ModelLoadError, TrainingError
+from .signals import SIGNAL_NAMES
+
+__all__ = [
+    "PreferenceExample",
+    "examples_from_pairs",
+    "split_examples",
+    "PrefixEncoder",
+    "FeatureCache",
+    "encode_examples",
+    "preference_loss",
+    "PreferenceModel",
+    "HeadMetrics",
+    "PreferenceMetrics",
+    "fit_preference_model",
+    "evaluate",
+    "metrics_for",
+    "train_preference_model",
+    "rank_candidates",
+    "RankedPolicy",
+    "ranked_policy_from_path",
+]
+
+POOLINGS = ("mean", "last")
+
+
+# -- data --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreferenceExample:
+    """One pair: `chosen` has the larger total return; `deltas[k]` = G^(k)(chosen) - G^(k)(rejected)."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    margin: float
+    deltas: Mapping[str, float]
+    group: str  # split key: the question id (pairs of one question never straddle the split)
+
+
+def _get(pair: Any, name: str) -> Any:
+    return pair[name] if isinstance(pair, Mapping) else getattr(pair, name)
+
+
+def _text(value: Any) -> str:
+    """A completion or prompt from a store Pair (a string) or an export record (chat messages)."""
+    if isinstance(value, str):
+        return value
+    from .pair_io import join_chatml
+
+    if len(value) == 1 and value[0]["role"] == "assistant":
+        return value[0]["content"]
+    return join_chatml(value)
+
+
+def examples_from_pairs(pairs: Iterable[Any], min_margin: float) -> tuple[list[PreferenceExample], int]:
+    """Examples from store `Pair`s or export records that carry per-signal returns (metadata `signals_chosen` /
+    `signals_rejected`) and have margin >= `min_margin`. Returns (examples, skipped); human pairs without per-signal
+    returns are skipped (nothing to train the heads on)."""
+    out: list[PreferenceExample] = []
+    skipped = 0
+    for pair in pairs:
+        meta = _get(pair, "metadata") or {}
+        sc = meta.get("signals_chosen") or (pair.get("signals_chosen") if isinstance(pair, Mapping) else None)
+        sr = meta.get("signals_rejected") or (pair.get("signals_rejected") if isinstance(pair, Mapping) else None)
+        margin = _get(pair, "margin")
+        if not sc or not sr or margin is None or margin < min_margin:
+            skipped += 1
+            continue
+        deltas = {k: float(sc.get(k, 0.0)) - float(sr.get(k, 0.0)) for k in SIGNAL_NAMES}
+        group = str(meta.get("question_id") or _text(_get(pair, "prompt")))
+        out.append(PreferenceExample(_text(_get(pair, "prompt")), _text(_get(pair, "chosen")),
+                                     _text(_get(pair, "rejected")), float(margin), deltas, group))
+    return out, skipped
+
+
+def split_examples(examples: Sequence[PreferenceExample], holdout: float,
+                   seed: int) -> tuple[list[PreferenceExample], list[PreferenceExample]]:
+    """(train, eval) with about `holdout` of the groups (questions) held out; deterministic in `seed`."""
+    if not 0.0 < holdout < 1.0:
+        raise ConfigError(f"preference.holdout must be in (0, 1), got {holdout}")
+    groups = sorted({e.group for e in examples})
+    random.Random(seed).shuffle(groups)
+    n_eval = min(max(1, round(holdout * len(groups))), len(groups) - 1) if len(groups) > 1 else 0
+    held = set(groups[:n_eval])
+    return [e for e in examples if e.group not in held], [e for e in examples if e.group in held]
+
+
+# -- the frozen encoder ------------------------------------------------------------------------------------------
+
+
+class PrefixEncoder:
+    """Pooled hidden states of (prompt, completion) from a causal LM; see the module docstring.
+
+    `specs` lists (layer, pooling) features computed in the same pass (the bench compares several); `encode`
+    returns an array [n_completions, len(specs), hidden]."""
+
+    def __init__(self, model, tokenizer, model_id: str, specs: Sequence[tuple[int, str]] = ((20, "mean"),),
+                 backend=None, max_prompt_tokens: int = 6000) -> None:
+        n_layers = model.config.get_text_config().num_hidden_layers
+        for layer, pooling in specs:
+            if not 0 <= layer <= n_layers:
+                raise ConfigError(f"preference.layer must be in 0..{n_layers} for {model_id}, got {layer}")
+            if pooling not in POOLINGS:
+                raise ConfigError(f"preference.pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.model, self.tokenizer, self.model_id = model, tokenizer, model_id
+        self.specs = tuple((int(layer), str(pooling)) for layer, pooling in specs)
+        self.backend = backend  # when given, its LoRA adapter is switched off while encoding
+        self.max_prompt_tokens = max_prompt_tokens
+        self.dim = int(model.config.get_text_config().hidden_size)
+
+    @classmethod
+    def from_backend(cls, backend, specs: Sequence[tuple[int, str]] = ((20, "mean"),)) -> "PrefixEncoder":
+        return cls(backend.model, backend.tokenizer, backend.model_id, specs, backend=backend)
+
+    @contextmanager
+    def _base_weights(self) -> Iterator[None]:
+        active = getattr(self.backend, "active_adapter", None)
+        if active is not None:
+            self.backend.activate(None)
+        try:
+            yield
+        finally:
+            if active is not None:
+                self.backend.activate(active)
+
+    @torch.inference_mode()
+    def encode(self, prompt: str, completions: Sequence[str]) -> np.ndarray:
+        from transformers.cache_utils import DynamicCache
+
+        from .policy.base import encode_pair
+
+        out = np.zeros((len(completions), len(self.specs), self.dim), dtype=np.float32)
+        if not completions:
+            return out
+        prompt_ids = encode_pair(self.tokenizer, prompt, "")[0][-self.max_prompt_tokens :]
+        body = getattr(self.model, "model", self.model)
+        device = next(self.model.parameters()).device
+        with self._base_weights():
+            cache = DynamicCache(config=self.model.config)
+            body(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache, use_cache=True)
+            for i, completion in enumerate(completions):
+                ids = encode_pair(self.tokenizer, "", completion)[1] or [self.tokenizer.eos_token_id]
+                hidden = body(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
+                              output_hidden_states=True).hidden_states
+                cache.crop(-len(ids))
+                for j, (layer, pooling) in enumerate(self.specs):
+                    h = hidden[layer][0].float()
+                    out[i, j] = (h.mean(0) if pooling == "mean" else h[-1]).cpu().numpy()
+        return out
+
+
+class FeatureCache:
+    """Feature vectors by key, kept in one safetensors file (loaded whole, saved atomically)."""
+
+    def __init__(self, path: Path | str | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.items: dict[str, np.ndarray] = {}
+        self.dirty = False
+        if self.path is not None and self.path.is_file():
+            from safetensors.numpy import load_file
+
+            self.items = dict(load_file(str(self.path)))
+
+    @staticmethod
+    def key(model_id: str, layer: int, pooling: str, prompt: str, completion: str) -> str:
+        return hashlib.sha1("\0".join((model_id, str(layer), pooling, prompt, completion)).encode()).hexdigest()
+
+    def get(self, key: str) -> np.ndarray | None:
+        return self.items.get(key)
+
+    def put(self, key: str, value: np.ndarray) -> None:
+        self.items[key] = np.ascontiguousarray(value, dtype=np.float32)
+        self.dirty = True
+
+    def save(self) -> None:
+        if self.path is None or not self.dirty:
+            return
+        from safetensors.numpy import save_file
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        save_file(self.items, str(tmp))
+        os.replace(tmp, self.path)
+        self.dirty = False
+
+
+def encode_examples(encoder: PrefixEncoder, examples: Sequence[PreferenceExample],
+                    cache: FeatureCache | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Features of the chosen and rejected sides, each [n, len(encoder.specs), dim]; one prompt pass per state."""
+    cache = cache if cache is not None else FeatureCache(None)
+    texts: dict[str, dict[str, None]] = {}
+    for e in examples:
+        texts.setdefault(e.prompt, {}).update({e.chosen: None, e.rejected: None})
+    feats: dict[tuple[str, str], np.ndarray] = {}
+    for prompt, completions in texts.items():
+        todo = []
+        for c in completions:
+            got = [cache.get(FeatureCache.key(encoder.model_id, l, p, prompt, c)) for l, p in encoder.specs]
+            if all(g is not None for g in got):
+                feats[(prompt, c)] = np.stack(got)
+            else:
+                todo.append(c)
+        if todo:
+            for c, vec in zip(todo, encoder.encode(prompt, todo)):
+                feats[(prompt, c)] = vec
+                for (l, p), v in zip(encoder.specs, vec):
+                    cache.put(FeatureCache.key(encoder.model_id, l, p, prompt, c), v)
+    cache.save()
+    chosen = np.stack([feats[(e.prompt, e.chosen)] for e in examples]) if examples else np.zeros((0, 1, 1))
+    rejected = np.stack([feats[(e.prompt, e.rejected)] for e in examples]) if examples else np.zeros((0, 1, 1))
+    return chosen, rejected
+
+
+# -- model and loss ----------------------------------------------------------------------------------------------
+
+
+def preference_loss(chosen_scores: torch.Tensor, rejected_scores: torch.Tensor, direction: torch.Tensor,
+                    mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """L = (1/H) sum_k mean_{i: mask[i,k]} -log sigma(direction[i,k] * (chosen[i,k] - rejected[i,k])).
+
+    All inputs are [n, H]; `direction` is +1 where head k prefers the chosen side, -1 where it prefers the rejected
+    one. Returns (L, per-head mean losses [H]; 0 for a head without pairs)."""
+    z = direction * (chosen_scores - rejected_scores)
+    nll = nn.functional.softplus(-z) * mask
+    counts = mask.sum(0)
+    per_head = nll.sum(0) / counts.clamp(min=1)
+    return per_head.sum() / chosen_scores.shape[1], per_head
+
+
+class PreferenceModel(nn.Module):
+    """Standardize -> [shared tanh layer] -> H linear heads; `combine` weighs the heads into one overall score."""
+
+    def __init__(self, dim: int, heads: Sequence[str] = SIGNAL_NAMES, hidden: int = 0,
+                 cfg: PreferenceConfig | None = None, model_id: str = "") -> None:
+        super().__init__()
+        self.heads_names = tuple(heads)
+        self.cfg = cfg if cfg is not None else PreferenceConfig(hidden=hidden)
+        self.model_id = model_id
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+        self.shared = nn.Linear(dim, hidden) if hidden > 0 else None
+        self.heads = nn.Linear(hidden if hidden > 0 else dim, len(self.heads_names), bias=False)
+        nn.init.zeros_(self.heads.weight)
+        self.combine = nn.Parameter(torch.full((len(self.heads_names),), 1.0 / len(self.heads_names)))
+        self.encoder: PrefixEncoder | None = None
+        self.metrics: dict[str, Any] = {}
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.shape[0])
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """Head scores [n, H] of features [n, dim]."""
+        x = (features - self.mean) / self.std
+        if self.shared is not None:
+            x = torch.tanh(self.shared(x))
+        return self.heads(x)
+
+    def overall(self, features: torch.Tensor) -> torch.Tensor:
+        return self(features) @ self.combine
+
+    # -- persistence ---------------------------------------------------------------------------------------------
+    def save(self, folder: Path | str) -> Path:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / "model.safetensors"))
+        meta = {"format": "evorag-preference-v1", "heads": list(self.heads_names), "dim": self.dim,
+                "model_id": self.model_id, "config": asdict(self.cfg), "metrics": self.metrics}
+        (folder / "config.json").write_text(json.dumps(meta, indent=1))
+        return folder
+
+    @classmethod
+    def load(cls, folder: Path | str, encoder: PrefixEncoder | None = None) -> "PreferenceModel":
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        try:
+            meta = json.loads((folder / "config.json").read_text())
+            state = load_file(str(folder / "model.safetensors"))
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{folder} holds no readable preference model (config.json, model.safetensors): "
+                                 f"{exc}") from exc
+        if meta.get("format") != "evorag-preference-v1":
+            raise ModelLoadError(f"{folder}/config.json is not an evorag preference model")
+        cfg = PreferenceConfig(**meta["config"])
+        model = cls(int(meta["dim"]), meta["heads"], cfg.hidden, cfg, meta.get("model_id", ""))
+        model.load_state_dict(state)
+        model.metrics = meta.get("metrics", {})
+        if encoder is not None:
+            model.attach(encoder)
+        return model.eval()
+
+    def attach(self, encoder: PrefixEncoder) -> "PreferenceModel":
+        """Use `encoder` for raw (prompt, completion) inputs; it must be the model and layer/pooling trained on."""
+        if self.model_id and encoder.model_id != self.model_id:
+            raise ConfigError(f"this preference model was trained on features of {self.model_id!r}; "
+                              f"the encoder is {encoder.model_id!r}")
+        if encoder.specs[0] != (self.cfg.layer, self.cfg.pooling):
+            encoder = PrefixEncoder(encoder.model, encoder.tokenizer, encoder.model_id,
+                                    ((self.cfg.layer, self.cfg.pooling),), backend=encoder.backend)
+        self.encoder = encoder
+        return self
+
+
+# -- training and evaluation -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeadMetrics:
+    train_pairs: int
+    eval_pairs: int
+    accuracy: float | None  # held-out pairwise accuracy on the head's own direction
+    loss: float | None  # held-out mean -log sigma
+
+
+@dataclass(frozen=True)
+class PreferenceMetrics:
+    train_pairs: int
+    eval_pairs: int
+    heads: Mapping[str, HeadMetrics]
+    overall_accuracy: float | None  # held-out: the combined score prefers the chosen (higher-return) side
+    overall_loss: float | None
+    train_overall_accuracy: float | None
+    combine: Mapping[str, float]
+    seconds: float = 0.0
+    skipped_pairs: int = 0
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _targets(examples: Sequence[PreferenceExample], heads: Sequence[str], head_margin: float):
+    deltas = torch.tensor([[e.deltas.get(h, e.margin if h == "total" else 0.0) for h in heads] for e in examples],
+                          dtype=torch.float32).reshape(len(examples), len(heads))
+    return torch.sign(deltas), deltas.abs() >= head_margin
+
+
+def fit_preference_model(chosen: np.ndarray, rejected: np.ndarray, train: Sequence[PreferenceExample],
+                         cfg: PreferenceConfig, heads: Sequence[str] = SIGNAL_NAMES,
+                         model_id: str = "") -> PreferenceModel:
+    """Train heads (full-batch Adam, `cfg.epochs` steps) and then the combiner on features [n, dim]."""
+    if len(train) == 0:
+        raise TrainingError("no training pairs for the preference model")
+    torch.manual_seed(cfg.seed)
+    xc, xr = torch.as_tensor(chosen, dtype=torch.float32), torch.as_tensor(rejected, dtype=torch.float32)
+    model = PreferenceModel(xc.shape[1], heads, cfg.hidden, cfg, model_id)
+    both = torch.cat([xc, xr])
+    model.mean.copy_(both.mean(0))
+    model.std.copy_(both.std(0).clamp(min=1e-4) if len(both) > 1 else torch.ones(xc.shape[1]))
+    direction, mask = _targets(train, heads, cfg.head_margin)
+    params = [p for n, p in model.named_parameters() if n != "combine"]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    for _ in range(cfg.epochs):
+        opt.zero_grad()
+        loss, _ = preference_loss(model(xc), model(xr), direction, mask.float())
+        loss.backward()
+        opt.step()
+    _fit_combiner(model, xc, xr, cfg)
+    return model.eval()
+
+
+def _fit_combiner(model: PreferenceModel, xc: torch.Tensor, xr: torch.Tensor, cfg: PreferenceConfig) -> None:
+    """c minimizing mean -log sigma(c . (f(x_chosen) - f(x_rejected))) + 1e-2 |c|^2 over the training pairs."""
+    with torch.no_grad():
+        diff = model(xc) - model(xr)
+        scale = diff.abs().mean(0).clamp(min=1e-6)
+    weights = torch.zeros(diff.shape[1], requires_grad=True)
+    opt = torch.optim.Adam([weights], lr=0.05)
+    for _ in range(300):
+        opt.zero_grad()
+        loss = nn.functional.softplus(-(diff / scale) @ weights).mean() + 1e-2 * (weights ** 2).sum()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        model.combine.copy_(weights.detach() / scale)
+
+
+def _accuracy(z: torch.Tensor) -> float:
+    return float(((z > 0).float() + 0.5 * (z == 0).float()).mean())
+
+
+def evaluate(model: PreferenceModel, chosen: np.ndarray, rejected: np.ndarray,
+             examples: Sequence[PreferenceExample]) -> tuple[dict[str, tuple[int, float | None, float | None]],
+                                                              float | None, float | None]:
+    """Per head: (pairs, accuracy, loss) on its own direction; overall (accuracy, loss) of the combined score.
+    A tie (equal scores) counts half."""
+    if len(examples) == 0:
+        return {h: (0, None, None) for h in model.heads_names}, None, None
+    xc, xr = torch.as_tensor(chosen, dtype=torch.float32), torch.as_tensor(rejected, dtype=torch.float32)
+    direction, mask = _targets(examples, model.heads_names, model.cfg.head_margin)
+    with torch.no_grad():
+        fc, fr = model(xc), model(xr)
+        z = direction * (fc - fr)
+        out = {}
+        for k, name in enumerate(model.heads_names):
+            sel = mask[:, k]
+            n = int(sel.sum())
+            out[name] = (n, _accuracy(z[sel, k]) if n else None,
+                         float(nn.functional.softplus(-z[sel, k]).mean()) if n else None)
+        overall = (fc - fr) @ model.combine
+    return out, _accuracy(overall), float(nn.functional.softplus(-overall).mean())
+
+
+def metrics_for(model: PreferenceModel, train_feats, eval_feats, train, evals, seconds=0.0, skipped=0,
+                extras=None) -> PreferenceMetrics:
+    heads_eval, acc, loss = evaluate(model, *eval_feats, evals)
+    _, train_mask = _targets(train, model.heads_names, model.cfg.head_margin)
+    _, train_acc, _ = evaluate(model, *train_feats, train)
+    heads = {name: HeadMetrics(int(train_mask[:, k].sum()), *heads_eval[name])
+             for k, name in enumerate(model.heads_names)}
+    combine = {name: float(c) for name, c in zip(model.heads_names, model.combine.detach())}
+    return PreferenceMetrics(len(train), len(evals), heads, acc, loss, train_acc, combine, seconds, skipped,
+                             dict(extras or {}))
+
+
+def _load_pairs(store_or_pairs: Any) -> list[Any]:
+    if hasattr(store_or_pairs, "list_pairs"):
+        return [p for p in store_or_pairs.list_pairs(limit=None) if p.status != "discarded"]
+    return list(store_or_pairs)
+
+
+def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str, *,
+                           encoder: PrefixEncoder | None = None, home: Path | str | None = None) -> PreferenceMetrics:
+    """Fit the preference model on the stored rollout pairs (every status but discarded) or on given pairs (store
+    `Pair`s or export records) with margin >= cfg.rollout.preference_margin, evaluate it on the held-out questions,
+    save it to `out_dir` and return its metrics. The encoder defaults to the policy LM of `cfg.policy`; features
+    are cached in `<home>/cache/preference_features.safetensors`."""
+    from .config import home_dir
+
+    start = time.perf_counter()
+    pcfg = cfg.preference
+    examples, skipped = examples_from_pairs(_load_pairs(store_or_pairs), cfg.rollout.preference_margin)
+    if len(examples) < 2:
+        raise TrainingError(f"{len(examples)} usable pairs (margin >= {cfg.rollout.preference_margin} with per-signal "
+                            f"returns; {skipped} skipped); the preference model needs at least 2")
+    train, evals = split_examples(examples, pcfg.holdout, pcfg.seed)
+    if encoder is None:
+        from .policy import TransformersBackend
+
+        backend = TransformersBackend(cfg.policy, Path(home) if home else None)
+        encoder = PrefixEncoder.from_backend(backend, ((pcfg.layer, pcfg.pooling),))
+    home = Path(home) if home is not None else home_dir()
+    cache = FeatureCache(home / "cache" / "preference_features.safetensors")
+    spec = encoder.specs.index((pcfg.layer, pcfg.pooling)) if (pcfg.layer, pcfg.pooling) in encoder.specs else None
+    if spec is None:
+        raise ConfigError(f"the encoder computes {encoder.specs}, not layer {pcfg.layer} / {pcfg.pooling}")
+    tc, tr = (a[:, spec] for a in encode_examples(encoder, train, cache))
+    ec, er = (a[:, spec] for a in encode_examples(encoder, evals, cache))
+    model = fit_preference_model(tc, tr, train, pcfg, model_id=encoder.model_id)
+    metrics = metrics_for(model, (tc, tr), (ec, er), train, evals, time.perf_counter() - start, skipped)
+    model.metrics = metrics.to_dict()
+    model.save(out_dir)
+    return metrics
+
+
+# -- ranking at inference ----------------------------------------------------------------------------------------
+
+
+def rank_candidates(model: PreferenceModel, decisions: Sequence[Any]) -> list[float]:
+    """The overall preference score of each candidate decision (anything with `.prompt` and `.completion`);
+    higher is better. The model needs an encoder (`PreferenceModel.load(path, encoder)` or `.attach`)."""
+    if model.encoder is None:
+        raise ConfigError("the preference model has no encoder attached; load it with an encoder or call attach()")
+    scores: list[float] = [math.nan] * len(decisions)
+    by_prompt: dict[str, list[int]] = {}
+    for i, d in enumerate(decisions):
+        by_prompt.setdefault(d.prompt, []).append(i)
+    for prompt, idx in by_prompt.items():
+        feats = model.encoder.encode(prompt, [decisions[i].completion for i in idx])[:, 0]
+        with torch.no_grad():
+            values = model.overall(torch.as_tensor(feats)).tolist()
+        for i, v in zip(idx, values):
+            scores[i] = float(v)
+    return scores
+
+
+class RankedPolicy:
+    """Best-of-K with the preference model, as an `EpisodePolicy` (methods/base.py): at each state the greedy
+    decision and `k` sampled siblings (merged when identical) are scored by `rank_candidates`; the best-scoring one
+    is taken. `adapter` (a name loaded in the LM's backend) is activated at `begin`, like the agent method does; the
+    encoder always reads the base weights."""
+
+    def __init__(self, lm_policy, reward_model: PreferenceModel, k: int = 4, *, temperature: float | None = None,
+                 seed: int = 0, include_greedy: bool = True, adapter: str | None = None) -> None:
+        if k < 1:
+            raise ConfigError(f"k must be >= 1, got {k}")
+        self.lm, self.model, self.k = lm_policy, reward_model, k
+        self.temperature, self.seed, self.include_greedy, self.adapter = temperature, seed, include_greedy, adapter
+        self.name = "agent-rm"
+        self.label = f"agent best-of-{k} by preference model" + (f" + adapter {adapter}" if adapter else "")
+        self._calls = 0
+        if reward_model.encoder is None:
+            backend = getattr(lm_policy, "backend", None)
+            if backend is None:
+                raise ConfigError("attach an encoder to the preference model, or pass an LMPolicy with a backend")
+            reward_model.attach(PrefixEncoder.from_backend(backend, ((reward_model.cfg.layer,
+                                                                      reward_model.cfg.pooling),)))
+
+    def begin(self, question) -> None:
+        self._calls = 0
+        backend = getattr(self.lm, "backend", None)
+        if backend is not None and hasattr(backend, "activate"):
+            backend.activate(self.adapter)
+
+    def act(self, view) -> tuple[Any, dict[str, Any]]:
+        self._calls += 1
+        found = list(self.lm.candidates(view, k=self.k, temperature=self.temperature,
+                                        seed=self.seed * 100_003 + self._calls))
+        if self.include_greedy:
+            found.insert(0, self.lm.act(view))
+        first: dict[str, Any] = {}
+        for d in found:
+            first.setdefault(d.completion, d)
+        unique = list(first.values())
+        scores = rank_candidates(self.model, unique)
+        best = max(range(len(unique)), key=scores.__getitem__)
+        choice = unique[best]
+        info: dict[str, Any] = {"completion": choice.completion, "logprob": float(choice.logprob),
+                                "rm_score": scores[best], "rm_candidates": len(unique)}
+        for name in ("action_logprob", "argument_logprob"):
+            if hasattr(choice, name):
+                info[name] = float(getattr(choice, name))
+        if getattr(choice, "fallback", None):
+            info["fallback"] = choice.fallback
+        return choice.action, info
+
+
+def ranked_policy_from_path(lm_policy, path: Path | str, k: int = 4, adapter: str | None = None) -> RankedPolicy:
+    """For the agent's `--rank-with-rm PATH` option: load the saved model and wrap the LM policy."""
+    return RankedPolicy(lm_policy, PreferenceModel.load(path), k, adapter=adapter)

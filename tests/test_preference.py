@@ -1,0 +1,239 @@
+"""The multi-head preference model: the head-wise loss by hand, learnable synthetic features, pairs -> examples,
+the question-level split, save/load, training from pairs with a cached encoder, and (slow) the real LM encoder,
+candidate ranking and the best-of-K policy."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from evorag_core.config import Config, PolicyConfig, PreferenceConfig, RolloutConfig
+from evorag_core.errors import ConfigError, ModelLoadError, TrainingError
+from evorag_core.preference import (
+    FeatureCache,
+    PreferenceExample,
+    PreferenceModel,
+    PrefixEncoder,
+    RankedPolicy,
+    encode_examples,
+    evaluate,
+    examples_from_pairs,
+    fit_preference_model,
+    preference_loss,
+    rank_candidates,
+    split_examples,
+    train_preference_model,
+)
+from evorag_core.signals import SIGNAL_NAMES
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one torch thread (two OpenMP threads stall badly on a shared 2-core machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_loss_by_hand_two_heads():
+    """Pair 1: f(x+) - f(x-) = (1, 0), both heads prefer the chosen side -> -log s(1) = 0.31326, -log s(0) = 0.69315.
+    Pair 2: head 1 prefers the rejected side (direction -1), scores (2, 5) vs (0, 0) -> z1 = -2 -> -log s(-2) =
+    2.12693; head 2 is masked out. Head 1 mean (0.31326 + 2.12693) / 2 = 1.22009; head 2 mean 0.69315.
+    L = (1/2)(1.22009 + 0.69315) = 0.95662."""
+    chosen = torch.tensor([[1.0, 0.0], [2.0, 5.0]])
+    rejected = torch.zeros(2, 2)
+    direction = torch.tensor([[1.0, 1.0], [-1.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, per_head = preference_loss(chosen, rejected, direction, mask)
+    sp = lambda z: math.log1p(math.exp(-z))  # -log sigmoid(z)
+    assert per_head.tolist() == pytest.approx([(sp(1) + sp(-2)) / 2, sp(0)], abs=1e-5)
+    assert float(loss) == pytest.approx(0.95662, abs=1e-4)
+    # a head without any pair contributes 0 and still counts in the 1/H
+    loss0, per0 = preference_loss(chosen, rejected, direction, torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+    assert per0[1] == 0 and float(loss0) == pytest.approx((sp(1) + sp(-2)) / 4, abs=1e-5)
+
+
+def _synthetic(n: int, dim: int = 24, seed: int = 0):
+    """Features x ~ N(0, 1); signal k's per-branch return is w_k . x (w_ret, w_dup, w_step random, the other four
+    signals always equal -> no pairs for their heads). chosen = the branch with the larger total."""
+    rng = np.random.default_rng(seed)
+    w = {k: rng.normal(size=dim) for k in ("ret", "dup", "step")}
+    a, b = rng.normal(size=(n, dim)), rng.normal(size=(n, dim))
+    examples, xc, xr = [], [], []
+    for i in range(n):
+        ga = {k: float(w[k] @ a[i]) if k in w else 0.0 for k in SIGNAL_NAMES}
+        gb = {k: float(w[k] @ b[i]) if k in w else 0.0 for k in SIGNAL_NAMES}
+        (c, gc), (r, gr) = ((a[i], ga), (b[i], gb)) if sum(ga.values()) >= sum(gb.values()) else ((b[i], gb), (a[i], ga))
+        examples.append(PreferenceExample(f"p{i}", "c", "r", sum(gc.values()) - sum(gr.values()),
+                                          {k: gc[k] - gr[k] for k in SIGNAL_NAMES}, f"q{i % 40}"))
+        xc.append(c)
+        xr.append(r)
+    return examples, np.array(xc, dtype=np.float32), np.array(xr, dtype=np.float32)
+
+
+def test_training_on_learnable_synthetic_features_is_accurate():
+    examples, xc, xr = _synthetic(600)
+    train, evals = split_examples(examples, 0.25, 0)
+    idx = {id(e): i for i, e in enumerate(examples)}
+    ti, ei = [idx[id(e)] for e in train], [idx[id(e)] for e in evals]
+    cfg = PreferenceConfig(epochs=150, lr=0.05, weight_decay=0.0)
+    model = fit_preference_model(xc[ti], xr[ti], train, cfg)
+    heads, acc, loss = evaluate(model, xc[ei], xr[ei], evals)
+    for k in ("ret", "dup", "step"):
+        n, head_acc, _ = heads[k]
+        assert n == len(evals) and head_acc > 0.9
+    assert heads["bt"] == (0, None, None)  # a signal that never varies trains no head
+    assert acc > 0.9 and loss < 0.4
+
+
+def test_split_keeps_questions_together():
+    examples, _, _ = _synthetic(100)
+    train, evals = split_examples(examples, 0.2, 3)
+    assert {e.group for e in train}.isdisjoint({e.group for e in evals})
+    assert len({e.group for e in evals}) == 8  # 20 % of 40 questions
+    with pytest.raises(ConfigError):
+        split_examples(examples, 1.0, 0)
+
+
+def _pair_dict(i: int, margin: float, chosen_sig: dict | None, rejected_sig: dict | None) -> dict:
+    return {"prompt": f"prompt {i // 2}", "chosen": f"SEARCH: c{i}", "rejected": f"ANSWER: r{i}", "margin": margin,
+            "metadata": {"question_id": f"q{i // 4}", "signals_chosen": chosen_sig, "signals_rejected": rejected_sig}}
+
+
+def test_examples_from_pairs_filters_by_margin_and_signals():
+    sig = {k: 0.0 for k in SIGNAL_NAMES}
+    pairs = [_pair_dict(0, 0.5, dict(sig, ret=1.0), dict(sig, ret=0.5)), _pair_dict(1, 0.25, sig, sig),
+             _pair_dict(2, 0.9, None, None)]
+    examples, skipped = examples_from_pairs(pairs, 0.3)
+    assert skipped == 2 and len(examples) == 1
+    e = examples[0]
+    assert e.deltas["ret"] == 0.5 and e.deltas["dup"] == 0.0 and e.group == "q0" and e.chosen == "SEARCH: c0"
+
+
+def test_save_load_gives_identical_scores(tmp_path):
+    examples, xc, xr = _synthetic(80)
+    cfg = PreferenceConfig(epochs=50, hidden=8, layer=12, pooling="last")
+    model = fit_preference_model(xc, xr, examples, cfg, model_id="m")
+    model.metrics = {"overall_accuracy": 0.5}
+    model.save(tmp_path / "rm")
+    loaded = PreferenceModel.load(tmp_path / "rm")
+    x = torch.as_tensor(xc[:5])
+    assert torch.allclose(model(x), loaded(x)) and torch.allclose(model.overall(x), loaded.overall(x))
+    assert loaded.cfg == cfg and loaded.heads_names == SIGNAL_NAMES and loaded.model_id == "m"
+    assert loaded.metrics == {"overall_accuracy": 0.5}
+    with pytest.raises(ModelLoadError):
+        PreferenceModel.load(tmp_path / "missing")
+
+
+class KeywordEncoder:
+    """A stand-in for the LM encoder: feature = [completion starts with SEARCH, ... ANSWER, ... REFUSE] + noise."""
+
+    model_id = "keyword"
+    dim = 6
+
+    def __init__(self):
+        self.specs = ((20, "mean"),)
+        self.calls = 0
+
+    def encode(self, prompt, completions):
+        self.calls += 1
+        out = np.zeros((len(completions), 1, self.dim), dtype=np.float32)
+        for i, c in enumerate(completions):
+            seed = sum(map(ord, prompt + c))
+            out[i, 0, :3] = [c.startswith(k) for k in ("SEARCH", "ANSWER", "REFUSE")]
+            out[i, 0, 3:] = np.random.default_rng(seed).normal(scale=0.1, size=3)
+        return out
+
+
+def test_train_from_pairs_saves_and_caches_features(tmp_path):
+    """SEARCH beats ANSWER on `ret` (+1) and loses on `step` (-0.05): both heads learn their direction from the
+    action-kind feature. Pairs below the 0.3 margin are not used. The second run reads every feature from the cache."""
+    sig = {k: 0.0 for k in SIGNAL_NAMES}
+    pairs = [_pair_dict(i, 0.95, dict(sig, ret=1.0, step=-0.1), dict(sig, ret=0.0, step=-0.05)) for i in range(40)]
+    pairs.append(_pair_dict(99, 0.1, dict(sig, ret=0.1), sig))
+    cfg = Config(rollout=RolloutConfig(preference_margin=0.3), preference=PreferenceConfig(epochs=100, lr=0.05))
+    enc = KeywordEncoder()
+    metrics = train_preference_model(pairs, cfg, tmp_path / "rm", encoder=enc, home=tmp_path)
+    assert metrics.train_pairs + metrics.eval_pairs == 40 and metrics.skipped_pairs == 1
+    assert metrics.heads["ret"].accuracy == 1.0 and metrics.heads["step"].accuracy == 1.0
+    assert metrics.heads["dup"].eval_pairs == 0 and metrics.overall_accuracy == 1.0
+    assert (tmp_path / "cache" / "preference_features.safetensors").is_file()
+    loaded = PreferenceModel.load(tmp_path / "rm")
+    assert loaded.metrics["overall_accuracy"] == 1.0
+    calls = enc.calls
+    again = train_preference_model(pairs, cfg, tmp_path / "rm2", encoder=enc, home=tmp_path)
+    assert enc.calls == calls and again.overall_accuracy == metrics.overall_accuracy
+    with pytest.raises(TrainingError):
+        train_preference_model(pairs[-1:], cfg, tmp_path / "rm3", encoder=enc, home=tmp_path)
+
+
+# -- the real encoder (embedded SmolLM2) ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def backend(session_home):
+    from evorag_core.policy import TransformersBackend
+
+    return TransformersBackend(PolicyConfig(device="cpu", max_query_tokens=8, max_answer_tokens=6), session_home)
+
+
+@pytest.mark.slow
+def test_encoder_matches_a_full_forward_and_is_cached(backend, tmp_path):
+    """Prompt once, completions on its KV cache == one uncached forward of prompt + completion (mean over the
+    completion positions of hidden layer 20, and the last position of layer 30)."""
+    from evorag_core.policy.base import encode_pair
+
+    enc = PrefixEncoder.from_backend(backend, ((20, "mean"), (30, "last")))
+    prompt = backend.chat_prompt("You answer questions.", "Question: Who wrote Hamlet?\nStep 1 of 5. Your action:")
+    completions = ["SEARCH: Hamlet author", "REFUSE"]
+    feats = enc.encode(prompt, completions)
+    assert feats.shape == (2, 2, 576)
+    for i, c in enumerate(completions):
+        p_ids, c_ids = encode_pair(backend.tokenizer, prompt, c)
+        with torch.no_grad():
+            hs = backend.model.model(input_ids=torch.tensor([p_ids + c_ids]), output_hidden_states=True).hidden_states
+        n = len(c_ids)
+        assert np.allclose(feats[i, 0], hs[20][0, -n:].mean(0).numpy(), atol=1e-3)
+        assert np.allclose(feats[i, 1], hs[30][0, -1].numpy(), atol=1e-3)
+    ex = [PreferenceExample(prompt, completions[0], completions[1], 1.0, {}, "q")]
+    cache = FeatureCache(tmp_path / "f.safetensors")
+    c1, r1 = encode_examples(enc, ex, cache)
+    again = FeatureCache(tmp_path / "f.safetensors")
+    assert len(again.items) == 4  # 2 completions x 2 specs
+    c2, r2 = encode_examples(enc, ex, again)
+    assert np.array_equal(c1, c2) and np.array_equal(r1, r2)
+
+
+@pytest.mark.slow
+def test_ranking_and_best_of_k_policy(backend):
+    """A model whose only head scores +1 on the 'SEARCH' direction of the features picks a SEARCH candidate."""
+    from evorag_core.policy import LMPolicy
+    from evorag_core.state import AgentView, Hop
+    from evorag_core.types import Passage
+
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=8, max_answer_tokens=6))
+    view = AgentView("Who wrote Hamlet?", (Hop("Hamlet", (Passage("p", "Hamlet", "Hamlet is a play by Shakespeare."),)),),
+                     (), 2, 5)
+    enc = PrefixEncoder.from_backend(backend, ((20, "mean"),))
+    prompt = policy.prompt(view)
+    search, answer = enc.encode(prompt, ["SEARCH: Shakespeare", "ANSWER: Shakespeare"])[:, 0]
+    model = PreferenceModel(576, heads=("ret",), cfg=PreferenceConfig(layer=20, pooling="mean"),
+                            model_id=backend.model_id)
+    with torch.no_grad():
+        model.heads.weight.copy_(torch.as_tensor(search - answer)[None])
+        model.combine.fill_(1.0)
+    model.attach(enc)
+    decisions = policy.candidates(view, k=4, temperature=1.0, seed=3)
+    scores = rank_candidates(model, decisions)
+    assert len(scores) == 4 and all(math.isfinite(s) for s in scores)
+    ranked = RankedPolicy(policy, model, k=4, seed=1)
+    ranked.begin(None)
+    action, info = ranked.act(view)
+    assert info["rm_candidates"] >= 1 and math.isfinite(info["rm_score"]) and info["completion"]
+    with pytest.raises(ConfigError):
+        replace_id = PreferenceModel(576, heads=("ret",), model_id="other-model")
+        replace_id.attach(enc)
