@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -76,6 +78,17 @@ class EpisodeSession:
     candidates_t: int | None = None
     step_seconds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
+    _busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """One action at a time on an episode (Step and Run to end, say, are separate events that could overlap)."""
+        if not self._busy.acquire(blocking=False):
+            raise ValueError("this episode is busy with another action; wait for it to finish")
+        try:
+            yield
+        finally:
+            self._busy.release()
 
     # -- construction ---------------------------------------------------------------------------------------------
     @classmethod
@@ -116,6 +129,10 @@ class EpisodeSession:
 
     # -- acting ------------------------------------------------------------------------------------------------------
     def step(self) -> StepRecord:
+        with self.exclusive():
+            return self._step()
+
+    def _step(self) -> StepRecord:
         if self.env.done:
             raise EnvStateError("the episode has ended; press Reset to start another")
         start = time.perf_counter()
@@ -130,6 +147,10 @@ class EpisodeSession:
 
     def override(self, t: int, answerable: bool, who: str) -> StepRecord:
         """A person's verdict for step t: the refusal signal, R_t and the return are recomputed at once."""
+        with self.exclusive():
+            return self._override(t, answerable, who)
+
+    def _override(self, t: int, answerable: bool, who: str) -> StepRecord:
         steps = {s.t: s for s in self.env.record.steps}
         if t not in steps or steps[t].verdict is None:
             judged = [s.t for s in self.env.record.steps if s.verdict is not None]
@@ -157,6 +178,10 @@ class EpisodeSession:
             raise ValueError("sample candidates first")
         if horizon < 0:
             raise ValueError(f"the branch horizon must be >= 0, got {horizon}")
+        with self.exclusive():
+            self._score(horizon)
+
+    def _score(self, horizon: int) -> None:
         snap = self.env.snapshot()
         try:
             for cand, action in zip(self.candidates, self.candidate_actions):

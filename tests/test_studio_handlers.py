@@ -387,3 +387,12 @@ def test_drill_down_shows_dynakrag_and_arena_traces(svc):
     assert "q &lt;i&gt;?&lt;/i&gt;" in head
     head, body, _ = handlers.drill_down(svc, runs, "r", "a1")
     assert "Answer: Sable River" in body and "well-formed" in body and "[2]" in body
+
+
+def test_one_action_at_a_time_per_episode(svc):
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    with sess.exclusive():
+        with pytest.raises(ValueError, match="busy"):
+            handlers.step_episode(sess)
+    view, sess = handlers.step_episode(sess)
+    assert len(sess.record.steps) == 1

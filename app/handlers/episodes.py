@@ -159,8 +159,9 @@ def sample_siblings(session: EpisodeSession | None, k: int, temperature: float, 
         raise FeatureUnavailable("sibling candidates need a language-model policy (choose an LM policy and Reset)")
     if not 2 <= int(k) <= 16:
         raise ValueError(f"K must be between 2 and 16, got {k}")
-    found = session.policy.sample(session.env.view(), int(k), float(temperature), int(seed))
-    session.set_candidates(found)
+    with session.exclusive():
+        found = session.policy.sample(session.env.view(), int(k), float(temperature), int(seed))
+        session.set_candidates(found)
     return episode_view(session, f"Sampled {len(found)} candidates at t = {session.candidates_t}."), session
 
 
