@@ -121,9 +121,8 @@ class PreferenceConfig:
     pooling: str = "mean"  # mean (over the completion tokens) | last (the completion's last token)
     hidden: int = 0  # a shared trainable tanh layer of this width under the heads (0 = linear heads on the features)
     head_margin: float = 0.001  # a head is trained on the pairs whose per-signal returns differ by at least this
-    epochs: int = 300  # full-batch Adam steps
-    lr: float = 1e-2
-    weight_decay: float = 1e-2
+    l2: float = 0.1  # L2 penalty on the head (and shared layer) weights, added to the mean pairwise loss
+    max_iter: int = 200  # full-batch L-BFGS iterations
     holdout: float = 0.2  # share of questions held out for evaluation
     seed: int = 0
 

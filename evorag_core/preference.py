@@ -11,7 +11,8 @@ Features are cached on disk (`FeatureCache`, safetensors) under a key of (model,
 completion): the encoder is frozen, so retraining never re-runs the LM.
 
 Heads and loss. Features are standardized with the training set's mean/std, optionally passed through a shared
-trainable tanh layer (`hidden` > 0), and scored by H linear heads f^(k) (no bias: it cancels in differences).
+trainable tanh layer (`hidden` > 0), and scored by H linear heads f^(k) (no bias: it cancels in differences);
+fitted by full-batch L-BFGS with an L2 penalty `l2` on the weights (`max_iter` iterations).
 Each stored rollout pair carries the per-signal returns G^(k) of both branches (rollout.py). Head k's preferred side
 is the branch with the larger G^(k); the head is trained only on the pairs where |dG^(k)| >= head_margin (a signal
 that is equal on both branches says nothing about which prefix is better on that aspect). With s_k = sign(dG^(k))
@@ -23,7 +24,7 @@ regressions, so a single-signal model's head equals the full model's (the ablati
 overall ranking can use).
 
 Overall preference. score(x) = sum_k c_k f^(k)(x), with c fitted (L2, a few hundred Adam steps) on the training
-pairs' overall direction (the chosen branch has the larger total return). It ranks candidate actions at inference
+pairs' overall direction (the chosen branch has the larger total return), also by L-BFGS with the same L2. It ranks candidate actions at inference
 (`rank_candidates`, `RankedPolicy`: best-of-K).
 
 Saved as `model.safetensors` (weights, feature mean/std, combiner) + `config.json` (PreferenceConfig, heads, encoder
@@ -88,39 +89,31 @@ class PreferenceExample:
     group: str  # split key: the question id (pairs of one question never straddle the split)
 
 
-def _get(pair: Any, name: str) -> Any:
-    return pair[name] if isinstance(pair, Mapping) else getattr(pair, name)
+def _as_pair(item: Any) -> Any:
+    """Store `Pair`s and `NewPair`s as they are; an export record (a mapping, pair_io's format) as a `NewPair`."""
+    if isinstance(item, Mapping):
+        from .pair_io import new_pair_from_record
 
-
-def _text(value: Any) -> str:
-    """A completion or prompt from a store Pair (a string) or an export record (chat messages)."""
-    if isinstance(value, str):
-        return value
-    from .pair_io import join_chatml
-
-    if len(value) == 1 and value[0]["role"] == "assistant":
-        return value[0]["content"]
-    return join_chatml(value)
+        return new_pair_from_record(item)
+    return item
 
 
 def examples_from_pairs(pairs: Iterable[Any], min_margin: float) -> tuple[list[PreferenceExample], int]:
-    """Examples from store `Pair`s or export records that carry per-signal returns (metadata `signals_chosen` /
-    `signals_rejected`) and have margin >= `min_margin`. Returns (examples, skipped); human pairs without per-signal
-    returns are skipped (nothing to train the heads on)."""
+    """Examples from store `Pair`s / `NewPair`s or export records that carry per-signal returns (metadata
+    `signals_chosen` / `signals_rejected`) and have margin >= `min_margin`. Returns (examples, skipped); human
+    pairs without per-signal returns are skipped (nothing to train the heads on)."""
     out: list[PreferenceExample] = []
     skipped = 0
-    for pair in pairs:
-        meta = _get(pair, "metadata") or {}
-        sc = meta.get("signals_chosen") or (pair.get("signals_chosen") if isinstance(pair, Mapping) else None)
-        sr = meta.get("signals_rejected") or (pair.get("signals_rejected") if isinstance(pair, Mapping) else None)
-        margin = _get(pair, "margin")
-        if not sc or not sr or margin is None or margin < min_margin:
+    for item in pairs:
+        pair = _as_pair(item)
+        meta = pair.metadata or {}
+        sc, sr = meta.get("signals_chosen"), meta.get("signals_rejected")
+        if not sc or not sr or pair.margin is None or pair.margin < min_margin:
             skipped += 1
             continue
         deltas = {k: float(sc.get(k, 0.0)) - float(sr.get(k, 0.0)) for k in SIGNAL_NAMES}
-        group = str(meta.get("question_id") or _text(_get(pair, "prompt")))
-        out.append(PreferenceExample(_text(_get(pair, "prompt")), _text(_get(pair, "chosen")),
-                                     _text(_get(pair, "rejected")), float(margin), deltas, group))
+        group = str(meta.get("question_id") or pair.prompt)
+        out.append(PreferenceExample(pair.prompt, pair.chosen, pair.rejected, float(pair.margin), deltas, group))
     return out, skipped
 
 
@@ -393,7 +386,8 @@ def _targets(examples: Sequence[PreferenceExample], heads: Sequence[str], head_m
 def fit_preference_model(chosen: np.ndarray, rejected: np.ndarray, train: Sequence[PreferenceExample],
                          cfg: PreferenceConfig, heads: Sequence[str] = SIGNAL_NAMES,
                          model_id: str = "") -> PreferenceModel:
-    """Train heads (full-batch Adam, `cfg.epochs` steps) and then the combiner on features [n, dim]."""
+    """Fit the heads (and the shared layer, if any), then the combiner, on features [n, dim]: full-batch L-BFGS on
+    the head-wise loss + cfg.l2 * |weights|^2 (at most cfg.max_iter iterations; deterministic in cfg.seed)."""
     if len(train) == 0:
         raise TrainingError("no training pairs for the preference model")
     torch.manual_seed(cfg.seed)
@@ -403,29 +397,39 @@ def fit_preference_model(chosen: np.ndarray, rejected: np.ndarray, train: Sequen
     model.mean.copy_(both.mean(0))
     model.std.copy_(both.std(0).clamp(min=1e-4) if len(both) > 1 else torch.ones(xc.shape[1]))
     direction, mask = _targets(train, heads, cfg.head_margin)
-    params = [p for n, p in model.named_parameters() if n != "combine"]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    for _ in range(cfg.epochs):
-        opt.zero_grad()
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+
+    def objective() -> torch.Tensor:
         loss, _ = preference_loss(model(xc), model(xr), direction, mask.float())
-        loss.backward()
-        opt.step()
+        return loss + cfg.l2 * sum((w ** 2).sum() for w in weights)
+
+    _lbfgs([p for n, p in model.named_parameters() if n != "combine"], objective, cfg.max_iter)
     _fit_combiner(model, xc, xr, cfg)
     return model.eval()
 
 
+def _lbfgs(params: list[torch.Tensor], objective, max_iter: int) -> None:
+    opt = torch.optim.LBFGS(params, lr=1.0, max_iter=max_iter, history_size=20, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-7, tolerance_change=1e-10)
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = objective()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+
+
 def _fit_combiner(model: PreferenceModel, xc: torch.Tensor, xr: torch.Tensor, cfg: PreferenceConfig) -> None:
-    """c minimizing mean -log sigma(c . (f(x_chosen) - f(x_rejected))) + 1e-2 |c|^2 over the training pairs."""
+    """c minimizing mean -log sigma(c . (f(x_chosen) - f(x_rejected))) + l2 |c|^2 over the training pairs (head
+    score differences scaled to unit mean magnitude first, so that l2 means the same for every head)."""
     with torch.no_grad():
         diff = model(xc) - model(xr)
         scale = diff.abs().mean(0).clamp(min=1e-6)
     weights = torch.zeros(diff.shape[1], requires_grad=True)
-    opt = torch.optim.Adam([weights], lr=0.05)
-    for _ in range(300):
-        opt.zero_grad()
-        loss = nn.functional.softplus(-(diff / scale) @ weights).mean() + 1e-2 * (weights ** 2).sum()
-        loss.backward()
-        opt.step()
+    _lbfgs([weights], lambda: nn.functional.softplus(-(diff / scale) @ weights).mean()
+           + cfg.l2 * (weights ** 2).sum(), 100)
     with torch.no_grad():
         model.combine.copy_(weights.detach() / scale)
 

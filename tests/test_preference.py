@@ -28,6 +28,7 @@ from evorag_core.preference import (
     train_preference_model,
 )
 from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.store import NewPair
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -80,7 +81,7 @@ def test_training_on_learnable_synthetic_features_is_accurate():
     train, evals = split_examples(examples, 0.25, 0)
     idx = {id(e): i for i, e in enumerate(examples)}
     ti, ei = [idx[id(e)] for e in train], [idx[id(e)] for e in evals]
-    cfg = PreferenceConfig(epochs=150, lr=0.05, weight_decay=0.0)
+    cfg = PreferenceConfig(l2=1e-3)
     model = fit_preference_model(xc[ti], xr[ti], train, cfg)
     heads, acc, loss = evaluate(model, xc[ei], xr[ei], evals)
     for k in ("ret", "dup", "step"):
@@ -99,24 +100,30 @@ def test_split_keeps_questions_together():
         split_examples(examples, 1.0, 0)
 
 
-def _pair_dict(i: int, margin: float, chosen_sig: dict | None, rejected_sig: dict | None) -> dict:
-    return {"prompt": f"prompt {i // 2}", "chosen": f"SEARCH: c{i}", "rejected": f"ANSWER: r{i}", "margin": margin,
-            "metadata": {"question_id": f"q{i // 4}", "signals_chosen": chosen_sig, "signals_rejected": rejected_sig}}
+def _pair(i: int, margin: float, chosen_sig: dict | None, rejected_sig: dict | None) -> NewPair:
+    return NewPair(f"prompt {i // 2}", f"SEARCH: c{i}", f"ANSWER: r{i}", "rollout", None, margin, "discovery",
+                   {"question_id": f"q{i // 4}", "signals_chosen": chosen_sig, "signals_rejected": rejected_sig})
 
 
 def test_examples_from_pairs_filters_by_margin_and_signals():
+    """Only the first pair has margin >= 0.3 and per-signal returns; an export record of it gives the same example."""
     sig = {k: 0.0 for k in SIGNAL_NAMES}
-    pairs = [_pair_dict(0, 0.5, dict(sig, ret=1.0), dict(sig, ret=0.5)), _pair_dict(1, 0.25, sig, sig),
-             _pair_dict(2, 0.9, None, None)]
+    pairs = [_pair(0, 0.5, dict(sig, ret=1.0), dict(sig, ret=0.5)), _pair(1, 0.25, sig, sig), _pair(2, 0.9, None, None)]
     examples, skipped = examples_from_pairs(pairs, 0.3)
     assert skipped == 2 and len(examples) == 1
     e = examples[0]
     assert e.deltas["ret"] == 0.5 and e.deltas["dup"] == 0.0 and e.group == "q0" and e.chosen == "SEARCH: c0"
+    record = {"prompt": [{"role": "user", "content": "prompt 0"}], "prompt_format": "raw",
+              "chosen": [{"role": "assistant", "content": "SEARCH: c0"}],
+              "rejected": [{"role": "assistant", "content": "ANSWER: r0"}], "margin": 0.5,
+              "signals_chosen": dict(sig, ret=1.0), "signals_rejected": dict(sig, ret=0.5),
+              "metadata": {"question_id": "q0"}}
+    assert examples_from_pairs([record], 0.3)[0] == [e]
 
 
 def test_save_load_gives_identical_scores(tmp_path):
     examples, xc, xr = _synthetic(80)
-    cfg = PreferenceConfig(epochs=50, hidden=8, layer=12, pooling="last")
+    cfg = PreferenceConfig(max_iter=50, hidden=8, layer=12, pooling="last")
     model = fit_preference_model(xc, xr, examples, cfg, model_id="m")
     model.metrics = {"overall_accuracy": 0.5}
     model.save(tmp_path / "rm")
@@ -153,9 +160,9 @@ def test_train_from_pairs_saves_and_caches_features(tmp_path):
     """SEARCH beats ANSWER on `ret` (+1) and loses on `step` (-0.05): both heads learn their direction from the
     action-kind feature. Pairs below the 0.3 margin are not used. The second run reads every feature from the cache."""
     sig = {k: 0.0 for k in SIGNAL_NAMES}
-    pairs = [_pair_dict(i, 0.95, dict(sig, ret=1.0, step=-0.1), dict(sig, ret=0.0, step=-0.05)) for i in range(40)]
-    pairs.append(_pair_dict(99, 0.1, dict(sig, ret=0.1), sig))
-    cfg = Config(rollout=RolloutConfig(preference_margin=0.3), preference=PreferenceConfig(epochs=100, lr=0.05))
+    pairs = [_pair(i, 0.95, dict(sig, ret=1.0, step=-0.1), dict(sig, ret=0.0, step=-0.05)) for i in range(40)]
+    pairs.append(_pair(99, 0.1, dict(sig, ret=0.1), sig))
+    cfg = Config(rollout=RolloutConfig(preference_margin=0.3), preference=PreferenceConfig())
     enc = KeywordEncoder()
     metrics = train_preference_model(pairs, cfg, tmp_path / "rm", encoder=enc, home=tmp_path)
     assert metrics.train_pairs + metrics.eval_pairs == 40 and metrics.skipped_pairs == 1
