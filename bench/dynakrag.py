@@ -52,6 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compress-tokens", type=int, default=96)
     p.add_argument("--answer-tokens", type=int, default=24)
     p.add_argument("--gap-tokens", type=int, default=16)
+    p.add_argument("--train-rollouts", type=int, default=None, help="default: [dynakrag] train_rollouts")
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--home", type=Path, default=None)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dynakrag.json")
@@ -110,9 +111,11 @@ class Bench:
         self.train_qs = ds.questions[: args.train]
         self.eval_qs = ds.questions[args.train: args.train + args.eval]
         self.sweep_qs = self.eval_qs[: args.sweep_eval] if args.sweep_eval else self.eval_qs
-        self.cfg = load_config(None, {"policy.threads": args.threads, "dynakrag.compress_tokens": args.compress_tokens,
-                                      "dynakrag.answer_tokens": args.answer_tokens,
-                                      "dynakrag.gap_tokens": args.gap_tokens})
+        overrides = {"policy.threads": args.threads, "dynakrag.compress_tokens": args.compress_tokens,
+                     "dynakrag.answer_tokens": args.answer_tokens, "dynakrag.gap_tokens": args.gap_tokens}
+        if args.train_rollouts is not None:
+            overrides["dynakrag.train_rollouts"] = args.train_rollouts
+        self.cfg = load_config(None, overrides)
         self.dk = self.cfg.dynakrag
         self.rt = Runtime(self.cfg, home, ds)
         self.dataset, self.backend = ds, backend
@@ -194,10 +197,9 @@ def main(argv=None) -> int:
                            "pairing": "per question (same question ids); F1 of learned minus the other method",
                            "load_average_start": os.getloadavg()},
               "datasets": {b.name: b.report for b in benches}, "phases_done": []}
-    phases = [("train", Bench.train), ("learned_vs_uniform", Bench.main_runs)]
+    phases = [("train", Bench.train), ("learned_vs_uniform", Bench.main_runs), ("cap_sweep", Bench.sweep)]
     if not args.no_baselines:
         phases.append(("baselines", Bench.baselines))
-    phases.append(("cap_sweep", Bench.sweep))
     for phase, fn in phases:
         for b in benches:
             fn(b)

@@ -381,8 +381,8 @@ def backend(tmp_path_factory):
     return TransformersBackend(PolicyConfig(device="cpu"), tmp_path_factory.mktemp("dynakrag-home"))
 
 
-SMALL = DynaKragConfig(retrieval_cap=2, max_steps=3, passage_chars=150, gap_tokens=12, compress_tokens=48,
-                       answer_tokens=12)
+SMALL = DynaKragConfig(retrieval_cap=2, max_steps=3, passage_chars=120, gap_tokens=8, compress_tokens=32,
+                       answer_tokens=8)
 
 
 @pytest.mark.slow
@@ -390,13 +390,16 @@ def test_sufficiency_and_compression_with_the_embedded_lm(demo, corpus, bm25, ba
     """Threshold 1.0: never sufficient, so the gap is written (2 LM calls); threshold 0.0: always sufficient, no gap
     (1 call). Compression returns only real sentences of the evidence."""
     from evorag_core.methods.dynakrag import EvidenceLM
+    from evorag_core.methods.dynakrag.lm import uncovered_terms
 
     q = demo.questions[0].question
     s = execute(initial_state(q), "retrieve_more", make_ctx(corpus, bm25, SMALL))
     no = execute(s, "sufficiency_check", make_ctx(corpus, bm25, replace(SMALL, sufficiency_threshold=1.0),
                                                   EvidenceLM(backend, replace(SMALL, sufficiency_threshold=1.0))))
     assert no.sufficient is False and no.missing and no.lm_calls == 2 and no.probed_at == 3
-    assert 0.0 <= no.p_sufficient < 1.0 and no.prompt_tokens > 100 and no.completion_tokens >= 1
+    assert 0.0 <= no.p_sufficient < 1.0 and no.prompt_tokens > 100
+    if no.completion_tokens == 0:  # the LM stopped at once: the observable fallback gap is used
+        assert no.missing in (uncovered_terms(q, s.passages), q)
     assert "sufficiency_check" not in valid_actions(no, SMALL) and "gap_query" in valid_actions(no, SMALL)
     cfg0 = replace(SMALL, sufficiency_threshold=0.0)
     yes = execute(s, "sufficiency_check", make_ctx(corpus, bm25, cfg0, EvidenceLM(backend, cfg0)))
