@@ -346,6 +346,8 @@ def test_errors_are_readable_and_the_app_keeps_running(page):
     shot(page, "09_readable_error")
     choose(page, "evo-policy", "oracle (upper bound, reads gold)")
     page.click("#evo-reset")
+    page.wait_for_function("document.querySelector('#evo-status') && "
+                           "document.querySelector('#evo-status').innerText.includes('oracle')")
     page.click("#evo-step")
     page.wait_for_function("document.querySelectorAll('#evo-steps tbody tr').length === 1")
 

@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--auth", default=None, metavar="FILE|store",
                    help="require login: a TOML file with a [users] table of name = \"password\", or 'store'")
     p.add_argument("--no-worker", action="store_true", help="do not start the background training worker")
-    p.add_argument("--no-warm", action="store_true", help="do not pre-load the default index after start")
+    p.add_argument("--no-warm", action="store_true",
+                   help="do not pre-load the default index and the policy model after start")
     return p
 
 
