@@ -212,10 +212,12 @@ def test_stop_then_only_compression(demo, corpus, bm25):
 
 
 def test_bridge_candidates_rules():
-    """Question words, retrieved titles, months and demonyms are not bridge entities; more passages rank higher."""
-    texts = ["Ada Lind was a Norwegian painter born in Tromsø in May 1901.", "Tromsø lies north of the University of Oslo."]
+    """Question words, retrieved titles, months, demonyms and words only seen opening a sentence are not bridge
+    entities; a span in more passages ranks higher, then the earlier one."""
+    texts = ["Ada Lind was a Norwegian painter born in Tromsø in May 1901.", "Tromsø lies north of the University of Oslo.",
+             "Previously, the Canadian-American Ada Lind lived in Bergen."]
     found = bridge_candidates("Where was Ada Lind born?", texts, ["Ada Lind"])
-    assert found == ("Tromsø", "University of Oslo")
+    assert found == ("Tromsø", "University of Oslo", "Bergen")
 
 
 def test_align_snippets_and_clean_answer():
