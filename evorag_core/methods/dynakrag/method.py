@@ -21,7 +21,7 @@ from ...errors import ConfigError
 from ...metrics import support_recall
 from ...types import Corpus, Question
 from ..base import QuestionResult, score
-from .controller import Controller, LearnedController, UniformController, load_models, model_folder
+from .controller import Controller, Decision, LearnedController, UniformController, load_models, model_folder
 from .lm import EvidenceLM, Usage
 from .ops import OpContext, execute, final_context
 from .state import ACTIONS, RETRIEVAL, EvidenceState, initial_state
@@ -58,13 +58,15 @@ class Episode:
     stop_reason: str  # "stop_answer" (chosen) or "max_steps" (only stop was valid)
 
 
-def _step(state: EvidenceState, action: str, ctx: OpContext, t: int, valid, scores, decision=None):
+def _step(state: EvidenceState, action: str, ctx: OpContext, t: int, valid: tuple[str, ...],
+          decision: Decision | None = None) -> tuple[EvidenceState, StepTrace]:
     new = execute(state, action, ctx)
     added = new.pids[len(state.pids):]
     query = new.query if action in RETRIEVAL else ""
-    trace = StepTrace(t, valid, scores, action, state.summary(), query, added,
-                      getattr(decision, "continuation", None), getattr(decision, "stop_suppressed", False))
-    return new, trace
+    if decision is None:  # the terminal compression is not a controller choice
+        return new, StepTrace(t, valid, {}, action, state.summary(), query, added)
+    return new, StepTrace(t, valid, decision.scores, action, state.summary(), query, added, decision.continuation,
+                          decision.stop_suppressed)
 
 
 def run_dynakrag(question: str, ctx: OpContext, controller: Controller) -> Episode:
@@ -76,13 +78,13 @@ def run_dynakrag(question: str, ctx: OpContext, controller: Controller) -> Episo
         decision = controller.choose(state, valid)
         if valid == ("stop_answer",):
             reason = "max_steps" if state.steps >= ctx.cfg.max_steps else "nothing_valid"
-        state, trace = _step(state, decision.action, ctx, len(steps) + 1, valid, decision.scores, decision)
+        state, trace = _step(state, decision.action, ctx, len(steps) + 1, valid, decision)
         steps.append(trace)
         if decision.action == "stop_answer":
             break
     valid = valid_actions(state, ctx.cfg)
     if "compress_answer_evidence" in valid:
-        state, trace = _step(state, "compress_answer_evidence", ctx, len(steps) + 1, valid, {})
+        state, trace = _step(state, "compress_answer_evidence", ctx, len(steps) + 1, valid)
         steps.append(trace)
     answer, usage = ctx.lm.answer(question, final_context(state, ctx.cfg), state.snippets)
     state = _add_usage(state, usage)
