@@ -8,7 +8,9 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..evaluation import SUMMARY_KEYS, evaluate, extra_metric_keys, progress_printer
 from ..methods.arena import build_arena_method
+from ..methods.agent import build_agent_method
 from ..methods.base import EpisodeMethod
+from ..methods.baselines import BASELINES, build_baseline
 from ..methods.dynakrag.method import build_dynakrag_method
 from ..methods.oracle import OraclePolicy
 from ..methods.script import ScriptPolicy, load_script
@@ -22,6 +24,8 @@ METHODS = {
     "oracle": lambda args, rt: EpisodeMethod(OraclePolicy(), rt.make_env),
     "dynakrag": build_dynakrag_method,  # ablations: --set dynakrag.controller=uniform|sufficiency=false|...
     "arena": build_arena_method,
+    "agent": build_agent_method,
+    **{name: (lambda n: lambda args, rt: build_baseline(n, args, rt))(name) for name in BASELINES},
 }
 
 
@@ -53,6 +57,9 @@ def main(args: argparse.Namespace) -> int:
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
     show = progress_printer(len(questions)) if sys.stderr.isatty() and not args.json else None
     summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
+    backend = getattr(method, "backend", None)
+    if backend is not None and hasattr(backend, "tokens_generated"):
+        summary["tokens_per_second"] = backend.tokens_generated / summary["seconds"] if summary["seconds"] else 0.0
     summary["data"] = str(args.data)
     summary["corpus"] = cfg.env.corpus
     if args.json:
