@@ -214,6 +214,19 @@ def test_grpo_round_moves_the_policy_and_is_reproducible(world):
 
 
 @pytest.mark.slow
+def test_grpo_max_steps_scores_only_the_samples_it_trains_on(world):
+    """max_steps 2, batch 4: two minibatches of the first (seeded) epoch -> 8 of the 12 samples are scored and
+    trained on, and the round stops after 2 optimiser steps."""
+    cfg, home, store = world
+    write_rollouts(store)
+    from training.rounds import run_round
+
+    rid = store.enqueue_round("grpo", {})
+    m = run_round(job(cfg, home, rid, "grpo", max_steps=2), store).metrics
+    assert m["steps"] == 2 and m["samples"] == 12 and m["samples_used"] == 8
+
+
+@pytest.mark.slow
 def test_ppo_round_trains_policy_and_value_head(world):
     """6 steps from 2 episodes, batch 4, 2 epochs -> 4 optimiser steps. The value head starts at V ≡ 0, so the
     first value loss is ½ mean(R_t²) > 0 and it falls as the head learns; the head is saved beside the adapter.

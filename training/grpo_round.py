@@ -69,8 +69,8 @@ def _reference_logps(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample],
 @torch.no_grad()
 def evaluate_grpo(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], old: Sequence[torch.Tensor],
                   cfg: TrainConfig) -> dict[str, float]:
-    """The GRPO terms over all samples under the current policy (no update): policy_loss (the clipped surrogate,
-    −mean A = 0 at the start when every group is balanced) and kl to the reference."""
+    """The GRPO terms over `samples` under the current policy (no update): policy_loss (the clipped surrogate,
+    −mean A at the start: 0 when every group is whole) and kl to the reference."""
     device = next(policy.parameters()).device
     policy.eval()
     totals = {"policy_loss": 0.0, "kl": 0.0}
@@ -99,13 +99,17 @@ def train_grpo(
     policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], cfg: TrainConfig,
     on_progress: ProgressFn | None = None, *, max_steps: int = 0,
 ) -> tuple[StepLog, dict[str, float]]:
-    """Optimise `policy` (a PeftModel, modified in place) on `samples`; returns the per-step log and the
-    terms over all samples after training (`evaluate_grpo`)."""
+    """Optimise `policy` (a PeftModel, modified in place) on `samples`; returns the per-step log and the GRPO terms
+    over the samples it trained on, before (surrogate_start) and after training (`evaluate_grpo`). With
+    `max_steps`, only the samples of the minibatches those steps use are scored (π_old) and trained on."""
     device = next(policy.parameters()).device
-    old = _reference_logps(policy, tokenizer, samples, cfg)
     batches = minibatches(len(samples), cfg.batch_size, cfg.epochs, cfg.seed)
     total = math.ceil(len(batches) / cfg.grad_accum)
     total = min(total, max_steps) if max_steps else total
+    batches = batches[: total * cfg.grad_accum]
+    used = sorted({j for index in batches for j in index})
+    subset = [samples[j] for j in used]
+    old = dict(zip(used, _reference_logps(policy, tokenizer, subset, cfg)))
     log = StepLog(total, on_progress)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
@@ -131,9 +135,9 @@ def train_grpo(
             optimizer.zero_grad(set_to_none=True)
             log.add(**acc, grad_norm=float(grad_norm))
             acc = {}
-            if len(log.history) >= total:
-                break
-    return log, evaluate_grpo(policy, tokenizer, samples, old, cfg)
+    after = evaluate_grpo(policy, tokenizer, subset, [old[j] for j in used], cfg)
+    return log, {"samples_used": len(used), "surrogate_start": -sum(s.advantage for s in subset) / len(subset),
+                 "surrogate_end": after["policy_loss"], "kl_end": after["kl"]}
 
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
@@ -164,8 +168,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
             **log.summary(("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")),
             "episodes": len(episodes), "episode_ids": [e.id for e in episodes], "groups": len(groups),
             "usable_groups": len({s.group for s in samples}), "samples": len(samples),
-            "surrogate_start": -sum(s.advantage for s in samples) / len(samples),
-            "surrogate_end": after["policy_loss"], "kl_end": after["kl"],
+            **after,
             "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
             "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
             "config": job.raw, "train_config": dataclasses.asdict(job.train),
