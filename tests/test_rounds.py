@@ -137,6 +137,22 @@ def test_replay_rebuilds_the_views_the_policy_saw(tmp_path):
     assert replay.terminated and replay.final_view.t == 4
 
 
+def test_passage_ids_resolve_through_the_store_when_the_episode_names_no_file(tmp_path):
+    """Rollout episodes store pids only: without a data file the resolver asks the store for the question (once
+    the data set is registered there); with neither it is a ConfigError naming what it tried."""
+    from evorag_core.datasets import load_dataset
+
+    with open_store(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        eid = store.add_episode(question_id="demo-001", dataset="demo", question=Q1, policy="t", stage="discovery",
+                                schedule="time-dynamic", steps=[step(1, "SEARCH", "Mirrow", ["demo:demo-001:4"])])
+        episode = store.get_episode(eid)
+        with pytest.raises(ConfigError, match="not found .*store:demo/demo-001"):
+            replay_episode(episode, PassageResolver(store=store), 20)
+        store.add_dataset(load_dataset(DEMO))
+        replay = replay_episode(episode, PassageResolver(store=store), 20)
+    assert replay.final_view.chain[0].passages[0].title == "Mirrow"
+
+
 def test_grpo_groups_and_hand_computed_advantages(tmp_path):
     """Group [1, 0, 0, −1]: μ = 0, σ = √(2/4) = 0.7071 -> A = [1.4142, 0, 0, −1.4142].
     Group [0.5, 0.5, 2, −1]: μ = 0.5, σ = √((0+0+2.25+2.25)/4) = 1.0607 -> A = [0, 0, 1.4142, −1.4142].

@@ -150,7 +150,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         model, tokenizer, base_id = load_base(job)
         render = prompt_renderer(model, tokenizer, base_id, job.policy)
         episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
-        resolve = PassageResolver(job.data)
+        resolve = PassageResolver(job.data, store)
         groups = candidate_groups([replay_episode(e, resolve, job.t_max) for e in episodes], render)
         samples = grpo_samples(groups)
         if not samples:

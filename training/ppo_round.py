@@ -176,7 +176,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         model, tokenizer, base_id = load_base(job)
         render = prompt_renderer(model, tokenizer, base_id, job.policy)
         episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
-        resolve = PassageResolver(job.data)
+        resolve = PassageResolver(job.data, store)
         replays = [r for r in (replay_episode(e, resolve, job.t_max) for e in episodes) if r.steps]
         if not replays:
             raise TrainingError(f"PPO needs stored episodes with steps; {len(episodes)} episode(s) read, none usable")

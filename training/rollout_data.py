@@ -5,7 +5,8 @@ strings, or {pid, title, text} objects), its signals and weights, and the siblin
 (action, argument, log-prob, branch return). Replaying the steps the way `RagEnv` does (SEARCH appends a hop,
 BACKTRACK drops the last one and remembers its query) gives the `AgentView` the policy saw before each step; the
 policy's own renderer (`LMPolicy.prompt`) turns it into the prompt, so training reads the text the action was
-sampled after. Passage ids are resolved through the episode's data file (`episode.config["data"]`) or the job's.
+sampled after. Passage ids are resolved through the episode's data file (`episode.config["data"]`), the job's
+`data`, or the question registered in the store (`PassageResolver`).
 
 - GRPO reads `CandidateGroup`s: one state, its sibling completions and their branch returns (r̃ per candidate).
 - PPO reads `Replay`s: the states, the actions taken, and the scalarised rewards r̃_t = Σ_k w_k(t) r_t^(k).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.policy.prompts import LABELS, completion_text
@@ -75,30 +76,49 @@ def step_reward(signals: Mapping[str, float], weights: Mapping[str, float]) -> f
 
 
 class PassageResolver:
-    """pid -> Passage through data files (loaded once each); {pid, title, text} objects need no file."""
+    """pid -> Passage. {pid, title, text} objects need nothing; pid strings are looked up in the episode's data file
+    (`config["data"]`), then in `default_data` (the job's `data`), then in the question as registered in the store
+    (`Store.get_question`); data files are loaded once each."""
 
-    def __init__(self, default_data: str | None = None):
+    def __init__(self, default_data: str | None = None, store: Any | None = None):
         self.default_data = default_data
-        self._files: dict[str, dict[str, Passage]] = {}
+        self.store = store
+        self._tables: dict[str, dict[str, Passage]] = {}
 
-    def __call__(self, raw: Any, data: str | None) -> Passage:
+    def __call__(self, raw: Any, episode: Any) -> Passage:
         if isinstance(raw, Mapping):
             return Passage(str(raw["pid"]), str(raw.get("title", "")), str(raw.get("text", "")))
-        path = data or self.default_data
-        if path is None:
-            raise ConfigError(f"passage {raw!r}: the episode names no data file; pass the job key 'data'")
-        table = self._table(str(path))
-        if str(raw) not in table:
-            raise ConfigError(f"passage {raw!r} is not in {path}")
-        return table[str(raw)]
+        pid = str(raw)
+        tried: list[str] = []
+        for source, table in self._sources(episode):
+            tried.append(source)
+            if pid in table:
+                return table[pid]
+        raise ConfigError(
+            f"episode {episode.id}: passage {pid!r} not found (looked in: {', '.join(tried) or 'nothing'}); "
+            "name the data file the episodes came from (job key 'data', `evorag train --data`)"
+        )
 
-    def _table(self, path: str) -> dict[str, Passage]:
-        if path not in self._files:
+    def _sources(self, episode: Any) -> Iterator[tuple[str, dict[str, Passage]]]:
+        for path in dict.fromkeys(p for p in (_data_file(episode), self.default_data) if p):
+            yield str(path), self._file(str(path))
+        if self.store is not None:
+            key = f"store:{episode.dataset}/{episode.question_id}"
+            if key not in self._tables:
+                try:
+                    question = self.store.get_question(episode.dataset, episode.question_id)
+                    self._tables[key] = {p.pid: p for p in question.passages}
+                except KeyError:
+                    self._tables[key] = {}
+            yield key, self._tables[key]
+
+    def _file(self, path: str) -> dict[str, Passage]:
+        if path not in self._tables:
             from evorag_core.datasets import load_dataset
 
             dataset = load_dataset(Path(path))
-            self._files[path] = {p.pid: p for q in dataset.questions for p in q.passages}
-        return self._files[path]
+            self._tables[path] = {p.pid: p for q in dataset.questions for p in q.passages}
+        return self._tables[path]
 
 
 def prompt_renderer(model: Any, tokenizer: Any, model_id: str, policy_cfg: Any) -> Render:
@@ -132,7 +152,6 @@ def _data_file(episode: Any) -> str | None:
 def replay_episode(episode: Any, resolve: PassageResolver, t_max: int) -> Replay:
     """The state before each stored step, with the step's completion and scalarised reward."""
     t_max = int((episode.config or {}).get("t_max", t_max))
-    data = _data_file(episode)
     chain: list[Hop] = []
     history: list[str] = []
     states: list[StepState] = []
@@ -144,7 +163,7 @@ def replay_episode(episode: Any, resolve: PassageResolver, t_max: int) -> Replay
         completion = completion_text(name, step.argument or "")
         states.append(StepState(step.t, view, completion, step_reward(step.signals, step.weights), step.siblings))
         if name == "SEARCH":
-            chain.append(Hop(step.argument or "", tuple(resolve(p, data) for p in step.passages)))
+            chain.append(Hop(step.argument or "", tuple(resolve(p, episode) for p in step.passages)))
             history.append(step.argument or "")
         elif name == "BACKTRACK" and chain:
             chain.pop()
