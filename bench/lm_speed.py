@@ -138,11 +138,11 @@ def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentVi
     return {"one_s": one[0], "k4_s": k4[0], "k4_over_one": k4[0] / one[0], "k4_over_one_cpu": k4[1] / one[1]}
 
 
-def bench_variants(home: Path, prompt: str, runs: int, tokens: int) -> list:
+def bench_variants(home: Path, prompt: str, runs: int, tokens: int, threads_list: list[int]) -> list:
     rows = []
     for dtype in ("float32", "bfloat16"):
         backend = TransformersBackend(PolicyConfig(device="cpu", dtype=dtype), home)
-        for threads in (1, 2):
+        for threads in threads_list:
             torch.set_num_threads(threads)
             d = bench_decode(backend, prompt, runs, tokens)
             rows.append({"dtype": dtype, "threads": threads, "prefill_tok_s": d["prefill_tok_s"],
@@ -161,36 +161,44 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=32, help="decode tokens per timing")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--variants", action="store_true", help="also time float32/bfloat16 x 1/2 threads")
+    ap.add_argument("--variants", action="store_true", help="also time float32/bfloat16 x --variant-threads")
+    ap.add_argument("--variant-threads", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args(argv)
     home = args.home or home_dir()
     cfg = PolicyConfig(device="cpu", dtype=args.dtype, threads=args.threads)
     load_start = os.getloadavg()
 
-    result: dict = {"load": bench_load(cfg, home, args.runs)}
+    result: dict = {}
+
+    def save() -> None:  # after every section, so that an interrupted run keeps what it measured
+        result["machine"] = {
+            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": args.dtype,
+            "torch": torch.__version__, "python": platform.python_version(), "runs": args.runs,
+            "loadavg_start": load_start, "loadavg_now": os.getloadavg(),
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+    result["load"] = bench_load(cfg, home, args.runs)
     backend = TransformersBackend(cfg, home)
     policy = LMPolicy(backend, cfg)
     question, passages = _question()
     views = _views(question, passages, hops=3)
-    prompt = policy.prompt(views[1])  # question + one hop: ~600 tokens with the demo
+    prompt = policy.prompt(views[1])  # question + one hop: ~700 tokens with the demonstration
     result["decode"] = bench_decode(backend, prompt, args.runs, args.tokens)
-    print(json.dumps(result, indent=1), flush=True)
+    save()
     result["prefix_reuse"] = bench_prefix_reuse(backend, policy, views, args.runs)
+    save()
     result["siblings"] = bench_siblings(backend, policy, views[1], args.runs)
-    if args.variants:
-        result["variants"] = bench_variants(home, prompt, args.runs, args.tokens)
     result["targets"] = {
         "decode_batch1_tok_s": [TARGETS["decode_batch1_tok_s"], result["decode"]["decode_batch1_tok_s"]],
         "cached_load_s": [TARGETS["cached_load_s"], result["load"]["cached_load_s"]],
         "k4_over_one": [TARGETS["k4_over_one"], result["siblings"]["k4_over_one"]],
     }
-    result["machine"] = {
-        "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": backend.dtype,
-        "torch": torch.__version__, "python": platform.python_version(), "runs": args.runs,
-        "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    save()
+    if args.variants:
+        result["variants"] = bench_variants(home, prompt, args.runs, args.tokens, args.variant_threads)
+        save()
     print(json.dumps(result, indent=1))
     return result
 

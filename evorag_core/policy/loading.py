@@ -142,12 +142,12 @@ def load_model(spec: str, home: Path, *, device: str = "auto", dtype: str = "flo
     """(model in eval mode, tokenizer, folder) for `spec`; see `resolve_model`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
     converted = None
     if spec == "embedded":
         folder, converted = _embedded_folder(home)
     else:
         folder = resolve_model(spec, home)
-    dev, dt = resolve_device(device), resolve_dtype(dtype)
     try:
         if converted is not None:  # first use: the converted model is already in memory
             model, tokenizer = converted
