@@ -112,7 +112,7 @@ def build_ui(svc: Services) -> gr.Blocks:
 
         timer = gr.Timer(TIMER_SECONDS)
         on(timer.tick, tick, header_shown, [header, header_shown], quiet=True, show_progress="hidden",
-                   concurrency_limit=None, api_visibility="private")
+           concurrency_limit=None, trigger_mode="once", api_visibility="private")
 
         def on_load(request: gr.Request):
             user = getattr(request, "username", None) if request is not None else None
@@ -330,11 +330,11 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
         return run
 
     on(save.click, act(lambda pid, c, r, s: handlers.edit_pair(svc, pid, c, r, s)),
-               [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+       [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
     on(discard.click, act(lambda pid, c, r, s: handlers.discard_pair(svc, pid)),
-                  [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+       [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
     on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
-                  [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+       [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
 
 
 def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
@@ -408,12 +408,12 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         return (views.message_html(msg, "ok"), *refresh(shown))
 
     on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state],
-                 [launch_msg, *outs])
+       [launch_msg, *outs])
     on(activate.click, on_activate, [adapter_dd, names_state], [act_msg, *outs])
     on(base.click, on_base, names_state, [act_msg, *outs])
     timer = gr.Timer(TIMER_SECONDS)
     on(timer.tick, refresh, names_state, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
-               api_visibility="private")
+       trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
     return names_state
 
 
@@ -459,11 +459,11 @@ def _eval_tab(svc: Services) -> None:
 
     method.change(lambda m: gr.Code(visible=m == "script"), method, script, api_visibility="private")
     on(run_btn.click, on_run, [runs, data_dd, method, script, start, count],
-                  [runs, summary, run_a, run_b, run_pick, q_pick])
+       [runs, summary, run_a, run_b, run_pick, q_pick])
     on(compare.click, lambda st, a, b, n: handlers.compare_runs(st, a, b, n), [runs, run_a, run_b, resamples], boot)
     on(run_pick.input, lambda st, name: gr.Dropdown(choices=handlers.eval_questions(st, name), value=None),
-                   [runs, run_pick], q_pick)
+       [runs, run_pick], q_pick)
     on(open_btn.click, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
-                   [trace_head, trace_steps, trace_plot])
+       [trace_head, trace_steps, trace_plot])
     on(q_pick.input, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
-                 [trace_head, trace_steps, trace_plot])
+       [trace_head, trace_steps, trace_plot])

@@ -74,6 +74,7 @@ def studio(session_home, tmp_path_factory):
                 pytest.fail(f"the studio did not serve {url} within {START_TIMEOUT_S} s; see {log_path}")
             time.sleep(0.2)
         _record_timing("cold_start_to_served_page_s", round(time.perf_counter() - start, 2))
+        _record_timing("cold_start_loadavg_1m", os.getloadavg()[0])
         from evorag_core.store import open_store
 
         store = open_store(db_url)
@@ -138,7 +139,8 @@ def test_step_an_episode_three_times_shows_signals_table_and_weights_chart(page)
         page.click("#evo-step")
         page.wait_for_function(f"document.querySelectorAll('#evo-steps tbody tr').length === {i}")
         times.append(time.perf_counter() - t0)
-    _record_timing("ui_step_oracle_s", {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times]})
+    _record_timing("ui_step_oracle_s", {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times],
+                                        "loadavg_1m": os.getloadavg()[0]})
     headers = page.locator("#evo-steps thead th").all_inner_texts()
     assert headers[:3] == ["t", "action", "sub-query / answer"]
     assert headers[3:10] == ["ret", "act", "dup", "bt", "ref", "step", "ans"]
@@ -245,7 +247,8 @@ def test_sample_siblings_with_the_lm_and_queue_a_human_pair(page, studio):
         times.append(time.perf_counter() - t0)
         if "done" in page.locator("#evo-status").inner_text():
             break
-    _record_timing("ui_step_lm_s", {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times]})
+    _record_timing("ui_step_lm_s", {"median": round(statistics.median(times), 3), "all": [round(t, 3) for t in times],
+                                    "loadavg_1m": os.getloadavg()[0]})
     shot(page, "07b_lm_steps")
 
     page.get_by_role("tab", name="Pairs").click()
@@ -261,10 +264,14 @@ def _chatml(question: str, step: str) -> str:
             f"Question: {question}\n{step}Your action:<|im_end|>\n<|im_start|>assistant\n")
 
 
-def _get_seconds(url: str) -> float:
+def _get_seconds(url: str, timeout: float = 60.0) -> float:
+    """Seconds to answer a GET (the timeout itself when it did not answer in time: a measurement, not a crash)."""
     t0 = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        resp.read()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            resp.read()
+    except TimeoutError:
+        return timeout
     return time.perf_counter() - t0
 
 
@@ -289,9 +296,10 @@ def test_launch_a_tiny_round_see_it_complete_and_activate_its_adapter(page, stud
     round_id = int(msg.split("#")[1].split()[0])
     assert store.get_round(round_id).config["pairs"] == 2
 
-    # while the worker trains: the page keeps answering
+    # while the worker trains: the page keeps answering (timed; the target, <= 1 s, is reported, not asserted,
+    # since this machine may be shared)
     latencies = []
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         status = store.get_round(round_id).status
         if status in ("succeeded", "failed", "cancelled"):
@@ -306,7 +314,7 @@ def test_launch_a_tiny_round_see_it_complete_and_activate_its_adapter(page, stud
     if latencies:
         _record_timing("request_during_training_s", {"max": round(max(latencies), 3),
                                                      "median": round(statistics.median(latencies), 3),
-                                                     "n": len(latencies)})
+                                                     "n": len(latencies), "loadavg_1m": os.getloadavg()[0]})
     name = final.metrics["adapter"]
     page.wait_for_function("document.querySelector('#evo-round-progress').innerText.includes('succeeded')")
     page.wait_for_function(f"document.querySelector('#evo-adapters').innerText.includes('{name}')")
