@@ -176,7 +176,11 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
 
     values: dict[str, Any] = {"reference": "base", "seed": 0, "max_steps": args.max_steps or None}
     if objective == "dpo":
-        values["pairs"] = 100_000
+        # TRL's DPO runs chosen and rejected (2 x batch sequences) and builds full-vocabulary logits: at batch 4 x 512
+        # tokens its worker reached 7.4 GB RSS and was OOM-killed on the shared 23 GB machine; 2 x 2 accumulation
+        # keeps the effective batch of 4 with half the activations.
+        half = max(args.batch // 2, 1)
+        values.update(pairs=100_000, train={"batch_size": half, "grad_accum": max(args.batch // half, 1)})
     else:
         values.update(episode_ids=held["train_episode_ids"], data=str(args.train_file))
     with open_store(args.db) as store:
@@ -388,12 +392,15 @@ def main(argv: list[str] | None = None) -> None:
     state.setdefault("rounds", {})
     for objective in [o for o in args.objectives.split(",") if o]:
         if state["rounds"].get(objective, {}).get("status") != "succeeded":
+            if objective in state["rounds"]:  # an earlier attempt failed or its worker died: keep the record
+                state.setdefault("failed_attempts", []).append({"objective": objective, **state["rounds"][objective]})
             state["rounds"][objective] = phase_round(args, objective, state["heldout"])
             save()
-    if "pair_accuracy" not in state:
+    trained = {o for o, r in state["rounds"].items() if r.get("status") == "succeeded"}
+    if "pair_accuracy" not in state or not trained <= set(state["pair_accuracy"]):
         state["pair_accuracy"] = phase_pair_accuracy(args, state["heldout"], state["rounds"])
         save()
-    if "eval" not in state:
+    if "eval" not in state or not trained <= set(state["eval"]):
         _write_slice(args.eval_file, el, eh)
         state["eval"] = phase_eval(args, state["rounds"])
         save()
