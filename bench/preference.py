@@ -12,7 +12,8 @@
    (cached); each is scored by the held-out overall pairwise accuracy of the full model.
 3. The full model (seven heads) at the chosen layer/pooling, single-signal ablations (one head trained at a time,
    the paper's Table 5 shape: that head's eval accuracy/loss and the overall accuracy when ranking by it alone),
-   and a single-head baseline trained on the total return. The split is by question (80/20, seed 0).
+   and a single-head baseline trained on the total return. The split is by question (80/20, seed 0); the layer,
+   pooling and L2 strength are chosen by 5-fold grouped cross-validation inside the training split only.
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def run_rollouts(args: argparse.Namespace, db: str) -> dict:
 
 def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
     """Mean overall accuracy over grouped folds of the training split (the encoder choice never sees eval pairs)."""
-    from evorag_core.preference import evaluate, fit_preference_model, split_examples
+    from evorag_core.preference import evaluate, fit_preference_model
 
     groups = sorted({e.group for e in examples})
     accs = []
@@ -105,7 +106,6 @@ def _head_table(metrics) -> dict:
 
 def evaluate_models(db: str, args: argparse.Namespace) -> dict:
     """Encoder choice, the full model, single-signal ablations and a total-return single head (see the docstring)."""
-    import numpy as np
     import torch
 
     from evorag_core.config import PolicyConfig, PreferenceConfig
@@ -145,7 +145,12 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         print(choice[-1], file=sys.stderr)
     best = max(range(len(specs)), key=lambda j: choice[j]["cv_overall_accuracy"])
     layer, pooling = specs[best]
-    cfg = PreferenceConfig(**{**base.__dict__, "layer": layer, "pooling": pooling})
+    l2_choice = {}
+    for l2 in (0.01, 0.1, 1.0):
+        c = PreferenceConfig(**{**base.__dict__, "layer": layer, "pooling": pooling, "l2": l2})
+        l2_choice[str(l2)] = round(_cv_accuracy(tc[:, best], tr[:, best], train, c), 4)
+    l2 = float(max(l2_choice, key=l2_choice.get))
+    cfg = PreferenceConfig(**{**base.__dict__, "layer": layer, "pooling": pooling, "l2": l2})
     X = (tc[:, best], tr[:, best]), (ec[:, best], er[:, best])
 
     def run(heads, hidden=0):
@@ -179,7 +184,9 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
                   "train": len(train), "eval": len(evals), "train_questions": len({e.group for e in train}),
                   "eval_questions": len({e.group for e in evals}), "action_kinds_chosen>rejected": kinds},
         "encoder_choice": {"specs": choice, "chosen": {"layer": layer, "pooling": pooling},
-                           "rule": "best mean overall accuracy over 5 grouped folds of the training split",
+                           "l2_cv_overall_accuracy": l2_choice, "chosen_l2": l2,
+                           "rule": "best mean overall accuracy over 5 grouped folds of the training split "
+                                   "(layer/pooling at the default l2 first, then l2)",
                            "encode_seconds": round(encode_s, 1)},
         "full_model": {"config": cfg.__dict__, "heads": _head_table(full),
                        "overall_eval_accuracy": round(full.overall_accuracy, 4),

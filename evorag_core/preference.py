@@ -5,7 +5,9 @@ itself (frozen, base weights, LoRA adapters switched off), pooled over the compl
 once per state (its KV cache is shared by the state's candidates) and each completion is run on top of it, so every
 completion token attends to the whole state. Default: layer 20 of 30, mean over the completion tokens
 (`PreferenceConfig.layer/pooling`); the prompt's own positions are identical for the two sides of a pair and would
-cancel in f(x+) - f(x-), so only completion positions are pooled. bench/preference.py compares layers
+cancel in f(x+) - f(x-), so only completion positions are pooled. A prompt longer than 6,000 tokens keeps its last
+6,000. Switching the backend's adapter off and on drops the policy's prefix cache, so with an adapter active each
+encoded state costs the policy one extra prompt pass. bench/preference.py compares layers
 {6, ..., 30} x {mean, last} by held-out accuracy; see its JSON for the measurement behind the default.
 Features are cached on disk (`FeatureCache`, safetensors) under a key of (model, layer, pooling, prompt,
 completion): the encoder is frozen, so retraining never re-runs the LM.

@@ -186,6 +186,19 @@ def test_same_inputs_and_seed_give_the_same_adapter(round_one, tokenizer, tmp_pa
 
 
 @pytest.mark.slow
+def test_compact_lm_head_switch_changes_nothing_but_cost(round_one, tokenizer, tmp_path, monkeypatch):
+    """With TRL's own CPU path (every position through the LM head) the adapter is byte-identical to the one
+    trained with our compact switch: prompt positions are masked out either way."""
+    import training.dpo as dpo_module
+
+    result, _, _ = round_one
+    monkeypatch.setattr(dpo_module, "COMPACT_LM_HEAD", False)
+    plain = train_dpo(TRAIN, tiny_model(len(tokenizer)), tokenizer, CFG, tmp_path / "plain", None,
+                      base_model_id=BASE_ID)
+    assert plain.checksum == result.checksum
+
+
+@pytest.mark.slow
 def test_bf16_autocast_with_gradient_checkpointing(tokenizer, tmp_path):
     """train.dtype = bfloat16 (autocast) and gradient checkpointing also train on CPU: first loss ln 2, then lower."""
     cfg = dataclasses.replace(CFG, dtype="bfloat16", gradient_checkpointing=True)

@@ -4,7 +4,6 @@ candidate ranking and the best-of-K policy."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -242,5 +241,4 @@ def test_ranking_and_best_of_k_policy(backend):
     action, info = ranked.act(view)
     assert info["rm_candidates"] >= 1 and math.isfinite(info["rm_score"]) and info["completion"]
     with pytest.raises(ConfigError):
-        replace_id = PreferenceModel(576, heads=("ret",), model_id="other-model")
-        replace_id.attach(enc)
+        PreferenceModel(576, heads=("ret",), model_id="other-model").attach(enc)

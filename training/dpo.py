@@ -86,6 +86,28 @@ def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool) -> DPOConfi
     )
 
 
+# TRL 1.16's fused LM head scores only the completion positions where Triton runs (CUDA/XPU) and *every* position
+# elsewhere, so on CPU a 512-token batch pushed all 4096 positions through the 49k-word head in 4096 x 32768 tiles
+# (0.5 GB temporaries, ~1 TFLOP per step) although prompt positions are masked out afterwards. During training we
+# flip that module-level switch so CPU takes the same compact path; the torch tile code and the maths are unchanged.
+COMPACT_LM_HEAD = True
+
+
+@contextlib.contextmanager
+def _compact_lm_head() -> Iterator[None]:
+    import trl.trainer.utils as trl_utils
+
+    original = getattr(trl_utils, "_use_triton", None)
+    if not COMPACT_LM_HEAD or original is None:  # another TRL layout: leave it alone
+        yield
+        return
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
 class _Progress(TrainerCallback):
     """Forwards every log line (with step, wall time and seconds per step) to `on_progress` and keeps a history."""
 
@@ -155,7 +177,8 @@ def train_dpo(
         )
         trainer.remove_callback(PrinterCallback)  # progress goes through on_progress, not stdout
         started = time.perf_counter()
-        output = trainer.train()
+        with _compact_lm_head():
+            output = trainer.train()
         wall = time.perf_counter() - started
     steps = int(output.global_step)
     step_logs = [h for h in progress.history if "loss" in h]
