@@ -27,6 +27,7 @@ __all__ = [
     "TrainConfig",
     "StudioConfig",
     "DynaKragConfig",
+    "R2agConfig",
     "Config",
     "load_config",
     "default_config_path",
@@ -191,6 +192,32 @@ class DynaKragConfig:
 
 
 @dataclass(frozen=True)
+class R2agConfig:
+    """R²AG retrieval tree (SPEC §7, seed 002); rewards use the paper's coefficients (`--set r2ag.KEY=VALUE`)."""
+
+    steering: str = "lm"  # lm | scripted (deterministic entity/title heuristic, no LM)
+    max_iterations: int = 5  # L_max: tree expansions per question
+    top_t_base: int = 4  # base branches of an expansion that are expanded further
+    top_t_predicted: int = 2  # predicted (anticipatory) branches expanded further
+    top_k: int = 1  # passages retrieved per intermediate query
+    max_queries: int = 6  # queries of each kind read from one expansion (the rest are dropped, counted)
+    max_frontier: int = 4  # branches expanded per iteration (breadth bound; tree order)
+    retriever: str = "rrf"  # bm25 | dense | rrf
+    temperature: float = 0.0  # steering decode at inference (0: greedy)
+    max_new_tokens: int = 160
+    passage_chars: int = 300  # each context passage is cut to this many characters in the prompt
+    demo: bool = True  # one worked example turn in the steering prompt
+    answer_docs: int = 10  # passages of the tree (breadth-first) given to the answer generator
+    alpha: float = 0.2  # Multi-Hit@Top-1
+    beta: float = 0.3  # Joint-Hit@Top-1
+    gamma: float = 0.2  # Top-t/x average precision
+    ell: float = 1.25  # weight of predicted-query hits in R_MH
+    omega: float = 1.0  # format reward weight
+    format_per_query: float = 0.01  # R_f per well-formed base/predicted segment after a think block
+    format_max: float = 0.02  # cap of omega * R_f
+
+
+@dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -203,6 +230,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     studio: StudioConfig = field(default_factory=StudioConfig)
     dynakrag: DynaKragConfig = field(default_factory=DynaKragConfig)
+    r2ag: R2agConfig = field(default_factory=R2agConfig)
 
 
 def default_config_path() -> Path:

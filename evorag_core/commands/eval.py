@@ -13,6 +13,7 @@ from ..methods.base import EpisodeMethod
 from ..methods.baselines import BASELINES, build_baseline
 from ..methods.dynakrag.method import build_dynakrag_method
 from ..methods.oracle import OraclePolicy
+from ..methods.r2ag.method import build_r2ag_method
 from ..methods.script import ScriptPolicy, load_script
 from .common import add_common, config_from_args, print_json, runtime_from_args
 
@@ -24,6 +25,7 @@ METHODS = {
     "oracle": lambda args, rt: EpisodeMethod(OraclePolicy(), rt.make_env),
     "dynakrag": build_dynakrag_method,  # ablations: --set dynakrag.controller=uniform|sufficiency=false|...
     "arena": build_arena_method,
+    "r2ag": build_r2ag_method,  # --set r2ag.steering=scripted for the LM-free steering
     "agent": build_agent_method,
     **{name: (lambda n: lambda args, rt: build_baseline(n, args, rt))(name) for name in BASELINES},
 }

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from .common import add_common, config_from_args, home_from_args, print_json
 
@@ -14,6 +15,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--corpus", choices=["pooled", "per-question"], default="pooled")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--limit", type=int, default=None, help="first N questions")
+    p.add_argument("--method", choices=["single", "r2ag"], default="single",
+                   help="single: bm25/dense/rrf with the question as the query; r2ag: the R2AG tree ([r2ag] settings) "
+                        "beside single-step rrf SR@5/@10 on the same questions")
+    p.add_argument("--adapter", default=None, help="LoRA adapter for the r2ag LM steering")
     return p
 
 
@@ -23,6 +28,8 @@ def main(args: argparse.Namespace) -> int:
     from ..types import Dataset
 
     cfg = config_from_args(args)
+    if args.method == "r2ag":
+        return _r2ag(args, cfg)
     dataset = load_dataset(args.data)
     if args.limit:
         dataset = Dataset(dataset.name, dataset.path, dataset.questions[: args.limit])
@@ -36,6 +43,28 @@ def main(args: argparse.Namespace) -> int:
     for name, row in report.items():
         if isinstance(row, dict):
             print(f"{name:<10}" + "".join(f"{_fmt(row.get(k)):>18}" for k in keys))
+    return 0
+
+
+def _r2ag(args: argparse.Namespace, cfg) -> int:
+    from ..methods.r2ag.method import build_tree_builder
+    from ..methods.r2ag.metrics import retrieval_report
+    from .common import runtime_from_args
+
+    rt = runtime_from_args(args, replace(cfg, env=replace(cfg.env, corpus=args.corpus)))
+    builder = build_tree_builder(rt, args.adapter)
+    questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
+    report = retrieval_report(questions, rt.corpus_for, builder.grow,
+                              lambda corpus: rt.retrieval.retriever_for(corpus, cfg.r2ag.retriever),
+                              label=f"r2ag[{builder.steering.name}]")
+    if args.json:
+        print_json(report)
+        return 0
+    print(f"data: {args.data}  corpus: {args.corpus}  retriever: {cfg.r2ag.retriever}")
+    keys = sorted({k for row in report.values() for k in row})
+    print(f"{'method':<16}" + "".join(f"{k:>12}" for k in keys))
+    for name, row in report.items():
+        print(f"{name:<16}" + "".join(f"{_fmt(row.get(k)):>12}" for k in keys))
     return 0
 
 

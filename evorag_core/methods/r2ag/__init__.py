@@ -1,0 +1,15 @@
+"""R²AG (seed 002, SPEC §7): a reasoning-augmented retrieval tree grown by a steering model, Top-Survivor rewards,
+bottom-up pruning; the `r2ag` evaluation method and its retrieval metrics."""
+from __future__ import annotations
+
+from .parse import Expansion, parse_expansion
+from .rewards import R2agReward, RewardWeights, expansion_reward
+from .scripted import ScriptedSteering
+from .steering import LMSteering, Proposal, SteerRequest, Steering
+from .tree import Node, Tree, TreeSettings, expand_once, frontier, grow, new_tree, prune, pruned_context
+
+__all__ = [
+    "Expansion", "parse_expansion", "R2agReward", "RewardWeights", "expansion_reward", "ScriptedSteering",
+    "LMSteering", "Proposal", "SteerRequest", "Steering", "Node", "Tree", "TreeSettings", "expand_once", "frontier",
+    "grow", "new_tree", "prune", "pruned_context",
+]

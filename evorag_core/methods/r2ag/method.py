@@ -1,0 +1,147 @@
+"""The `r2ag` evaluation method: grow the retrieval tree for a question, answer from its retrieved set.
+
+The tree grows with the configured steering (`[r2ag] steering = "lm"`: the policy LM of `[policy]`, optionally with
+`--adapter`; `"scripted"`: `ScriptedSteering`), over the question's corpus (`env.corpus`) and the `[r2ag] retriever`
+of the shared retrieval service. The answer comes from the shared baseline answerer (the `fixed-k` prompt of
+`methods.baselines`) over the first `answer_docs` passages of the tree in order of retrieval. Gold pids only
+annotate the tree (rewards, hits) for the result's extras; they steer nothing.
+
+`QuestionResult.steps` = tree iterations; `passages` = every pid the tree retrieved; `extras["metrics"]` holds the
+per-question retrieval numbers (averaged into the summary), `extras["tree"]` the whole tree as JSON.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from ...metrics import support_recall
+from ...types import Corpus, Passage, Question
+from ..base import QuestionResult, score
+from ..baselines import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, render_passages
+from .metrics import SR_KS, list_metrics
+from .rewards import RewardWeights
+from .scripted import ScriptedSteering
+from .steering import LMSteering, Steering
+from .tree import Tree, TreeSettings, grow, new_tree
+
+__all__ = ["answer_from_passages", "make_steering", "TreeBuilder", "R2agMethod", "build_r2ag_method",
+           "build_tree_builder", "STEERINGS"]
+
+STEERINGS = ("lm", "scripted")
+
+
+def answer_from_passages(backend: Any, question: str, passages: Sequence[Passage], *, max_tokens: int = 24,
+                         chars: int = 300) -> str:
+    """The baselines' short-answer prompt over numbered passages (closed-book when there are none), greedy."""
+    if passages:
+        system, user = ANSWER_SYSTEM_CTX, f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
+    else:
+        system, user = ANSWER_SYSTEM, f"Question: {question}\nAnswer:"
+    prompt = backend.chat_prompt(system, user)
+    return clean_answer(backend.generate(prompt, max_tokens, stop=("\n",), temperature=0.0, n=1)[0].text)
+
+
+def make_steering(cfg: Any, backend: Any | None) -> Steering:
+    """The steering named by `cfg.steering` ("lm" needs `backend`)."""
+    from ...errors import ConfigError
+
+    if cfg.steering == "scripted":
+        return ScriptedSteering()
+    if cfg.steering == "lm":
+        if backend is None:
+            raise ConfigError("r2ag.steering = 'lm' needs a policy backend")
+        return LMSteering.from_config(backend, cfg)
+    raise ConfigError(f"r2ag.steering must be one of {', '.join(STEERINGS)}, got {cfg.steering!r}")
+
+
+class TreeBuilder:
+    """grow(question, gold) -> Tree over the question's corpus: `corpus_for(question)` and `retriever_for(corpus)`
+    supply them (pid -> Passage lookups are cached per corpus)."""
+
+    def __init__(self, steering: Steering, cfg: Any, corpus_for: Callable[[Question], Corpus],
+                 retriever_for: Callable[[Corpus], Any]) -> None:
+        self.steering, self.cfg = steering, cfg
+        self.settings, self.weights = TreeSettings.from_config(cfg), RewardWeights.from_config(cfg)
+        self.corpus_for, self.retriever_for = corpus_for, retriever_for
+        self._lookup: tuple[Corpus, dict[str, Passage]] | None = None
+
+    def passages(self, corpus: Corpus) -> dict[str, Passage]:
+        if self._lookup is None or self._lookup[0] is not corpus:
+            self._lookup = (corpus, {p.pid: p for p in corpus.passages})
+        return self._lookup[1]
+
+    def grow(self, question: Question, gold: frozenset[str] = frozenset()) -> Tree:
+        corpus = self.corpus_for(question)
+        return grow(new_tree(question.question, gold, question.id), self.steering, self.retriever_for(corpus),
+                    self.passages(corpus), self.settings, self.weights)
+
+
+class R2agMethod:
+    name = "r2ag"
+
+    def __init__(self, builder: TreeBuilder, answerer: Any, label: str | None = None) -> None:
+        self.builder, self.answerer = builder, answerer  # answerer: a PolicyBackend (chat_prompt + generate)
+        self.label = label or f"R2AG[{builder.steering.name}]"
+
+    @property
+    def backend(self) -> Any:
+        return self.answerer
+
+    def run_question(self, question: Question) -> QuestionResult:
+        start = time.perf_counter()
+        corpus = self.builder.corpus_for(question)
+        gold = corpus.gold_for(question)
+        tree = self.builder.grow(question, gold)
+        grown = time.perf_counter() - start
+        pids = tree.retrieved()
+        lookup = self.builder.passages(corpus)
+        context = [lookup[p] for p in pids[: self.builder.cfg.answer_docs]]
+        answer = answer_from_passages(self.answerer, question.question, context,
+                                      chars=self.builder.cfg.passage_chars)
+        prediction = answer or None
+        em, f1 = score(question, prediction)
+        m = list_metrics(pids, gold)
+        metrics = {"r2ag_recall": m.recall, "r2ag_full_recall": m.full_recall, "r2ag_docs": float(m.docs),
+                   "r2ag_ap": m.ap, "r2ag_iterations": float(tree.iterations), "r2ag_tree_s": grown,
+                   **{f"r2ag_recall@{k}": list_metrics(pids[:k], gold).recall for k in SR_KS}}
+        return QuestionResult(
+            question_id=question.id, dataset=question.dataset, question=question.question, prediction=prediction,
+            gold=question.answers, em=em, f1=f1, steps=tree.iterations, passages=pids,
+            support_recall=support_recall(pids, gold), refused=prediction is None,
+            trace=tuple({"t": e.iteration, "action": "EXPAND", "node": e.node, "queries": [q for _, q in
+                        e.parsed.queries], "stop": e.parsed.stop} for e in tree.expansions),
+            format_valid=all(e.parsed.has_think and not e.parsed.malformed for e in tree.expansions),
+            fallback=sum(1 for e in tree.expansions if not e.parsed.queries and not e.parsed.stop),
+            seconds=time.perf_counter() - start,
+            extras={"metrics": metrics, "tree": tree.to_dict(), "answer_context": [p.pid for p in context]},
+        )
+
+
+def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
+    """`evorag eval --method r2ag [--adapter NAME|FOLDER] [--set r2ag.steering=scripted]`: the policy LM answers
+    (and steers, with steering = "lm")."""
+    from ..agent import load_backend
+
+    cfg = rt.cfg.r2ag
+    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
+    if adapter:
+        backend.activate(adapter)
+    steering = make_steering(cfg, backend)
+    builder = TreeBuilder(steering, cfg, rt.corpus_for, lambda corpus: rt.retrieval.retriever_for(corpus, cfg.retriever))
+    label = f"R2AG[{steering.name}] (LM {backend.model_id}" + (f" + adapter {adapter})" if adapter else ")")
+    return R2agMethod(builder, backend, label)
+
+
+def build_tree_builder(rt: Any, adapter: str | None = None) -> TreeBuilder:
+    """The tree builder of a Runtime (`evorag retrieval-eval --method r2ag`): the policy LM is loaded only for
+    steering = "lm"."""
+    from ..agent import load_backend
+
+    cfg = rt.cfg.r2ag
+    backend = None
+    if cfg.steering == "lm":
+        backend, name = load_backend(rt, adapter)
+        if name:
+            backend.activate(name)
+    return TreeBuilder(make_steering(cfg, backend), cfg, rt.corpus_for,
+                       lambda corpus: rt.retrieval.retriever_for(corpus, cfg.retriever))

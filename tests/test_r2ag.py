@@ -1,0 +1,240 @@
+"""R²AG: rewards (hand-computed), the lenient parser, the tree (scripted steering on the demo data, real hybrid
+retriever), pruning, JSON round trip, the eval method and retrieval report, the LM steering, GRPO on a tiny Llama,
+and the studio's tree view handlers.
+
+Reward arithmetic used below (α = 0.2, β = 0.3, γ = 0.2, ℓ = 1.25, ω·R_f ≤ 0.02):
+gold g = {g1, g2, g3}, prior = {g1}; base queries retrieve [g1], [x], [g2], [g2]; predicted [g3], [y].
+R_MH = |{g2}| + 1.25·|{g3}| = 2.25.  R_AP^b (t = 4) = (1/3)(1/1 + 2/3 + 3/4) = 0.805556;  R_AP^p (t = 2) = (1/3)(1/1)
+= 0.333333;  R_AP = 1.138889.  R_f = 6 x 0.01 = 0.06 -> capped 0.02.
+Without stop: R = 0.2·2.25 + 0.2·1.138889 + 0.02 = 0.697778.  With stop (all gold retrieved): + 0.3 = 0.997778.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+import pytest
+
+from evorag_core.config import R2agConfig, load_config
+from evorag_core.datasets import load_dataset
+from evorag_core.methods.r2ag import (
+    RewardWeights,
+    ScriptedSteering,
+    SteerRequest,
+    Tree,
+    TreeSettings,
+    expand_once,
+    expansion_reward,
+    frontier,
+    grow,
+    new_tree,
+    parse_expansion,
+    prune,
+    pruned_context,
+)
+from evorag_core.methods.r2ag.rewards import average_precision, format_reward, joint_hit, multi_hit
+from evorag_core.methods.r2ag.scripted import entities, focus_words
+from evorag_core.policy.base import Generation
+from evorag_core.runtime import Runtime
+from evorag_core.types import Passage
+
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
+G = frozenset({"g1", "g2", "g3"})
+BASE = [["g1"], ["x"], ["g2"], ["g2"]]
+PRED = [["g3"], ["y"]]
+
+
+# -- rewards ---------------------------------------------------------------------------------------------------
+
+def test_reward_terms_hand_computed():
+    """See the module docstring for the arithmetic."""
+    assert multi_hit(BASE, PRED, frozenset({"g1"}), G) == pytest.approx(2.25)
+    assert average_precision(BASE, G, 4) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
+    assert average_precision(PRED, G, 2) == pytest.approx(1 / 3)
+    assert average_precision(BASE, frozenset(), 4) == 0.0
+    assert joint_hit(frozenset({"g1", "g2", "g3", "x"}), G, True) == 1.0
+    assert joint_hit(frozenset({"g1", "g2"}), G, True) == 0.0 and joint_hit(frozenset(G), G, False) == 0.0
+    assert format_reward(True, 3) == pytest.approx(0.03) and format_reward(False, 3) == 0.0
+
+
+def test_total_reward_and_zero_rules():
+    """0.697778 without stop, 0.997778 with stop; zero without think, on an early stop (g4 missing) and when the
+    reply was cut by the token limit."""
+    prior = frozenset({"g1"})
+    kw = dict(has_think=True, well_formed=6)
+    r = expansion_reward(BASE, PRED, prior, G, stop=False, **kw)
+    assert (r.multi_hit, r.joint_hit, r.format) == (pytest.approx(2.25), 0.0, pytest.approx(0.06))
+    assert r.average_precision == pytest.approx(1.138889, abs=1e-6)
+    assert r.total == pytest.approx(0.697778, abs=1e-6) and r.zeroed == ""
+    assert expansion_reward(BASE, PRED, prior, G, stop=True, **kw).total == pytest.approx(0.997778, abs=1e-6)
+    g4 = G | {"g4"}
+    early = expansion_reward(BASE, PRED, prior, g4, stop=True, **kw)
+    assert early.total == 0.0 and early.zeroed == "early_stop" and early.multi_hit == pytest.approx(2.25)
+    none = expansion_reward(BASE, PRED, prior, G, stop=False, has_think=False, well_formed=6)
+    assert none.total == 0.0 and none.zeroed == "no_think"
+    cut = expansion_reward(BASE, PRED, prior, G, stop=False, truncated=True, **kw)
+    assert cut.total == 0.0 and cut.zeroed == "truncated"
+
+
+def test_top_t_cuts_average_precision_but_not_multi_hit():
+    """Five base queries, only the 5th hits new gold g2 (t_base = 4): R_AP^b = 0; R_MH = 1; R_f = 0.05 -> 0.02.
+    R = 0.2·1 + 0 + 0.2·0 + 0.02 = 0.22. With t_base = 5: R_AP^b = (1/3)(1/5) -> R = 0.22 + 0.2/15 = 0.233333."""
+    base = [["x"], ["y"], ["z"], ["w"], ["g2"]]
+    r = expansion_reward(base, [], frozenset(), G, stop=False, has_think=True, well_formed=5)
+    assert r.average_precision == 0.0 and r.multi_hit == 1.0 and r.total == pytest.approx(0.22)
+    wide = RewardWeights(top_t_base=5)
+    r5 = expansion_reward(base, [], frozenset(), G, stop=False, has_think=True, well_formed=5, weights=wide)
+    assert r5.total == pytest.approx(0.22 + 0.2 / 15)
+    assert RewardWeights.from_config(R2agConfig()) == RewardWeights()
+
+
+# -- parser ----------------------------------------------------------------------------------------------------
+
+def test_parse_well_formed_reply():
+    text = ("<think>Travine was born in Mirrow; find its river.</think>\n<base-Q>Which river is Mirrow on?</base-Q>\n"
+            "<base-Q> Where was Ansel Travine born? </base-Q>\n<predicted-Q>How long is that river?</predicted-Q>")
+    e = parse_expansion(text)
+    assert e.think == "Travine was born in Mirrow; find its river."
+    assert e.base == ("Which river is Mirrow on?", "Where was Ansel Travine born?")
+    assert e.predicted == ("How long is that river?",) and not e.stop
+    assert (e.well_formed, e.malformed) == (3, 0)
+    assert e.queries[0] == ("base", "Which river is Mirrow on?") and e.queries[-1][0] == "predicted"
+
+
+@pytest.mark.parametrize("text, base, predicted, stop, well_formed, malformed", [
+    ("", (), (), False, 0, 0),
+    ("no tags at all, just prose", (), (), False, 0, 0),
+    ("<think>done</think><base-Q>stop retrieval</base-Q><predicted-Q>none</predicted-Q>", (), (), True, 2, 0),
+    ("<think>x</think><base-Q>Stop Retrieval.</base-Q>", (), (), True, 1, 0),
+    # unclosed base segment runs to the next tag; untagged stop phrase; stray </think> gives the reasoning
+    ("why</think><base-Q>q1<base-Q>q2</base-Q> stop retrieval", ("q1", "q2"), (), True, 1, 3),
+    # variant tag spellings, unclosed predicted at the end, no think block
+    ("<base_q> a </BASE-Q><predicted q>b", ("a",), ("b",), False, 0, 1),
+    # empty segment, duplicate query (dropped), queries before the think block are not format-rewarded
+    ("<base-Q>a</base-Q><think>t</think><base-Q></base-Q><base-Q>A</base-Q><base-Q>b</base-Q>", ("a", "b"), (),
+     False, 2, 1),
+    ("<think>unclosed reasoning <base-Q>q</base-Q>", ("q",), (), False, 0, 1),
+    ("<<<>>></base-Q></predicted-Q><think></think>", (), (), False, 0, 2),
+])
+def test_parser_is_lenient(text, base, predicted, stop, well_formed, malformed):
+    e = parse_expansion(text)
+    assert (e.base, e.predicted, e.stop, e.well_formed, e.malformed) == (base, predicted, stop, well_formed, malformed)
+
+
+def test_parser_caps_queries_and_never_raises_on_junk():
+    text = "<think>t</think>" + "".join(f"<base-Q>q{i}</base-Q>" for i in range(5)) + "<base-Q>q1</base-Q>"
+    e = parse_expansion(text, max_queries=3)
+    assert e.base == ("q0", "q1", "q2") and e.dropped == 2 and e.duplicates == 1 and e.well_formed == 6
+    for junk in ("<think>", "</think>", "<base-Q>", "\x00<predicted-Q>\n", "<think><think></think></think>", "ü" * 50):
+        parse_expansion(junk)
+    assert parse_expansion(None).base == ()  # type: ignore[arg-type]
+    assert type(e).from_dict(e.to_dict()) == e
+
+
+# -- scripted steering -----------------------------------------------------------------------------------------
+
+def test_entities_and_focus_words():
+    q = "On which river is the birthplace of the chemist Ansel Travine?"
+    assert entities(q) == ["Ansel Travine"]
+    assert focus_words(q) == ["river", "birthplace", "chemist"]
+    assert entities("The Bay of Ilvane lies near Mirrow and Ostby.") == ["Bay of Ilvane", "Mirrow and Ostby"]
+
+
+def test_scripted_steering_follows_new_entities_and_stops():
+    """Root: the question and its entity. On the Ansel Travine passage: its entities not yet on the branch, in order
+    of the focus words their sentence shares (all in one sentence here -> order of appearance); predicted queries add
+    the focus words. With two passages covering >= half of the focus words: stop retrieval."""
+    steer = ScriptedSteering()
+    q = "On which river is the birthplace of the chemist Ansel Travine?"
+    root = parse_expansion(steer.reply(SteerRequest(q, ())))
+    assert root.base == (q, "Ansel Travine") and root.has_think
+    travine = Passage("a", "Ansel Travine", "Ansel Travine was an Ostrevian chemist born in Mirrow.")
+    e = parse_expansion(steer.reply(SteerRequest(q, (travine,))))
+    assert e.base == ("Ostrevian", "Mirrow") and e.predicted == ("Ostrevian river birthplace chemist",
+                                                                  "Mirrow river birthplace chemist")
+    mirrow = Passage("b", "Mirrow", "Mirrow is a mill town on the Sable River.")
+    assert parse_expansion(steer.reply(SteerRequest(q, (travine, mirrow)))).stop
+
+
+# -- the tree on the demo data with the real hybrid retriever ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo_rt(session_home) -> Runtime:
+    return Runtime(load_config(), session_home, load_dataset(DEMO))
+
+
+class CountingRetriever:
+    """The real retriever, counting calls: an iteration must retrieve all its queries in one batch."""
+
+    def __init__(self, inner):
+        self.inner, self.batches, self.singles = inner, [], 0
+
+    def search(self, query, k):
+        self.singles += 1
+        return self.inner.search(query, k)
+
+    def search_batch(self, queries, k):
+        self.batches.append(len(queries))
+        return self.inner.search_batch(queries, k)
+
+
+def _demo(rt: Runtime, qid: str):
+    corpus = rt.pooled_corpus
+    question = rt.dataset.get(qid)
+    return question, corpus.gold_for(question), CountingRetriever(rt.retrieval.retriever_for(corpus)), \
+        {p.pid: p for p in corpus.passages}
+
+
+def test_first_expansion_on_a_comparison_question(demo_rt):
+    """demo-002 "Which is longer, the Sable River or the Caddock River?": the root's three base queries (question,
+    Sable River, Caddock River) retrieve Caddock River, Sable River, Caddock River (top-1 each) in one batch.
+    New gold: 2 -> R_MH = 2; R_AP^b = (1/2)(1/1 + 2/2 + 3/3) = 1.5; R_f = 4 x 0.01 -> 0.02 (cap).
+    R = 0.2·2 + 0.2·1.5 + 0.02 = 0.72."""
+    q, gold, retriever, passages = _demo(demo_rt, "demo-002")
+    tree = expand_once(new_tree(q.question, gold, q.id), ScriptedSteering(), retriever, passages, TreeSettings())
+    assert retriever.batches == [3] and retriever.singles == 0
+    kids = tree.nodes[1:]
+    assert [n.query for n in kids] == [q.question, "Sable River", "Caddock River"]
+    assert [n.titles for n in kids] == [("Caddock River",), ("Sable River",), ("Caddock River",)]
+    assert [n.new_gold for n in kids] == [1, 1, 0] and all(n.gold_hit for n in kids)
+    assert [n.selected for n in kids] == [True, True, True] and kids[2].new_pids == ()
+    assert tree.expansions[0].reward.total == pytest.approx(0.72)
+    assert [n.id for n in frontier(tree, TreeSettings())] == [1, 2]  # node 3 brought nothing new
+
+
+def test_grow_prune_and_round_trip(demo_rt):
+    """Growing to the end: every iteration is one retrieval batch; iterations <= L_max; pruning keeps the root and
+    exactly the nodes that first retrieved a gold passage (and their ancestors); the pruned context is the gold
+    found; the tree survives JSON unchanged."""
+    q, gold, retriever, passages = _demo(demo_rt, "demo-001")
+    settings = TreeSettings(max_iterations=3)
+    tree = grow(new_tree(q.question, gold, q.id), ScriptedSteering(), retriever, passages, settings)
+    assert tree.done and tree.iterations <= 3 and len(retriever.batches) == tree.iterations
+    assert retriever.singles == 0 and tree.stop_reason in ("stop", "exhausted", "max_iterations")
+    assert len(tree.retrieved()) == len(set(tree.retrieved()))
+    pruned = prune(tree)
+    kept = [n for n in pruned.nodes if not n.pruned]
+    gold_nodes = {n.id for n in tree.nodes if n.new_gold}
+    ancestors = {a.id for g in gold_nodes for a in tree.path(g)}
+    assert {n.id for n in kept} == ancestors | {0}
+    assert set(pruned_context(tree)) == gold & set(tree.retrieved())
+    again = Tree.from_dict(json.loads(json.dumps(pruned.to_dict())))
+    assert again == pruned
+    assert prune(pruned) == pruned
+
+
+def test_top_t_and_frontier_bounds(demo_rt):
+    """t_base = 1 keeps only the first base child of the root selectable; max_frontier = 1 expands one branch per
+    iteration; max_iterations = 1 ends the tree after one expansion with stop_reason max_iterations."""
+    q, gold, retriever, passages = _demo(demo_rt, "demo-002")
+    narrow = TreeSettings(top_t_base=1, max_frontier=1, max_iterations=2)
+    tree = expand_once(new_tree(q.question, gold), ScriptedSteering(), retriever, passages, narrow)
+    assert [n.selected for n in tree.nodes[1:]] == [True, False, False]
+    tree = grow(tree, ScriptedSteering(), retriever, passages, narrow)
+    assert all(len([e for e in tree.expansions if e.iteration == i]) <= 1 for i in (1, 2))
+    one = grow(new_tree(q.question, gold), ScriptedSteering(), retriever, passages, TreeSettings(max_iterations=1))
+    assert one.iterations == 1 and one.stop_reason == "max_iterations"
+    with pytest.raises(ValueError, match="max_frontier"):
+        TreeSettings(max_frontier=0)
