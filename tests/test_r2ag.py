@@ -238,3 +238,216 @@ def test_top_t_and_frontier_bounds(demo_rt):
     assert one.iterations == 1 and one.stop_reason == "max_iterations"
     with pytest.raises(ValueError, match="max_frontier"):
         TreeSettings(max_frontier=0)
+
+
+# -- the eval method and the retrieval report --------------------------------------------------------------------
+
+class TitleAnswerer:
+    """A stand-in answer generator: replies with the title of the first numbered passage of the prompt (the real
+    prompt and answer cleaning of `methods.baselines` run around it)."""
+
+    model_id = "title-answerer"
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def chat_prompt(self, system: str, user: str, examples: Sequence[tuple[str, str]] = ()) -> str:
+        return f"{system}\n{user}"
+
+    def generate(self, prompt, max_new_tokens, stop=(), temperature=0.0, n=1, seed=None):
+        self.prompts.append(prompt)
+        line = next((l for l in prompt.splitlines() if l.startswith("[1] ")), "[1] unknown: ")
+        return [Generation(f"Answer: {line[4:].split(':', 1)[0]}.", (), (), "stop")]
+
+
+def test_eval_method_end_to_end_with_scripted_steering(demo_rt, tmp_path):
+    """`r2ag` over demo-001/-002 through the shared evaluator: the answer prompt numbers the tree's passages in
+    order of retrieval (at most answer_docs); 'Answer: Caddock River.' is cleaned to 'Caddock River' (not demo-002's
+    gold 'Sable River': EM 0); the per-question metrics are averaged into the summary; the tree is in the extras."""
+    from evorag_core.evaluation import evaluate
+    from evorag_core.methods.r2ag.method import R2agMethod, TreeBuilder
+
+    cfg = replace(R2agConfig(), steering="scripted", answer_docs=3)
+    builder = TreeBuilder(ScriptedSteering(), cfg, demo_rt.corpus_for, demo_rt.retrieval.retriever_for)
+    answerer = TitleAnswerer()
+    method = R2agMethod(builder, answerer)
+    qs = [demo_rt.dataset.get("demo-001"), demo_rt.dataset.get("demo-002")]
+    summary, results = evaluate(method, qs, out_path=tmp_path / "r2ag.jsonl")
+    r = results[1]
+    assert r.prediction == "Caddock River" and r.em == 0.0 and r.support_recall == 1.0
+    assert r.extras["answer_context"] == list(r.passages[:3]) and "[3] " in answerer.prompts[1]
+    assert "[4] " not in answerer.prompts[1]
+    tree = Tree.from_dict(r.extras["tree"])
+    assert tree.retrieved() == r.passages and r.steps == tree.iterations == len({t["t"] for t in r.trace})
+    assert summary["r2ag_recall"] == pytest.approx(sum(x.extras["metrics"]["r2ag_recall"] for x in results) / 2)
+    assert summary["n"] == 2 and method.label == "R2AG[scripted]"
+    assert len((tmp_path / "r2ag.jsonl").read_text().splitlines()) == 2
+
+
+def test_retrieval_report_beside_single_step(demo_rt):
+    """The report has the tree's row and SR@5 / SR@10 rows over the same (gold-bearing) questions; SR@K retrieves
+    exactly K documents; recall@5 of the tree is at most its recall; AP is within [0, 1]."""
+    from evorag_core.methods.r2ag.metrics import average_precision_at, retrieval_report
+    from evorag_core.methods.r2ag.method import TreeBuilder
+
+    builder = TreeBuilder(ScriptedSteering(), R2agConfig(), demo_rt.corpus_for, demo_rt.retrieval.retriever_for)
+    qs = demo_rt.dataset.questions[:4]
+    report = retrieval_report(qs, demo_rt.corpus_for, builder.grow, demo_rt.retrieval.retriever_for)
+    assert set(report) == {"r2ag", "sr@5", "sr@10"}
+    n = sum(1 for q in qs if q.gold_pids)
+    assert report["r2ag"]["questions"] == report["sr@5"]["questions"] == n
+    assert report["sr@5"]["docs"] == 5 and report["sr@10"]["docs"] == 10
+    assert report["r2ag"]["recall@5"] <= report["r2ag"]["recall"] <= 1 and 0 <= report["r2ag"]["map"] <= 1
+    assert report["r2ag"]["iterations"] >= 1
+    # AP over [x, g1, y, g2] with g = {g1, g2}: (1/2)(1/2 + 2/4) = 0.5
+    assert average_precision_at(["x", "g1", "y", "g2", "g1"], frozenset({"g1", "g2"})) == pytest.approx(0.5)
+
+
+def test_retrieval_eval_command_scripted(session_home, capsys):
+    """`evorag retrieval-eval --method r2ag --set r2ag.steering=scripted --limit 3 --json` on the demo data."""
+    from evorag_core.cli import main
+
+    code = main(["retrieval-eval", "--method", "r2ag", "--set", "r2ag.steering=scripted", "--limit", "3", "--json",
+                 "--home", str(session_home), "--data", str(DEMO)])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and set(out) == {"r2ag[scripted]", "sr@5", "sr@10"} and out["sr@5"]["questions"] == 3
+
+
+# -- GRPO on a tiny Llama ---------------------------------------------------------------------------------------
+
+WARMUP_STEPS = 120
+QID = "demo-001"  # "On which river is the birthplace of the chemist Ansel Travine?"
+GOOD = "<think>Find the chemist first.</think>\n<base-Q>Ansel Travine</base-Q>\n<predicted-Q>none</predicted-Q>"
+REPLIES = [GOOD,
+           "<think>The chemist.</think>\n<base-Q>chemist Ansel Travine</base-Q>\n<predicted-Q>none</predicted-Q>",
+           "<base-Q>Ansel Travine</base-Q>",  # no think block: reward 0
+           "<think>Enough.</think>\n<base-Q>stop retrieval</base-Q>"]  # stops before any gold: reward 0
+
+
+@pytest.fixture()
+def one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def warm_tiny(tmp_path_factory, demo_rt) -> Path:
+    """A 2-layer random Llama (training.tiny) warmed up for WARMUP_STEPS = 120 supervised steps on REPLIES after the root prompt of
+    demo-001, so that its samples differ in reward (GRPO needs spread inside a group)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evorag_core.methods.r2ag.prompt import SYSTEM_PROMPT, render_user
+    from evorag_core.methods.r2ag.steering import LMSteering
+    from evorag_core.policy.hf_backend import TransformersBackend
+    from training.tiny import build_tiny_model
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    q = demo_rt.dataset.get(QID)
+    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model",
+                              [render_user(q.question, ()), SYSTEM_PROMPT, *REPLIES])
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    steer = LMSteering(TransformersBackend.from_model(model, tokenizer, model_id="tiny"), demo=False)
+    prompt_ids = tokenizer(steer.prompt(SteerRequest(q.question, ())), add_special_tokens=False)["input_ids"]
+    rows = [torch.tensor([prompt_ids + tokenizer(r, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]])
+            for r in REPLIES]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(WARMUP_STEPS):
+        for ids in rows:
+            labels = ids.clone()
+            labels[:, : len(prompt_ids)] = -100
+            (model(input_ids=ids, labels=labels).loss / len(rows)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(folder)
+    torch.set_num_threads(before)
+    return folder
+
+
+@pytest.mark.slow  # ~20 s with the warm-up on 2 idle cores
+def test_r2ag_grpo_steps_change_the_adapter_and_follow_the_reward(warm_tiny, demo_rt, one_thread):
+    """2 passes of the progressive loop over demo-001, G = 8, asymmetric clip 0.2 / 0.28, k3 with kl_coef 0.04.
+    The step-1 group is re-sampled here with the trainer's seed (train.seed + 0) from the starting policy: its
+    rewards spread, so the update runs; the LoRA B matrices leave zero; the GRPO surrogate of that group,
+    sum_i A_i * mean_t log pi(o_i,t), goes up; the log-prob margin of the best reply over a zero-reward one (no
+    think block) grows. Pass 2 starts from the pruned trees of pass 1: their contexts are gold passages only."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evorag_core.config import TrainConfig
+    from evorag_core.methods.r2ag.steering import LMSteering
+    from evorag_core.policy.hf_backend import TransformersBackend
+    from training.arena_grpo import _encode_group
+    from training.lora import attach_lora
+    from training.r2ag_grpo import R2agGrpoConfig, TreeState, sample_group, train_r2ag_grpo
+    from training.seqlogp import completion_token_logps, encode
+
+    tokenizer = AutoTokenizer.from_pretrained(warm_tiny)
+    model = AutoModelForCausalLM.from_pretrained(warm_tiny)
+    train = replace(TrainConfig(), lr=5e-3, kl="k3", kl_coef=0.04, lora_dropout=0.0, seed=3)
+    cfg = R2agGrpoConfig(group_size=8, questions=1, states_per_step=1, iterations=2, max_states=2,
+                         max_new_tokens=40, demo=False, micro_batch=3, temperature=0.7)
+    policy = attach_lora(model, train)
+    corpus = demo_rt.pooled_corpus
+    retriever = demo_rt.retrieval.retriever_for(corpus)
+    passages = {p.pid: p for p in corpus.passages}
+    q = demo_rt.dataset.get(QID)
+    steer = LMSteering(TransformersBackend.from_model(model, tokenizer, model_id="tiny"), max_new_tokens=40,
+                       demo=False)
+    group = sample_group(steer, retriever, passages, TreeState(q, corpus.gold_for(q), ()), cfg, train.seed)
+    assert not group.flat, [(o.text[:60], r.total, r.zeroed) for o, r in zip(group.outputs, group.rewards)]
+    batch = _encode_group(tokenizer, group)
+    prompt = group.outputs[0].prompt
+    pair = encode(tokenizer, [prompt, prompt], [GOOD, REPLIES[2]], 512)
+
+    def surrogate() -> float:
+        with torch.no_grad():
+            logps = completion_token_logps(policy, batch)[0]
+        per_reply = (logps * batch.completion_mask).sum(-1) / batch.completion_mask.sum(-1)
+        return float((torch.tensor(group.advantages) * per_reply).sum())
+
+    def margin() -> float:
+        with torch.no_grad():
+            logps = (completion_token_logps(policy, pair)[0] * pair.completion_mask).sum(-1)
+        return float(logps[0] - logps[1])
+
+    before, margin_before = surrogate(), margin()
+    events: list[dict] = []
+    log, samples = train_r2ag_grpo(policy, tokenizer, [q], corpus.gold_for, retriever, passages, train, cfg,
+                                   events.append, model_id="tiny")
+    history = log.history
+    assert history[0]["updated"] == 1.0 and history[0]["reward"] == pytest.approx(
+        sum(r.total for r in group.rewards) / 8)
+    assert len(events) == len(history) >= 2 and {h["iteration"] for h in history} == {1.0, 2.0}
+    lora_b = [p.detach() for n, p in policy.named_parameters() if "lora_B" in n]
+    assert any(float(p.abs().max()) > 0 for p in lora_b)
+    assert surrogate() > before
+    assert margin() > margin_before
+    gold = corpus.gold_for(q)
+    assert all(set(s["context"]) <= gold for s in samples if s["iteration"] == 2)
+    assert any(s["iteration"] == 2 for s in samples)
+
+
+def test_r2ag_grpo_job_config_and_round_registration():
+    """The objective is registered for the worker, and a typo in the job's r2ag object fails loudly."""
+    from evorag_core.errors import ConfigError
+    from training.job import OBJECTIVES, RoundJob
+    from training.r2ag_grpo import R2agGrpoConfig, r2ag_config_from_job
+    from training.rounds import ROUND_MODULES
+
+    assert ROUND_MODULES["r2ag-grpo"] == "training.r2ag_grpo" and "r2ag-grpo" in OBJECTIVES
+    cfg = load_config()
+    job = RoundJob.from_config(1, "r2ag-grpo", {"r2ag": {"group_size": 4}, "data": str(DEMO)}, cfg, Path("/tmp"))
+    assert r2ag_config_from_job(job) == R2agGrpoConfig(group_size=4)
+    bad = RoundJob.from_config(1, "r2ag-grpo", {"r2ag": {"group_sise": 4}}, cfg, Path("/tmp"))
+    with pytest.raises(ConfigError, match="group_sise"):
+        r2ag_config_from_job(bad)
+    with pytest.raises(ConfigError, match="group_size"):
+        R2agGrpoConfig(group_size=1)

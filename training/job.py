@@ -3,7 +3,7 @@
 A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob.from_round` merges it over the
 [train] and [policy] sections of the worker's config. Keys (every one optional; an unknown key fails the round):
 
-    objective   dpo | grpo | ppo | arena-grpo (default: the row's objective)
+    objective   dpo | grpo | ppo | arena-grpo | r2ag-grpo (default: the row's objective)
     pairs       DPO: how many queued pairs to claim (oldest first)          source, stage: filters for the claim
     episodes    GRPO/PPO: how many of the newest finished episodes to read  episode_ids: exactly these episodes
     reference   previous (newest adapter of this base model, else base) | base | active | <adapter name>
@@ -11,6 +11,7 @@ A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob
     vf_coef     PPO: weight of the value loss        max_steps: stop after this many optimiser steps (0: no cap)
     data        a data file to resolve passage ids of stored episodes that do not name one (arena-grpo: its questions)
     arena       arena-grpo: {ArenaGrpoConfig keys} (training/arena_grpo.py)
+    r2ag        r2ag-grpo: {R2agGrpoConfig keys} (training/r2ag_grpo.py)
     base_model  the policy model spec (default: [policy] model)
     epochs, lr, kl, beta, seed, and `train: {any [train] key}`: the [train] section's values for this round
 """
@@ -26,11 +27,11 @@ from evorag_core.errors import ConfigError
 
 __all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "RoundLost", "job_config"]
 
-OBJECTIVES: tuple[str, ...] = ("dpo", "grpo", "ppo", "arena-grpo")
+OBJECTIVES: tuple[str, ...] = ("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo")
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
 JOB_KEYS: tuple[str, ...] = (
     "objective", "pairs", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",
-    "max_steps", "data", "base_model", "train", "arena", *_TRAIN_SHORTCUTS,
+    "max_steps", "data", "base_model", "train", "arena", "r2ag", *_TRAIN_SHORTCUTS,
 )
 
 ProgressFn = Callable[[dict[str, Any]], None]

@@ -13,7 +13,7 @@ from .job import AdapterRef, ProgressFn, RoundJob
 __all__ = ["ROUND_MODULES", "run_round"]
 
 ROUND_MODULES: dict[str, str] = {"dpo": "training.dpo_round", "grpo": "training.grpo_round", "ppo": "training.ppo_round",
-                                 "arena-grpo": "training.arena_grpo"}
+                                 "arena-grpo": "training.arena_grpo", "r2ag-grpo": "training.r2ag_grpo"}
 
 
 def run_round(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:

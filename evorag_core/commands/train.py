@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     add_common(p, data=False)
     p.add_argument("--db", default=None, metavar="URL", help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
-    p.add_argument("--objective", choices=["dpo", "grpo", "ppo", "arena-grpo", "dynakrag"], default=None,
+    p.add_argument("--objective", choices=["dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo", "dynakrag"], default=None,
                    help="default [train] objective (arena-grpo: ARENA's GRPO on --data questions; "
                         "dynakrag: fit the DynaKrag controller on --data, in this process)")
     p.add_argument("--pairs", type=int, default=None, help="DPO: queued pairs to claim (default 64)")
@@ -46,7 +46,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--wait", action="store_true", help="follow the round to its end (progress on stderr)")
     p.add_argument("--curriculum", action="store_true", help="rollout -> pairs -> preference model -> update -> dev eval")
     p.add_argument("--data", type=Path, default=None,
-                   help="curriculum: data file (default: the bundled demo set); arena-grpo: the questions to train on")
+                   help="curriculum: data file (default: the bundled demo set); arena-grpo, r2ag-grpo: the questions to "
+                        "train on")
     p.add_argument("--rounds", type=int, default=None, help="curriculum: round budget (default [curriculum] max_rounds)")
     p.add_argument("--train-questions", type=int, default=8, help="curriculum: rollout questions per round")
     p.add_argument("--dev", type=int, default=8, help="curriculum: dev questions evaluated after each round")

@@ -1,0 +1,311 @@
+"""R²AG's step-level GRPO with the progressive "self-evolving" loop (seed 002 Eq. 6, Algorithm 1, Appendix B).
+
+A training state is a pruned tree: the question and the gold passages its kept branches found so far (d̃; the
+root state has none). For every state of the current forest:
+1. sample G expansions of the state from the current policy (`LMSteering.sample`, one batched decode) at
+   `temperature`; retrieve every query of the whole group in one batch (top-k, k = 1);
+2. reward each expansion (`methods.r2ag.rewards.expansion_reward`, prior = the state's passages) and normalise within
+   the group, A_i = (R_i − mean) / (std + ε) (`training.grpo.group_advantages`, population std);
+3. each expansion also yields its pruned tree: the state's passages plus the new gold it found. Unless that tree is
+   complete (all gold and the stop signal: Joint-Hit), it joins the next forest (states de-duplicated per question by
+   their passage set, at most `max_states` kept, in sampling order);
+4. per token: the clipped objective with asymmetric clipping ε_low = train.clip_eps, ε_high = r2ag.clip_high
+   (0.2 / 0.28, DAPO's clip-higher) plus train.kl_coef · KL to the reference (`training.grpo.grpo_loss`, the
+   estimator of train.kl). Groups with std(R) = 0 are left out of the update (Eq. 6: s.t. std > 0; DAPO's dynamic
+   sampling); a step whose groups are all flat makes no optimiser step (logged with updated = 0).
+One optimiser step takes `states_per_step` states; the forest is rebuilt after every pass (`iterations` passes, the
+paper's L_max-I = 5). π_old = π_θ detached (one update per batch, as ARENA's round). The encoding, reference
+log-probs and micro-batched backward pass are ARENA's (`training.arena_grpo`), shared.
+
+`run(job, store, on_progress)` is the worker's round (objective `r2ag-grpo`): setup -> train -> save -> register.
+Job keys: `data` (questions with gold passages; their pooled passages are the corpus; required), `max_steps`, `kl`,
+`lr`, `seed`, `train: {...}`, and `r2ag: {R2agGrpoConfig fields}`. Retrieval uses the default [retrieval] settings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from evorag_core.config import TrainConfig
+from evorag_core.errors import ConfigError, TrainingError
+from evorag_core.methods.r2ag.rewards import R2agReward, RewardWeights, expansion_reward
+from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
+from evorag_core.methods.r2ag.tree import retrieve_queries
+from evorag_core.types import Passage, Question
+
+from .arena_grpo import _encode_group, _micro_step, _order, _rows
+from .grpo import group_advantages
+from .job import AdapterRef, ProgressFn, RoundJob
+from .loop import MAX_GRAD_NORM, StepLog, start_policy, train_mode
+from .seqlogp import base_lm
+
+__all__ = ["R2agGrpoConfig", "TreeState", "R2agGroup", "sample_group", "train_r2ag_grpo", "r2ag_config_from_job",
+           "run"]
+
+REF_ADAPTER = "r2ag-ref"
+
+
+@dataclass(frozen=True)
+class R2agGrpoConfig:
+    """The R²AG side of a round; optimiser, LoRA and KL settings come from [train] (TrainConfig)."""
+
+    group_size: int = 12  # G expansions per state (the paper's)
+    questions: int = 16  # questions read from the data file ...
+    offset: int = 0  # ... after skipping this many
+    states_per_step: int = 2  # tree states per optimiser step
+    iterations: int = 5  # passes of the progressive loop (L_max-I)
+    max_states: int = 16  # states kept in the next forest
+    temperature: float = 1.0
+    max_new_tokens: int = 160
+    micro_batch: int = 2
+    passage_chars: int = 300
+    demo: bool = True
+    max_queries: int = 6
+    top_k: int = 1
+    retriever: str = "rrf"
+    clip_high: float = 0.28  # ε_high (ε_low is train.clip_eps)
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ConfigError(f"r2ag.group_size must be >= 2 (advantages are relative to the group), got {self.group_size}")
+        for name in ("questions", "states_per_step", "iterations", "max_states", "micro_batch", "top_k",
+                     "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"r2ag.{name} must be >= 1, got {getattr(self, name)}")
+        if self.offset < 0 or self.temperature <= 0 or self.clip_high < 0:
+            raise ConfigError("r2ag.offset must be >= 0, r2ag.temperature > 0 and r2ag.clip_high >= 0")
+
+
+@dataclass(frozen=True)
+class TreeState:
+    question: Question
+    gold: frozenset[str]
+    context: tuple[str, ...]  # the pruned tree's passages (gold found so far), in order of retrieval
+    iteration: int = 0
+
+    @property
+    def key(self) -> tuple[str, frozenset[str]]:
+        return self.question.id, frozenset(self.context)
+
+
+@dataclass(frozen=True)
+class R2agGroup:
+    state: TreeState
+    outputs: tuple[Proposal, ...]  # `outputs`: the name ARENA's encoder reads (prompt, token_ids, finish_reason)
+    rewards: tuple[R2agReward, ...]
+    advantages: tuple[float, ...]
+    children: tuple[TreeState, ...]  # the pruned trees that continue (not complete)
+
+    @property
+    def flat(self) -> bool:
+        return all(r.total == self.rewards[0].total for r in self.rewards)
+
+
+def sample_group(steering: LMSteering, retriever: Any, passages: Mapping[str, Passage], state: TreeState,
+                 cfg: R2agGrpoConfig, seed: int, weights: RewardWeights = RewardWeights()) -> R2agGroup:
+    """G expansions of `state`, their rewards, advantages and the pruned trees they lead to."""
+    request = SteerRequest(state.question.question, tuple(passages[p] for p in state.context if p in passages))
+    outputs = steering.sample(request, cfg.group_size, cfg.temperature, seed=seed)
+    flat = [q for o in outputs for _, q in o.expansion.queries]
+    found = iter(retrieve_queries(retriever, flat, cfg.top_k))
+    prior = frozenset(state.context)
+    rewards, children = [], []
+    for out in outputs:
+        got = {"base": [], "predicted": []}
+        for kind, _ in out.expansion.queries:
+            got[kind].append(next(found))
+        e = out.expansion
+        reward = expansion_reward(got["base"], got["predicted"], prior, state.gold, stop=e.stop,
+                                  has_think=e.has_think, well_formed=e.well_formed, truncated=out.truncated,
+                                  weights=weights)
+        rewards.append(reward)
+        new_gold = tuple(dict.fromkeys(p for pids in [*got["base"], *got["predicted"]] for p in pids
+                                       if p in state.gold and p not in prior))
+        context = state.context + new_gold
+        if not (set(context) >= state.gold and e.stop):
+            children.append(TreeState(state.question, state.gold, context, state.iteration + 1))
+    advantages = group_advantages(torch.tensor([r.total for r in rewards], dtype=torch.float32))
+    return R2agGroup(state, tuple(outputs), tuple(rewards), tuple(advantages.tolist()), tuple(children))
+
+
+def train_r2ag_grpo(
+    policy: Any,
+    tokenizer: Any,
+    questions: Sequence[Question],
+    gold_for: Any,
+    retriever: Any,
+    passages: Mapping[str, Passage],
+    train: TrainConfig,
+    cfg: R2agGrpoConfig,
+    on_progress: ProgressFn | None = None,
+    *,
+    max_steps: int = 0,
+    ref_adapter: str | None = None,
+    model_id: str = "policy",
+) -> tuple[StepLog, list[dict[str, Any]]]:
+    """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place); `gold_for(question)`
+    gives a question's gold pids in the corpus of `retriever` / `passages`. Returns the per-step log (loss, kl,
+    reward, its parts, forest size, ...) and a sample of replies (the first of each group) for inspection."""
+    from evorag_core.policy.hf_backend import TransformersBackend
+
+    forest = [TreeState(q, frozenset(gold_for(q)), ()) for q in questions]
+    forest = [s for s in forest if s.gold]
+    if not forest:
+        raise TrainingError("R2AG GRPO needs at least one question with gold passages")
+    backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
+    steering = LMSteering(backend, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                          passage_chars=cfg.passage_chars, demo=cfg.demo, max_queries=cfg.max_queries)
+    train = dataclasses.replace(train, clip_eps_high=cfg.clip_high)
+    expected = sum(math.ceil(min(len(forest), cfg.max_states) / cfg.states_per_step) for _ in range(cfg.iterations))
+    log = StepLog(min(max_steps, expected) if max_steps else expected, on_progress)
+    params = [p for n, p in policy.named_parameters() if p.requires_grad and ".default." in n]
+    optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
+    samples: list[dict[str, Any]] = []
+    for iteration in range(cfg.iterations):
+        order = _order(len(forest), 1, train.seed + iteration)
+        chunks = [order[i : i + cfg.states_per_step] for i in range(0, len(order), cfg.states_per_step)]
+        following: dict[tuple, TreeState] = {}
+        for chunk in chunks:
+            if max_steps and len(log.history) >= max_steps:
+                return _done(policy, log, samples)
+            policy.eval()
+            backend.reset_cache()  # the weights changed: cached prompt keys/values are stale
+            step = len(log.history)
+            groups = [sample_group(steering, retriever, passages, forest[j], cfg, train.seed + 1000 * step + k)
+                      for k, j in enumerate(chunk)]
+            for g in groups:
+                for child in g.children:
+                    following.setdefault(child.key, child)
+            acc = _update(policy, tokenizer, [g for g in groups if not g.flat], train, cfg, ref_adapter, params,
+                          optimizer)
+            log.add(**acc, **_reward_stats(groups), iteration=float(iteration + 1), forest=float(len(forest)))
+            samples += [{"step": step + 1, "iteration": iteration + 1, "question_id": g.state.question.id,
+                         "context": list(g.state.context), "text": g.outputs[0].text,
+                         "reward": g.rewards[0].to_dict()} for g in groups]
+        forest = list(following.values())[: cfg.max_states]
+        if not forest:
+            break
+    return _done(policy, log, samples)
+
+
+def _done(policy: Any, log: StepLog, samples: list) -> tuple[StepLog, list]:
+    policy.eval()
+    return log, samples
+
+
+def _update(policy: Any, tokenizer: Any, groups: Sequence[R2agGroup], train: TrainConfig, cfg: R2agGrpoConfig,
+            ref_adapter: str | None, params: list, optimizer: Any) -> dict[str, float]:
+    """One optimiser step over the groups with reward spread (every reply weighs the same); zeros without any."""
+    if not groups:
+        return {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "updated": 0.0, "grad_norm": 0.0}
+    train_mode(policy, train)
+    acc: dict[str, float] = {}
+    total = sum(len(g.outputs) for g in groups)
+    for group in groups:
+        full = _encode_group(tokenizer, group)
+        for start in range(0, len(group.outputs), cfg.micro_batch):
+            batch = _rows(full, start, start + cfg.micro_batch)
+            share = len(batch.lengths) / total
+            stats = _micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train, ref_adapter,
+                                share)
+            for key, value in stats.items():
+                acc[key] = acc.get(key, 0.0) + value * share
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    policy.eval()
+    return {**acc, "updated": float(len(groups)), "grad_norm": float(grad_norm)}
+
+
+def _reward_stats(groups: Sequence[R2agGroup]) -> dict[str, float]:
+    rewards = [r for g in groups for r in g.rewards]
+    n = len(rewards)
+    return {"reward": sum(r.total for r in rewards) / n, "multi_hit": sum(r.multi_hit for r in rewards) / n,
+            "joint_hit": sum(r.joint_hit for r in rewards) / n,
+            "average_precision": sum(r.average_precision for r in rewards) / n,
+            "format": sum(r.format for r in rewards) / n, "zeroed": sum(bool(r.zeroed) for r in rewards) / n,
+            "flat_groups": float(sum(g.flat for g in groups)),
+            "tokens": float(sum(o.tokens for g in groups for o in g.outputs))}
+
+
+# -- the worker's round ----------------------------------------------------------------------------------------
+
+def r2ag_config_from_job(job: RoundJob) -> R2agGrpoConfig:
+    raw = job.raw.get("r2ag") or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"round {job.round_id}: 'r2ag' must be an object of R2agGrpoConfig keys")
+    known = {f.name for f in dataclasses.fields(R2agGrpoConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"round {job.round_id}: unknown r2ag key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    try:
+        return R2agGrpoConfig(**raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"round {job.round_id}: bad r2ag value ({exc})") from None
+
+
+def _load(job: RoundJob, cfg: R2agGrpoConfig):
+    from evorag_core.config import RetrievalConfig
+    from evorag_core.corpus import build_corpus
+    from evorag_core.datasets import load_dataset
+    from evorag_core.retrieval import RetrievalService
+
+    if not job.data:
+        raise TrainingError(f"round {job.round_id}: r2ag-grpo needs `data`, a data file whose questions have gold passages")
+    dataset = load_dataset(Path(job.data))
+    corpus = build_corpus(dataset, "pooled")
+    chosen = [q for q in dataset.questions[cfg.offset :] if corpus.gold_for(q)][: cfg.questions]
+    if not chosen:
+        raise TrainingError(f"round {job.round_id}: no question with gold passages in {job.data} after offset {cfg.offset}")
+    retriever = RetrievalService(RetrievalConfig(), job.home).retriever_for(corpus, cfg.retriever)
+    return chosen, corpus, retriever
+
+
+def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (see the module docstring)."""
+    from .lora import save_adapter
+    from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+
+    done = registered(store, job)
+    if done is not None:
+        return done
+    started = time.perf_counter()
+    cfg = r2ag_config_from_job(job)
+    questions, corpus, retriever = _load(job, cfg)
+    train = job.train
+    with RssSampler() as rss:
+        model, tokenizer, base_id = load_base(job)
+        reference = resolve_reference(store, job, base_id)
+        policy = start_policy(model, train, reference, base_id)
+        ref_adapter = None
+        if reference is not None:
+            policy.load_adapter(str(reference.path), adapter_name=REF_ADAPTER, is_trainable=False)
+            policy.set_adapter("default")
+            ref_adapter = REF_ADAPTER
+        out_dir = prepare_adapter_dir(job.adapter_dir)
+        setup_s = time.perf_counter() - started
+        log, samples = train_r2ag_grpo(policy, tokenizer, questions, corpus.gold_for, retriever,
+                                       {p.pid: p for p in corpus.passages}, train, cfg, on_progress,
+                                       max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
+        keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
+                "forest")
+        metrics = {
+            "objective": "r2ag-grpo", "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr,
+            "clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
+            "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
+            "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
+            "r2ag": dataclasses.asdict(cfg), "reference": reference.name if reference is not None else "base",
+            "seed": train.seed, "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
+            "config": job.raw,
+        }
+        meta = {"round_id": job.round_id, "objective": "r2ag-grpo", "base_model_id": base_id, "metrics": metrics,
+                "samples": samples[-8:], "reference": metrics["reference"], "seed": train.seed}
+        checksum = save_adapter(policy, out_dir, meta)
+    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
+    return register(store, job, out_dir, checksum, base_id, metrics)
