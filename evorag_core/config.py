@@ -91,6 +91,7 @@ class PolicyConfig:
     seed: int = 0
     threads: int = 0  # torch CPU threads set when the backend loads; 0 = leave torch's default
     constrain_actions: bool = True  # mask actions that are no-ops or premature (see evorag_core/policy/agent.py)
+    max_searches: int = 4  # with constrain_actions: SEARCH/BACKTRACK masked after this many searches (0 = none)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,13 @@ __all__ = ["Runtime"]
 
 
 class Runtime:
-    def __init__(self, cfg: Config, home: Path, dataset: Dataset):
+    def __init__(self, cfg: Config, home: Path, dataset: Dataset, corpus: Corpus | None = None):
+        """`corpus`: a fixed passage collection used instead of the data file's own (in every corpus mode), e.g.
+        Bamboogle's questions, which ship no passages, over the passages of the other benchmarks."""
         self.cfg = cfg
         self.home = Path(home)
         self.dataset = dataset
+        self.fixed_corpus = corpus
 
     @cached_property
     def retrieval(self):
@@ -35,6 +38,8 @@ class Runtime:
         return build_corpus(self.dataset, "pooled")
 
     def corpus_for(self, question: Question) -> Corpus:
+        if self.fixed_corpus is not None:
+            return self.fixed_corpus
         if self.cfg.env.corpus == "pooled":
             return self.pooled_corpus
         return build_corpus(self.dataset, self.cfg.env.corpus, question)

@@ -42,6 +42,16 @@ def test_allowed_actions_constraints():
     assert allowed_actions(AgentView(QUESTION, (), (), 5, 5)) == ("ANSWER", "REFUSE")
 
 
+def test_search_budget_counts_active_and_dropped_searches():
+    """Budget 2: one active + one dropped search exhaust it (ANSWER/REFUSE only, even at t=3 of 20); one search
+    leaves all four; budget 0 means none."""
+    hop = Hop("Eiffel Tower", (P1,))
+    assert allowed_actions(AgentView(QUESTION, (hop,), ("first try",), 3, 20), 2) == ("ANSWER", "REFUSE")
+    assert allowed_actions(AgentView(QUESTION, (hop,), (), 2, 20), 2) == ("SEARCH", "BACKTRACK", "ANSWER", "REFUSE")
+    assert allowed_actions(AgentView(QUESTION, (hop, hop), ("a", "b"), 5, 20), 0) == (
+        "SEARCH", "BACKTRACK", "ANSWER", "REFUSE")
+
+
 def test_prompt_layout_numbers_passages_and_cuts_text():
     """Passages numbered across hops, repeats referenced, text cut at a word boundary; step line last."""
     assert render_passage(3, P1, 30) == "[3] Eiffel Tower: The Eiffel Tower is a..."

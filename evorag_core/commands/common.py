@@ -25,6 +25,9 @@ def add_common(p: argparse.ArgumentParser, *, data: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout, logs on stderr")
     if data:
         p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="data file (default: the bundled demo set)")
+        p.add_argument("--corpus-from", dest="corpus_from", type=Path, action="append", default=[], metavar="FILE",
+                       help="retrieve from the pooled passages of these data files instead of --data's own "
+                            "(repeatable; e.g. Bamboogle, which ships no passages)")
 
 
 def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Config:
@@ -48,7 +51,12 @@ def runtime_from_args(args: argparse.Namespace, cfg: Config):
     from ..datasets import load_dataset
     from ..runtime import Runtime
 
-    return Runtime(cfg, home_from_args(args), load_dataset(args.data))
+    corpus = None
+    if getattr(args, "corpus_from", None):
+        from ..corpus import pool_passages
+
+        corpus = pool_passages(p for path in args.corpus_from for q in load_dataset(path).questions for p in q.passages)
+    return Runtime(cfg, home_from_args(args), load_dataset(args.data), corpus)
 
 
 def print_json(obj: Any) -> None:

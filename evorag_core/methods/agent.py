@@ -8,7 +8,7 @@ from ..state import AgentView
 from ..types import Question
 from .base import EpisodeMethod
 
-__all__ = ["AgentPolicy", "build_agent_method", "load_backend"]
+__all__ = ["AgentPolicy", "agent_on", "build_agent_method", "load_backend"]
 
 
 class AgentPolicy:
@@ -58,9 +58,14 @@ def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
 
 
 def build_agent_method(args: Any, rt: Any) -> EpisodeMethod:
+    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
+    return agent_on(backend, rt, adapter)
+
+
+def agent_on(backend: Any, rt: Any, adapter: str | None = None) -> EpisodeMethod:
+    """The agent method on an already loaded backend (several methods can share one model)."""
     from ..policy import LMPolicy
 
-    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
     policy = AgentPolicy(LMPolicy(backend, rt.cfg.policy), adapter)
     method = EpisodeMethod(policy, rt.make_env)
     method.backend = backend

@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..answers import clean_answer
 from ..metrics import exact_match, f1_score, support_recall
 from ..types import Passage, Question
 from .base import QuestionResult
 
-__all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "build_baseline", "clean_answer"]
+__all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "baseline_on", "build_baseline", "clean_answer"]
 
 ANSWER_SYSTEM = "Answer the question with a short phrase (a name, a date, a number or a few words). No sentence."
 ANSWER_SYSTEM_CTX = (
@@ -33,7 +34,6 @@ SELFASK_SYSTEM = (
     "Break the question into simple follow-up questions. Write 'Follow up: <question>' to ask one, "
     "or 'So the final answer is: <short answer>' when you know it."
 )
-_PREFIX = re.compile(r"^(so\s+)?(the\s+)?(final\s+)?(answer\s*(is)?\s*[:\-]?)\s*", re.I)
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,6 @@ class BaselineConfig:
     max_answer_tokens: int = 24
     max_thought_tokens: int = 48
     passage_chars: int = 300
-
-
-def clean_answer(text: str) -> str:
-    """First line, without an 'Answer:'-style prefix, without a trailing period or quotes."""
-    line = text.strip().split("\n", 1)[0].strip()
-    line = _PREFIX.sub("", line).strip()
-    return line.strip(" .\"'")
 
 
 def render_passages(passages: Sequence[Passage], chars: int) -> str:
@@ -166,6 +159,11 @@ def build_baseline(name: str, args: Any, rt: Any) -> PipelineMethod:
     backend, adapter = load_backend(rt, getattr(args, "adapter", None))
     if adapter:
         backend.activate(adapter)
+    return baseline_on(name, backend, rt)
+
+
+def baseline_on(name: str, backend: Any, rt: Any) -> PipelineMethod:
+    """Baseline `name` on an already loaded backend (several methods can share one model)."""
     cfg = BaselineConfig(k=rt.cfg.env.top_k, passage_chars=rt.cfg.policy.passage_chars,
                          max_answer_tokens=rt.cfg.policy.max_answer_tokens)
     return PipelineMethod(name, backend, _RetrieverWithPassages(rt), cfg,

@@ -15,8 +15,13 @@ data, and at least one action always stays allowed):
   up before any evidence is premature, and the 135M model's prior strongly prefers ANSWER at step 1.
 - SEARCH and BACKTRACK are masked at the last step (t = T_max): the episode is cut right after it, so a search's
   passages could never be used; the agent must ANSWER or REFUSE.
+- SEARCH and BACKTRACK are also masked once the episode has made `PolicyConfig.max_searches` searches (active plus
+  dropped; 0 = no budget). The untrained 135M model almost never chooses ANSWER on its own and would search until
+  T_max (20 steps, mostly repeating a query); the budget (default 4, the iteration bound of the ircot and
+  self-ask baselines) makes inference cost comparable and leaves the choice between ANSWER and REFUSE to the model.
+Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
-("empty_query"); an empty answer becomes REFUSE ("empty_answer"). A query equal to an earlier one is kept: the
+("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). A query equal to an earlier one is kept: the
 environment's overlap penalty handles it.
 """
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..actions import Action, Answer, Backtrack, Refuse, Search
+from ..answers import clean_answer
 from ..config import PolicyConfig
 from ..state import AgentView
 from .base import Generation, PolicyBackend, encode_pair
@@ -50,12 +56,12 @@ class PolicyDecision:
     choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
 
 
-def allowed_actions(view: AgentView) -> tuple[str, ...]:
-    """Action names allowed under the constraints of the module docstring."""
+def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
+    """Action names allowed under the constraints of the module docstring (`max_searches` 0: no budget)."""
     allowed = set(_NAMES)
     if not view.chain:
         allowed.discard("BACKTRACK")
-    if view.t >= view.t_max:
+    if view.t >= view.t_max or (max_searches and len(view.chain) + len(view.dropped) >= max_searches):
         allowed -= {"SEARCH", "BACKTRACK"}
     elif not view.passages:
         allowed -= {"ANSWER", "REFUSE"}
@@ -91,7 +97,7 @@ class LMPolicy:
     def _decide(self, view: AgentView, k: int, temperature: float, seed: int | None) -> list[PolicyDecision]:
         prompt = self.prompt(view)
         raw = dict(zip(_NAMES, self.backend.score_choices(prompt, [LABELS[n] for n in _NAMES])))
-        allowed = allowed_actions(view) if self.cfg.constrain_actions else _NAMES
+        allowed = allowed_actions(view, self.cfg.max_searches) if self.cfg.constrain_actions else _NAMES
         probs = _choice_probs(raw, allowed, temperature)
         seed = seed if seed is not None else secrets.randbits(62)
         names = _draw(probs, k, temperature, seed)
@@ -111,8 +117,10 @@ class LMPolicy:
             argument = " ".join(generated.text.split())
             if not argument and name == "SEARCH":
                 argument, fallback = view.question.strip(), "empty_query"
-            elif not argument:
-                name, fallback, generated = "REFUSE", "empty_answer", None
+            elif name == "ANSWER":
+                argument = clean_answer(argument)  # as every method reports answers (re-scored if it changed)
+                if not argument:
+                    name, fallback, generated = "REFUSE", "empty_answer", None
         if fallback:
             self.fallback_counts[fallback] += 1
         completion = completion_text(name, argument)

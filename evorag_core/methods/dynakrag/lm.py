@@ -14,6 +14,7 @@ from typing import Sequence
 from ...config import DynaKragConfig
 from ...policy.base import PolicyBackend
 from ...policy.prompts import render_passage
+from ...answers import clean_answer
 from ...types import Passage
 from .text import content_terms, sentences
 
@@ -47,14 +48,6 @@ def uncovered_terms(question: str, passages: Sequence[Passage]) -> str:
     """The question's content words (in order, once) that occur in no passage title or text."""
     seen = {t for p in passages for t in content_terms(f"{p.title} {p.text}")}
     return " ".join(t for t in dict.fromkeys(content_terms(question)) if t not in seen)
-
-
-def clean_answer(text: str) -> str:
-    """First line, without an 'Answer:' prefix, surrounding quotes or a final period."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    if line.lower().startswith("answer:"):
-        line = line[7:]
-    return line.strip().rstrip(".").strip().strip("\"'“”").strip()
 
 
 def align_snippets(lines: Sequence[str], passages: Sequence[Passage], limit: int) -> tuple[str, ...]:
