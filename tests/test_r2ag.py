@@ -451,3 +451,56 @@ def test_r2ag_grpo_job_config_and_round_registration():
         r2ag_config_from_job(bad)
     with pytest.raises(ConfigError, match="group_size"):
         R2agGrpoConfig(group_size=1)
+
+
+@pytest.mark.slow  # ~10 s: a demo index in a fresh home and one step of G = 4
+def test_r2ag_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_path):
+    """`evorag train --objective r2ag-grpo` as the worker runs it: one step over demo-001 (a data file holding the
+    demo set, offset 0, one question), the adapter registered as r<id>-r2ag-grpo with the clip range recorded."""
+    from evorag_core.config import apply_overrides
+    from evorag_core.store import open_store
+    from training.job import RoundJob, job_config
+    from training.lora import read_adapter_meta
+    from training.rounds import run_round
+
+    cfg = apply_overrides(load_config(), {"policy.model": str(warm_tiny), "policy.device": "cpu", "train.lr": 5e-3})
+    raw = job_config("r2ag-grpo", data=str(DEMO), max_steps=1,
+                     r2ag={"group_size": 4, "questions": 1, "states_per_step": 1, "iterations": 1,
+                           "max_new_tokens": 32, "demo": False, "temperature": 0.7})
+    with open_store(f"sqlite:///{tmp_path / 'evorag.db'}") as store:
+        rid = store.enqueue_round("r2ag-grpo", raw)
+        store.claim_round("w", 60)
+        ref = run_round(RoundJob.from_config(rid, "r2ag-grpo", raw, cfg, tmp_path), store)
+        row = store.get_adapter(ref.name)
+    assert ref.name == f"r{rid}-r2ag-grpo" and row.objective == "r2ag-grpo"
+    meta = read_adapter_meta(ref.path)["metrics"]
+    assert meta["steps"] == 1 and meta["clip_high"] == 0.28 and meta["clip_low"] == 0.2
+    assert meta["question_ids"] == ["demo-001"]
+
+
+# -- the LM steering on the embedded SmolLM2-135M ----------------------------------------------------------------
+
+@pytest.mark.slow  # loads SmolLM2-135M (converted once per session) and decodes 3 x 16 tokens
+def test_lm_steering_smoke(demo_rt, session_home, one_thread):
+    """The paper's prompt (Appendix G) with the worked example turn; a frontier of two branches decoded as one
+    batch (greedy), then a sampled group of two for one state: every reply is parsed without error, replies cut at
+    16 tokens are flagged truncated, and a reply's log-prob equals the backend's score of (prompt, reply)."""
+    from evorag_core.config import apply_overrides
+    from evorag_core.methods.r2ag.prompt import DEMO_TURN, SYSTEM_PROMPT
+    from evorag_core.methods.r2ag.steering import LMSteering
+    from evorag_core.policy import TransformersBackend
+
+    cfg = apply_overrides(load_config(), {"policy.device": "cpu"})
+    backend = TransformersBackend(cfg.policy, session_home)
+    steer = LMSteering(backend, max_new_tokens=16)
+    q = demo_rt.dataset.get(QID)
+    travine = next(p for p in demo_rt.pooled_corpus.passages if p.title == "Ansel Travine")
+    props = steer.propose([SteerRequest(q.question, ()), SteerRequest(q.question, (travine,))])
+    assert len(props) == 2 and SYSTEM_PROMPT[:40] in props[0].prompt and DEMO_TURN[1][:30] in props[0].prompt
+    assert "[1] Ansel Travine: " in props[1].prompt and "Evidences: none" in props[0].prompt.split(DEMO_TURN[1])[1]
+    for p in props:
+        assert 0 < p.tokens <= 16 and p.truncated == (p.finish_reason == "length")
+        assert p.expansion == parse_expansion(p.text, 6)
+    group = steer.sample(SteerRequest(q.question, ()), 2, 1.0, seed=0)
+    assert len(group) == 2
+    assert backend.sequence_logprob(group[0].prompt, group[0].text) == pytest.approx(group[0].logprob, abs=1e-3)
