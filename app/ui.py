@@ -15,7 +15,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import handlers, views
+from . import handlers, r2ag_view, views
 from .handlers import EpisodeView
 from .services import Services
 from .session import EpisodeSettings
@@ -103,6 +103,8 @@ def build_ui(svc: Services) -> gr.Blocks:
                 _training_tab(svc, policy_dd)
             with gr.Tab("Evaluate", id="evaluate"):
                 _eval_tab(svc)
+            with gr.Tab("R²AG tree", id="r2ag"):
+                r2ag_view.build_tab(svc)
 
         header_shown = gr.State("")
 
