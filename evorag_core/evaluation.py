@@ -4,9 +4,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from .metrics import mean, paired_bootstrap
 from .methods.base import QuestionResult

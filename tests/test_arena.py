@@ -7,7 +7,6 @@ embedded SmolLM2-135M-Instruct (two questions) and train a 2-layer Llama built h
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -21,8 +20,8 @@ from evorag_core.methods.arena import (
     ArenaGenerator,
     ArenaMethod,
     arena_answer,
-    resolve_adapter,
 )
+from evorag_core.policy.resolve import resolve_adapter
 from evorag_core.methods.arena_parse import find_citations, lenient_answer, parse_arena, parse_id_list
 from evorag_core.methods.arena_prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
 from evorag_core.methods.arena_rewards import (

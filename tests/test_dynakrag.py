@@ -24,7 +24,7 @@ from evorag_core.methods.dynakrag.entities import bridge_candidates
 from evorag_core.methods.dynakrag.lm import align_snippets, clean_answer
 from evorag_core.methods.dynakrag.ops import rewrite_query_text
 from evorag_core.methods.dynakrag.training import explore_question, fit_models, target
-from evorag_core.types import Dataset, Passage, Question
+from evorag_core.types import Dataset, Passage
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 

@@ -1,7 +1,6 @@
 """RagEnv end to end on a tiny corpus with a real BM25 index and the real MiniLM embedder (SPEC §1-3)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from evorag_core.actions import Answer, Backtrack, Refuse, Search

@@ -119,7 +119,7 @@ def test_heartbeat_writes_progress_and_a_cancelled_round_stops(world):
     cancelled (its pairs released by the cancel) and nothing is registered. ETA after step s of 100 steps taking
     0.01 s each: 0.01 · (100 − s)."""
     home, _, store, cfg = world
-    rid = store.enqueue_round("grpo", {})
+    store.enqueue_round("grpo", {})
     seen: list[dict] = []
 
     def run(job, st, on_progress):

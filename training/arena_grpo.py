@@ -168,7 +168,6 @@ def train_arena_grpo(
 
     if not questions:
         raise TrainingError("ARENA GRPO needs at least one question")
-    device = next(policy.parameters()).device
     backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
     generator = ArenaGenerator(backend, cfg.arena())
     order = _order(len(questions), train.epochs, train.seed)

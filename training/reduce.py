@@ -5,7 +5,6 @@ mask `[B, T]`; `sequence_mean` is the one place that knows the difference.
 """
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 __all__ = ["per_sequence", "sequence_mean"]

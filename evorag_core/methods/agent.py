@@ -50,7 +50,7 @@ def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
         backend = TransformersBackend(rt.cfg.policy, rt.home)
     name = None
     if adapter:
-        from .arena import resolve_adapter
+        from ..policy.resolve import resolve_adapter
 
         name, folder = resolve_adapter(adapter, rt.home)
         backend.load_adapter(name, folder)

@@ -11,14 +11,11 @@
 """
 from __future__ import annotations
 
-import os
-import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import AdapterError, ConfigError
+from ..errors import ConfigError
 from ..metrics import exact_match, f1_score, support_recall
 from ..types import Passage, Question
 from .arena_parse import ArenaParse, lenient_answer, parse_arena
@@ -32,7 +29,6 @@ __all__ = [
     "arena_answer",
     "ArenaMethod",
     "build_arena_method",
-    "resolve_adapter",
     "METRIC_KEYS",
 ]
 
@@ -174,34 +170,6 @@ def _details(out: ArenaOutput, gold_ids: Sequence[int], reward: ArenaReward) -> 
 
 
 # -- the eval command's builder ------------------------------------------------------------------------------
-
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
-    """(name, folder) of a LoRA adapter given as a folder path or as a name registered in the store
-    (EVORAG_DB_URL, default `home/evorag.db`)."""
-    folder = Path(spec).expanduser()
-    if folder.is_dir():
-        return (_SAFE_NAME.sub("-", folder.name).strip("-")[:64] or "adapter"), folder
-    url = os.environ.get("EVORAG_DB_URL")
-    if url is None:
-        db = Path(home) / "evorag.db"
-        if not db.is_file():
-            raise AdapterError(f"adapter {spec!r} is not a folder, and there is no database at {db} to look it up")
-        url = f"sqlite:///{db}"
-    from ..store import open_store
-
-    store = open_store(url)
-    try:
-        row = store.get_adapter(spec)
-    except KeyError:
-        known = ", ".join(a.name for a in store.list_adapters()) or "none"
-        raise AdapterError(f"no adapter named {spec!r} in the store (registered: {known})") from None
-    finally:
-        store.close()
-    return row.name, Path(row.path)
-
 
 def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
     """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (backend, device, dtype,

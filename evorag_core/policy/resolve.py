@@ -1,0 +1,37 @@
+"""Which LoRA adapter a user means: a folder path, or a name registered in the store."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..errors import AdapterError
+
+__all__ = ["resolve_adapter"]
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
+    """(name, folder) of a LoRA adapter given as a folder path or as a name registered in the store
+    (EVORAG_DB_URL, default `home/evorag.db`)."""
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        return (_SAFE_NAME.sub("-", folder.name).strip("-")[:64] or "adapter"), folder
+    url = os.environ.get("EVORAG_DB_URL")
+    if url is None:
+        db = Path(home) / "evorag.db"
+        if not db.is_file():
+            raise AdapterError(f"adapter {spec!r} is not a folder, and there is no database at {db} to look it up")
+        url = f"sqlite:///{db}"
+    from ..store import open_store
+
+    store = open_store(url)
+    try:
+        row = store.get_adapter(spec)
+    except KeyError:
+        known = ", ".join(a.name for a in store.list_adapters()) or "none"
+        raise AdapterError(f"no adapter named {spec!r} in the store (registered: {known})") from None
+    finally:
+        store.close()
+    return row.name, Path(row.path)
