@@ -51,6 +51,8 @@ PRED = [["g3"], ["y"]]
 def test_reward_terms_hand_computed():
     """See the module docstring for the arithmetic."""
     assert multi_hit(BASE, PRED, frozenset({"g1"}), G) == pytest.approx(2.25)
+    # g2 reached by a base and a predicted query counts once, as a base hit: 1 + 1.25 * |{g3}| = 2.25
+    assert multi_hit([["g2"]], [["g2"], ["g3"]], frozenset(), G) == pytest.approx(2.25)
     assert average_precision(BASE, G, 4) == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
     assert average_precision(PRED, G, 2) == pytest.approx(1 / 3)
     assert average_precision(BASE, frozenset(), 4) == 0.0
@@ -127,6 +129,8 @@ def test_parser_caps_queries_and_never_raises_on_junk():
     text = "<think>t</think>" + "".join(f"<base-Q>q{i}</base-Q>" for i in range(5)) + "<base-Q>q1</base-Q>"
     e = parse_expansion(text, max_queries=3)
     assert e.base == ("q0", "q1", "q2") and e.dropped == 2 and e.duplicates == 1 and e.well_formed == 6
+    same = parse_expansion("<think>t</think><base-Q>Who is X?</base-Q><predicted-Q>who is x?</predicted-Q>")
+    assert same.base == ("Who is X?",) and same.predicted == () and same.duplicates == 1
     for junk in ("<think>", "</think>", "<base-Q>", "\x00<predicted-Q>\n", "<think><think></think></think>", "ü" * 50):
         parse_expansion(junk)
     assert parse_expansion(None).base == ()  # type: ignore[arg-type]

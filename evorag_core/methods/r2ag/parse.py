@@ -26,7 +26,8 @@ _STOP = re.compile(r"\bstop[\s_-]*retrieval\b", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Expansion:
-    """One parsed reply. Queries are de-duplicated (case-insensitively) in order of appearance."""
+    """One parsed reply. Queries are de-duplicated case-insensitively in order of appearance, across both kinds (a
+    predicted query that repeats an earlier base query is dropped and counted in `duplicates`)."""
 
     think: str | None  # the reasoning, None when the reply has none
     base: tuple[str, ...]  # base intermediate queries (the stop phrase excluded)
@@ -127,7 +128,7 @@ def parse_expansion(text: str, max_queries: int = 0) -> Expansion:
     think_done = next((s.end for s in think_parts if s.closed), None)
     malformed += sum(1 for s in segments if s.kind == "think" and not s.closed)
     queries: dict[str, list[str]] = {"base": [], "predicted": []}
-    seen: set[tuple[str, str]] = set()
+    seen: set[str] = set()
     stop = False
     well_formed = duplicates = dropped = 0
     for seg in segments:
@@ -146,7 +147,7 @@ def parse_expansion(text: str, max_queries: int = 0) -> Expansion:
             continue
         if seg.kind == "predicted" and low in NONE_PHRASES:
             continue
-        key = (seg.kind, low)
+        key = low  # a query repeated in the same or the other kind is the same branch
         if key in seen:
             duplicates += 1
             continue

@@ -10,9 +10,11 @@
 
 Inputs: per query of a kind, in the reply's order, the pids it retrieved (top-k; top-1 in the paper); `prior` = the
 pids retrieved before this step; `gold` = g. A query "hits" when any of its pids is gold. Decisions where the paper
-leaves room: R_MH counts distinct new gold documents per kind (two base queries landing on the same new gold
-passage count once; a document new to both kinds counts in both), which is SPEC's "new gold docs hit"; R_AP follows
-the formula literally (a hit need not be new). With |g| = 0 (no gold known) every gold-based term is 0.
+leaves room: R_MH counts distinct new gold documents (SPEC's "new gold docs hit": two queries landing on the same
+new gold passage count once), and a document reached by both kinds counts once, as a base hit — the predicted
+queries earn ℓ only for gold the base queries did not reach (otherwise copying a base query into <predicted-Q>
+would earn 1 + ℓ for one document); R_AP follows the formula literally (a hit need not be new). With |g| = 0 (no
+gold known) every gold-based term is 0.
 """
 from __future__ import annotations
 
@@ -62,8 +64,9 @@ def _new_gold(retrieved: Retrieved, prior: frozenset[str], gold: frozenset[str])
 
 def multi_hit(base: Retrieved, predicted: Retrieved, prior: frozenset[str], gold: frozenset[str],
               ell: float = 1.25) -> float:
-    """R_MH = |new gold hit by base| + ℓ·|new gold hit by predicted|."""
-    return len(_new_gold(base, prior, gold)) + ell * len(_new_gold(predicted, prior, gold))
+    """R_MH = |new gold hit by base| + ℓ·|new gold hit by predicted and not by base|."""
+    by_base = _new_gold(base, prior, gold)
+    return len(by_base) + ell * len(_new_gold(predicted, prior, gold) - by_base)
 
 
 def joint_hit(retrieved_so_far: frozenset[str], gold: frozenset[str], stop: bool) -> float:
