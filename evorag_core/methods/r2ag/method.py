@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from ...errors import ConfigError
 from ...metrics import support_recall
 from ...types import Corpus, Passage, Question
 from ..base import QuestionResult, score
@@ -43,8 +44,6 @@ def answer_from_passages(backend: Any, question: str, passages: Sequence[Passage
 
 def make_steering(cfg: Any, backend: Any | None) -> Steering:
     """The steering named by `cfg.steering` ("lm" needs `backend`)."""
-    from ...errors import ConfigError
-
     if cfg.steering == "scripted":
         return ScriptedSteering()
     if cfg.steering == "lm":

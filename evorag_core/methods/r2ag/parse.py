@@ -26,8 +26,8 @@ _STOP = re.compile(r"\bstop[\s_-]*retrieval\b", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class Expansion:
-    """One parsed reply. Queries are de-duplicated case-insensitively in order of appearance, across both kinds (a
-    predicted query that repeats an earlier base query is dropped and counted in `duplicates`)."""
+    """One parsed reply. Queries are de-duplicated case-insensitively across both kinds: the first occurrence is
+    kept, a later repeat (e.g. a predicted query copying a base query) is dropped and counted in `duplicates`."""
 
     think: str | None  # the reasoning, None when the reply has none
     base: tuple[str, ...]  # base intermediate queries (the stop phrase excluded)
