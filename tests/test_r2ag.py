@@ -240,7 +240,9 @@ def test_top_t_and_frontier_bounds(demo_rt):
     assert all(len([e for e in tree.expansions if e.iteration == i]) <= 1 for i in (1, 2))
     one = grow(new_tree(q.question, gold), ScriptedSteering(), retriever, passages, TreeSettings(max_iterations=1))
     assert one.iterations == 1 and one.stop_reason == "max_iterations"
-    with pytest.raises(ValueError, match="max_frontier"):
+    from evorag_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_frontier"):
         TreeSettings(max_frontier=0)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
+from ...errors import ConfigError
 from ...types import Passage
 from .parse import Expansion
 from .rewards import R2agReward, RewardWeights, expansion_reward
@@ -40,9 +41,9 @@ class TreeSettings:
     def __post_init__(self) -> None:
         for name in ("max_iterations", "top_k", "max_frontier"):
             if getattr(self, name) < 1:
-                raise ValueError(f"r2ag.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"r2ag.{name} must be >= 1, got {getattr(self, name)}")
         if self.top_t_base < 0 or self.top_t_predicted < 0:
-            raise ValueError("r2ag.top_t_base and r2ag.top_t_predicted must be >= 0")
+            raise ConfigError("r2ag.top_t_base and r2ag.top_t_predicted must be >= 0")
 
     @classmethod
     def from_config(cls, cfg: Any) -> "TreeSettings":
