@@ -1,9 +1,19 @@
-"""Answer text as every method reports it: one place for the clean-up of generated answers."""
+"""Answers, one place for every method: the reader prompt (a short answer from numbered passages, or closed book)
+and the clean-up of generated answer text."""
 from __future__ import annotations
 
 import re
+from typing import Any, Sequence
 
-__all__ = ["clean_answer"]
+from .types import Passage
+
+__all__ = ["ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "clean_answer", "reader_prompt", "render_passages"]
+
+ANSWER_SYSTEM = "Answer the question with a short phrase (a name, a date, a number or a few words). No sentence."
+ANSWER_SYSTEM_CTX = (
+    "Answer the question with a short phrase (a name, a date, a number or a few words) taken from the passages. "
+    "No sentence."
+)
 
 _PREFIX = re.compile(r"^(so\s+)?(the\s+)?(final\s+)?(answer\s*(is)?\s*[:\-]?)\s*", re.I)
 _EDGE = " .\"'“”‘’"
@@ -16,3 +26,16 @@ def clean_answer(text: str) -> str:
     line = stripped.split("\n", 1)[0].strip() if stripped else ""
     line = _PREFIX.sub("", line).strip()
     return line.strip(_EDGE)
+
+
+def render_passages(passages: Sequence[Passage], chars: int) -> str:
+    """`[i] title: text` lines, each text cut to `chars` characters."""
+    return "\n".join(f"[{i}] {p.title}: {p.text[:chars]}" for i, p in enumerate(passages, 1))
+
+
+def reader_prompt(backend: Any, question: str, passages: Sequence[Passage], chars: int) -> str:
+    """The reader's chat prompt: the passages (closed book when there are none), the question, "Answer:"."""
+    if passages:
+        user = f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
+        return backend.chat_prompt(ANSWER_SYSTEM_CTX, user)
+    return backend.chat_prompt(ANSWER_SYSTEM, f"Question: {question}\nAnswer:")

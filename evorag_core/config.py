@@ -92,6 +92,8 @@ class PolicyConfig:
     threads: int = 0  # torch CPU threads set when the backend loads; 0 = leave torch's default
     constrain_actions: bool = True  # mask actions that are no-ops or premature (see evorag_core/policy/agent.py)
     max_searches: int = 4  # with constrain_actions: SEARCH/BACKTRACK masked after this many searches (0 = none)
+    answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy"
+    reader_passages: int = 10  # passages the reader sees: the hops' rankings interleaved, first ones first
 
 
 @dataclass(frozen=True)

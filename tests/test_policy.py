@@ -14,10 +14,11 @@ import torch
 
 from evorag_core.actions import Answer, Backtrack, Refuse, Search
 from evorag_core.config import PolicyConfig
-from evorag_core.errors import AdapterError, ModelLoadError
+from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
 from evorag_core.judge_llm import LLMSufficiencyJudge
 from evorag_core.policy import LMPolicy, TransformersBackend, allowed_actions, load_model
 from evorag_core.policy import loading
+from evorag_core.policy.agent import reader_passages
 from evorag_core.policy.hf_backend import _pack
 from evorag_core.policy.kv_cache import PrefixPool, common_prefix_length, growing_cache
 from evorag_core.policy.prompts import render_passage, render_user
@@ -50,6 +51,17 @@ def test_search_budget_counts_active_and_dropped_searches():
     assert allowed_actions(AgentView(QUESTION, (hop,), (), 2, 20), 2) == ("SEARCH", "BACKTRACK", "ANSWER", "REFUSE")
     assert allowed_actions(AgentView(QUESTION, (hop, hop), ("a", "b"), 5, 20), 0) == (
         "SEARCH", "BACKTRACK", "ANSWER", "REFUSE")
+
+
+def test_reader_passages_interleave_hop_rankings():
+    """Hops [P1, P2] and [P3, P1]: interleaved P1 (hop 1 #1), P3 (hop 2 #1), P2 (hop 1 #2), P1 again skipped;
+    limit 2 keeps P1, P3; limit 0 keeps all."""
+    p3 = Passage("p3", "Dijon", "Dijon is a city in eastern France.")
+    view = AgentView(QUESTION, (Hop("a", (P1, P2)), Hop("b", (p3, P1))), (), 3, 6)
+    assert [p.pid for p in reader_passages(view, 0)] == ["p1", "p3", "p2"]
+    assert [p.pid for p in reader_passages(view, 2)] == ["p1", "p3"]
+    with pytest.raises(ConfigError):
+        LMPolicy(object(), PolicyConfig(answer_with="oracle"))
 
 
 def test_prompt_layout_numbers_passages_and_cuts_text():
@@ -320,6 +332,34 @@ def test_policy_act_and_candidates_are_well_formed(backend):
         assert set(d.choice_probs) == {"SEARCH", "BACKTRACK", "ANSWER", "REFUSE"}
     final = policy.act(AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6))
     assert isinstance(final.action, (Answer, Refuse))
+
+
+@pytest.mark.slow
+def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
+    """At the last step (ANSWER/REFUSE only) with T=5 some of 6 seeded draws are ANSWER. answer_with="reader": the
+    text is the reader's greedy answer over the chain's passages (same for every ANSWER sibling at T=0), cleaned,
+    and its log-prob is the completion's under the AGENT prompt. answer_with="policy": the agent prompt's own
+    continuation, whose token log-probs add up to the same sequence log-prob."""
+    from evorag_core.answers import clean_answer, reader_prompt
+
+    backend.activate(None)
+    view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)
+    for mode in ("reader", "policy"):
+        policy = LMPolicy(backend, PolicyConfig(max_answer_tokens=10, answer_with=mode))
+        greedy = policy.act(view)
+        if isinstance(greedy.action, Answer):
+            assert greedy.completion == f"ANSWER: {greedy.action.answer}"
+            assert greedy.logprob == pytest.approx(backend.sequence_logprob(greedy.prompt, greedy.completion),
+                                                   abs=5e-3)
+            if mode == "reader":
+                expected = backend.generate(reader_prompt(backend, QUESTION, [P1, P2], 300), 10, stop=("\n",),
+                                            temperature=0.0, n=1)[0].text
+                assert greedy.action.answer == clean_answer(expected)
+        sampled = policy.candidates(view, k=6, temperature=5.0, seed=1)
+        answers = [d for d in sampled if isinstance(d.action, Answer)]
+        assert answers, "T=5 should draw ANSWER at least once in 6"
+        for d in answers:
+            assert d.logprob == pytest.approx(backend.sequence_logprob(d.prompt, d.completion), abs=5e-3)
 
 
 @pytest.mark.slow

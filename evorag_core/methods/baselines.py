@@ -14,18 +14,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..answers import clean_answer
+from ..answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, reader_prompt, render_passages
 from ..metrics import exact_match, f1_score, support_recall
 from ..types import Passage, Question
 from .base import QuestionResult
 
-__all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "baseline_on", "build_baseline", "clean_answer"]
+__all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "baseline_on", "build_baseline",
+           "ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "clean_answer", "render_passages"]  # re-exported from ..answers
 
-ANSWER_SYSTEM = "Answer the question with a short phrase (a name, a date, a number or a few words). No sentence."
-ANSWER_SYSTEM_CTX = (
-    "Answer the question with a short phrase (a name, a date, a number or a few words) taken from the passages. "
-    "No sentence."
-)
 IRCOT_SYSTEM = (
     "Answer the question step by step using the passages. Write one short reasoning sentence at a time. "
     "When you know the answer, write: So the answer is: <short answer>"
@@ -43,10 +39,6 @@ class BaselineConfig:
     max_answer_tokens: int = 24
     max_thought_tokens: int = 48
     passage_chars: int = 300
-
-
-def render_passages(passages: Sequence[Passage], chars: int) -> str:
-    return "\n".join(f"[{i}] {p.title}: {p.text[:chars]}" for i, p in enumerate(passages, 1))
 
 
 class PipelineMethod:
@@ -68,10 +60,9 @@ class PipelineMethod:
         return self.backend.generate(prompt, max_tokens, stop=stop, temperature=0.0, n=1)[0].text
 
     def _answer(self, question: str, passages: Sequence[Passage]) -> str:
-        if passages:
-            user = f"{render_passages(passages, self.cfg.passage_chars)}\n\nQuestion: {question}\nAnswer:"
-            return clean_answer(self._gen(ANSWER_SYSTEM_CTX, user, self.cfg.max_answer_tokens))
-        return clean_answer(self._gen(ANSWER_SYSTEM, f"Question: {question}\nAnswer:", self.cfg.max_answer_tokens))
+        prompt = reader_prompt(self.backend, question, passages, self.cfg.passage_chars)
+        out = self.backend.generate(prompt, self.cfg.max_answer_tokens, stop=("\n",), temperature=0.0, n=1)
+        return clean_answer(out[0].text)
 
     # -- the four pipelines ----------------------------------------------------------------------------------
     def _direct(self, q: Question, retrieve) -> tuple[str, list[dict]]:

@@ -19,6 +19,13 @@ data, and at least one action always stays allowed):
   dropped; 0 = no budget). The untrained 135M model almost never chooses ANSWER on its own and would search until
   T_max (20 steps, mostly repeating a query); the budget (default 4, the iteration bound of the ircot and
   self-ask baselines) makes inference cost comparable and leaves the choice between ANSWER and REFUSE to the model.
+The answer text (`PolicyConfig.answer_with`): "reader" (default) generates it with the reader prompt every method
+shares (`answers.reader_prompt`: "answer with a short phrase from the passages") over the active chain's passages,
+the hops' rankings interleaved (1st of each hop, then 2nd, ...) up to `reader_passages`; "policy" continues the
+agent prompt after "ANSWER:". Measured on HotpotQA with the 135M model, the agent prompt's continuation is a
+rambling sentence ("James Fieser (born 1982) is an American musician, ..."): F1 0.040 on 20 questions where the
+closed-book reader scored higher. The policy still decides WHEN to answer; the completion "ANSWER: <text>" is
+re-scored under the agent prompt, so its log-prob is the policy's, as the objectives need.
 Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
 ("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). A query equal to an earlier one is kept: the
@@ -33,13 +40,15 @@ from dataclasses import dataclass, field
 import torch
 
 from ..actions import Action, Answer, Backtrack, Refuse, Search
-from ..answers import clean_answer
+from ..answers import clean_answer, reader_prompt
 from ..config import PolicyConfig
+from ..errors import ConfigError
 from ..state import AgentView
+from ..types import Passage
 from .base import Generation, PolicyBackend, encode_pair
 from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 
-__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions"]
+__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
 _NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
 
@@ -72,6 +81,8 @@ class LMPolicy:
     def __init__(self, backend: PolicyBackend, cfg: PolicyConfig | None = None) -> None:
         self.backend = backend
         self.cfg = cfg if cfg is not None else PolicyConfig()
+        if self.cfg.answer_with not in ("reader", "policy"):
+            raise ConfigError(f"policy.answer_with must be 'reader' or 'policy', got {self.cfg.answer_with!r}")
         self.fallback_counts: Counter[str] = Counter()
 
     def prompt(self, view: AgentView) -> str:
@@ -104,9 +115,11 @@ class LMPolicy:
         wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS]
         generations: dict[int, Generation] = {}
         if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
+            reader = reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
+                                   self.cfg.passage_chars) if self.cfg.answer_with == "reader" else None
+            prompts = [reader if names[i] == "ANSWER" and reader else prompt + LABELS[names[i]] for i in wanted]
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
-            outs = self.backend.generate_batch([prompt + LABELS[names[i]] for i in wanted], limits, stop=("\n",),
-                                               temperature=temperature, seed=seed + 1)
+            outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
             generations = dict(zip(wanted, outs))
         return [self._decision(view, prompt, name, raw, probs, generations.get(i)) for i, name in enumerate(names)]
 
@@ -125,7 +138,9 @@ class LMPolicy:
             self.fallback_counts[fallback] += 1
         completion = completion_text(name, argument)
         action_lp = raw[name]
-        argument_lp = self._argument_logprob(prompt, name, completion, action_lp, generated, fallback)
+        # a reader-generated answer's token log-probs belong to the reader prompt: re-score it under the agent's
+        own = generated if not (name == "ANSWER" and self.cfg.answer_with == "reader") else None
+        argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
         action = _action(name, argument)
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
                               fallback, dict(probs))
@@ -142,6 +157,19 @@ class LMPolicy:
             if full_ids == label_ids + list(generated.token_ids):
                 return generated.logprob
         return self.backend.sequence_logprob(prompt, completion) - action_lp
+
+
+def reader_passages(view: AgentView, limit: int) -> list[Passage]:
+    """The active chain's passages for the reader: the hops' rankings interleaved (the 1st passage of every hop,
+    then the 2nd, ...), without repeats, at most `limit` (0: all)."""
+    out: dict[str, Passage] = {}
+    depth = max((len(h.passages) for h in view.chain), default=0)
+    for rank in range(depth):
+        for hop in view.chain:
+            if rank < len(hop.passages):
+                out.setdefault(hop.passages[rank].pid, hop.passages[rank])
+    passages = list(out.values())
+    return passages[:limit] if limit > 0 else passages
 
 
 def _choice_probs(raw: dict[str, float], allowed: tuple[str, ...], temperature: float) -> dict[str, float]:
