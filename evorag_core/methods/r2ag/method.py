@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from ...answers import clean_answer
 from ...errors import ConfigError
 from ...metrics import support_recall
 from ...types import Corpus, Passage, Question
 from ..base import QuestionResult, score
-from ..baselines import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, render_passages
+from ..baselines import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, render_passages
 from .metrics import SR_KS, list_metrics
 from .rewards import RewardWeights
 from .scripted import ScriptedSteering
