@@ -2,8 +2,8 @@
 
 The tree grows with the configured steering (`[r2ag] steering = "lm"`: the policy LM of `[policy]`, optionally with
 `--adapter`; `"scripted"`: `ScriptedSteering`), over the question's corpus (`env.corpus`) and the `[r2ag] retriever`
-of the shared retrieval service. The answer comes from the shared baseline answerer (the `fixed-k` prompt of
-`methods.baselines`) over the first `answer_docs` passages of the tree in order of retrieval. Gold pids only
+of the shared retrieval service. The answer comes from the shared reader (`evorag_core.answers`, the prompt every
+method answers with) over the first `answer_docs` passages of the tree in order of retrieval. Gold pids only
 annotate the tree (rewards, hits) for the result's extras; they steer nothing.
 
 `QuestionResult.steps` = tree iterations; `passages` = every pid the tree retrieved; `extras["metrics"]` holds the
@@ -14,12 +14,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from ...answers import clean_answer
+from ...answers import clean_answer, reader_prompt
 from ...errors import ConfigError
 from ...metrics import support_recall
 from ...types import Corpus, Passage, Question
 from ..base import QuestionResult, score
-from ..baselines import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, render_passages
 from .metrics import SR_KS, list_metrics
 from .rewards import RewardWeights
 from .scripted import ScriptedSteering
@@ -34,12 +33,9 @@ STEERINGS = ("lm", "scripted")
 
 def answer_from_passages(backend: Any, question: str, passages: Sequence[Passage], *, max_tokens: int = 24,
                          chars: int = 300) -> str:
-    """The baselines' short-answer prompt over numbered passages (closed-book when there are none), greedy."""
-    if passages:
-        system, user = ANSWER_SYSTEM_CTX, f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
-    else:
-        system, user = ANSWER_SYSTEM, f"Question: {question}\nAnswer:"
-    prompt = backend.chat_prompt(system, user)
+    """The shared reader (`evorag_core.answers`): a short answer from numbered passages (closed book without any),
+    greedy, cleaned."""
+    prompt = reader_prompt(backend, question, passages, chars)
     return clean_answer(backend.generate(prompt, max_tokens, stop=("\n",), temperature=0.0, n=1)[0].text)
 
 
