@@ -16,15 +16,18 @@ ANSWER_SYSTEM_CTX = (
 )
 
 _PREFIX = re.compile(r"^(so\s+)?(the\s+)?(final\s+)?(answer\s*(is)?\s*[:\-]?)\s*", re.I)
+_ENUMERATOR = re.compile(r"^\(?\d{1,2}[).]\s+(?=\D)")  # "1) ", "10. ", "(2) " before text (not "1996")
 _EDGE = " .\"'“”‘’"
 
 
 def clean_answer(text: str) -> str:
     """First line, without an 'Answer:' / 'So the final answer is:'-style prefix, surrounding quotes or a final
-    period. `clean_answer('So the final answer is: "Sable River".\\nmore') == 'Sable River'`."""
+    period, or a list enumerator ("1) ", "10. "; a number that is the answer, "1996", stays).
+    `clean_answer('So the final answer is: "Sable River".\\nmore') == 'Sable River'`."""
     stripped = text.strip()
     line = stripped.split("\n", 1)[0].strip() if stripped else ""
     line = _PREFIX.sub("", line).strip()
+    line = _ENUMERATOR.sub("", line).strip()
     return line.strip(_EDGE)
 
 

@@ -93,7 +93,8 @@ class PolicyConfig:
     constrain_actions: bool = True  # mask actions that are no-ops or premature (see evorag_core/policy/agent.py)
     max_searches: int = 4  # with constrain_actions: SEARCH/BACKTRACK masked after this many searches (0 = none)
     answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy"
-    reader_passages: int = 10  # passages the reader sees: the hops' rankings interleaved, first ones first
+    reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
+    first_query: str = "question"  # the first SEARCH: "question" (the question itself) | "generate"
 
 
 @dataclass(frozen=True)

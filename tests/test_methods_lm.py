@@ -17,6 +17,8 @@ def test_clean_answer():
     assert clean_answer("So the final answer is: 1412") == "1412"
     assert clean_answer('  "Mirrow" ') == "Mirrow"
     assert clean_answer("") == ""
+    assert clean_answer("10) Sigmund Jähn") == "Sigmund Jähn" and clean_answer("(2) Paris") == "Paris"
+    assert clean_answer("1996.") == "1996" and clean_answer("3 May 1990") == "3 May 1990"
 
 
 @pytest.fixture(scope="module")

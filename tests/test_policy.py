@@ -317,7 +317,7 @@ def test_policy_act_and_candidates_are_well_formed(backend):
     """t=1 with nothing retrieved -> SEARCH (the only allowed action). logprob = action + argument parts =
     sequence_logprob(prompt, completion). K=4 siblings are well-formed too."""
     backend.activate(None)
-    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8))
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8, first_query="generate"))
     decision = policy.act(AgentView(QUESTION, (), (), 1, 6))
     assert isinstance(decision.action, Search) and decision.action.query
     assert decision.completion == f"SEARCH: {decision.action.query}"
@@ -332,6 +332,10 @@ def test_policy_act_and_candidates_are_well_formed(backend):
         assert set(d.choice_probs) == {"SEARCH", "BACKTRACK", "ANSWER", "REFUSE"}
     final = policy.act(AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6))
     assert isinstance(final.action, (Answer, Refuse))
+    # first_query="question" (the default): the first search is the question, scored as the policy's completion
+    opening = LMPolicy(backend, PolicyConfig()).act(AgentView(QUESTION, (), (), 1, 6))
+    assert opening.action == Search(QUESTION) and opening.fallback is None
+    assert opening.logprob == pytest.approx(backend.sequence_logprob(opening.prompt, opening.completion), abs=2e-3)
 
 
 @pytest.mark.slow
@@ -368,7 +372,7 @@ def test_policy_fallbacks_on_empty_output(backend):
     ("empty_answer"). At the last step only ANSWER/REFUSE are allowed; T=5 flattens the choice so that some of the
     8 seeded draws are ANSWER (its prior is far above REFUSE's)."""
     backend.activate(None)
-    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=0, max_answer_tokens=0))
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=0, max_answer_tokens=0, first_query="generate"))
     first = policy.act(AgentView(QUESTION, (), (), 1, 6))
     assert first.action == Search(QUESTION) and first.fallback == "empty_query"
     assert first.logprob == pytest.approx(backend.sequence_logprob(first.prompt, first.completion), abs=2e-3)

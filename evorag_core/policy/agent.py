@@ -26,6 +26,10 @@ agent prompt after "ANSWER:". Measured on HotpotQA with the 135M model, the agen
 rambling sentence ("James Fieser (born 1982) is an American musician, ..."): F1 0.040 on 20 questions where the
 closed-book reader scored higher. The policy still decides WHEN to answer; the completion "ANSWER: <text>" is
 re-scored under the agent prompt, so its log-prob is the policy's, as the objectives need.
+The first search (`PolicyConfig.first_query`): "question" (default) searches the question itself, as IRCoT and
+the fixed-k baseline start; "generate" lets the model write it. Measured on HotpotQA, the 135M model's first query
+is usually one entity of the question ("James Gunn" for a question about his 1996 film), which ranks the gold
+passages lower than the whole question does. Later queries are always generated.
 Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
 ("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). A query equal to an earlier one is kept: the
@@ -83,6 +87,8 @@ class LMPolicy:
         self.cfg = cfg if cfg is not None else PolicyConfig()
         if self.cfg.answer_with not in ("reader", "policy"):
             raise ConfigError(f"policy.answer_with must be 'reader' or 'policy', got {self.cfg.answer_with!r}")
+        if self.cfg.first_query not in ("question", "generate"):
+            raise ConfigError(f"policy.first_query must be 'question' or 'generate', got {self.cfg.first_query!r}")
         self.fallback_counts: Counter[str] = Counter()
 
     def prompt(self, view: AgentView) -> str:
@@ -112,7 +118,8 @@ class LMPolicy:
         probs = _choice_probs(raw, allowed, temperature)
         seed = seed if seed is not None else secrets.randbits(62)
         names = _draw(probs, k, temperature, seed)
-        wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS]
+        first = self.cfg.first_query == "question" and not view.chain and not view.dropped
+        wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS and not (first and name == "SEARCH")]
         generations: dict[int, Generation] = {}
         if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
             reader = reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
@@ -126,7 +133,9 @@ class LMPolicy:
     def _decision(self, view, prompt, name, raw, probs, generated: Generation | None) -> PolicyDecision:
         fallback = None
         argument = ""
-        if name in ARGUMENT_ACTIONS:
+        if name == "SEARCH" and generated is None:  # the first search is the question itself (first_query)
+            argument = view.question.strip()
+        elif name in ARGUMENT_ACTIONS:
             argument = " ".join(generated.text.split())
             if not argument and name == "SEARCH":
                 argument, fallback = view.question.strip(), "empty_query"
