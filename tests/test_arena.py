@@ -339,7 +339,8 @@ def test_arena_grpo_round_on_tiny_llama(warm_tiny, one_thread):
 
     from evorag_core.config import TrainConfig
     from evorag_core.policy.hf_backend import TransformersBackend
-    from training.arena_grpo import ArenaGrpoConfig, _encode_group, sample_group, train_arena_grpo
+    from training.arena_grpo import ArenaGrpoConfig, sample_group, train_arena_grpo
+    from training.completion_grpo import encode_group
     from training.lora import attach_lora
     from training.seqlogp import completion_token_logps
 
@@ -351,7 +352,7 @@ def test_arena_grpo_round_on_tiny_llama(warm_tiny, one_thread):
     generator = ArenaGenerator(TransformersBackend.from_model(model, tokenizer, model_id="tiny"), cfg.arena())
     group = sample_group(generator, Q, cfg.group_size, train.seed)
     assert len(set(group.advantages)) > 1, [r.total for r in group.rewards]
-    batch = _encode_group(tokenizer, group)
+    batch = encode_group(tokenizer, group)
 
     def surrogate() -> float:
         with torch.no_grad():
@@ -471,7 +472,8 @@ def test_micro_batches_accumulate_the_group_gradient(warm_tiny, one_thread):
 
     from evorag_core.config import TrainConfig
     from evorag_core.policy.hf_backend import TransformersBackend
-    from training.arena_grpo import ArenaGrpoConfig, _encode_group, _micro_step, _rows, sample_group
+    from training.arena_grpo import ArenaGrpoConfig, sample_group
+    from training.completion_grpo import encode_group, micro_step, rows
     from training.lora import attach_lora
 
     tokenizer = AutoTokenizer.from_pretrained(warm_tiny)
@@ -485,14 +487,14 @@ def test_micro_batches_accumulate_the_group_gradient(warm_tiny, one_thread):
     cfg = ArenaGrpoConfig(group_size=4, max_new_tokens=40, passage_chars=0)
     generator = ArenaGenerator(TransformersBackend.from_model(model, tokenizer, model_id="tiny"), cfg.arena())
     group = sample_group(generator, Q, 4, seed=5)
-    full = _encode_group(tokenizer, group)
+    full = encode_group(tokenizer, group)
     params = [p for n, p in policy.named_parameters() if p.requires_grad]
 
     def grads(micro: int) -> list[torch.Tensor]:
         for p in params:
             p.grad = None
         for start in range(0, 4, micro):
-            _micro_step(policy, _rows(full, start, start + micro), group.advantages[start : start + micro], train,
+            micro_step(policy, rows(full, start, start + micro), group.advantages[start : start + micro], train,
                         None, micro / 4)
         return [p.grad.clone() for p in params]
 

@@ -390,7 +390,7 @@ def test_r2ag_grpo_steps_change_the_adapter_and_follow_the_reward(warm_tiny, dem
     from evorag_core.config import TrainConfig
     from evorag_core.methods.r2ag.steering import LMSteering
     from evorag_core.policy.hf_backend import TransformersBackend
-    from training.arena_grpo import _encode_group
+    from training.completion_grpo import encode_group
     from training.lora import attach_lora
     from training.r2ag_grpo import R2agGrpoConfig, TreeState, sample_group, train_r2ag_grpo
     from training.seqlogp import completion_token_logps, encode
@@ -409,7 +409,7 @@ def test_r2ag_grpo_steps_change_the_adapter_and_follow_the_reward(warm_tiny, dem
                        demo=False)
     group = sample_group(steer, retriever, passages, TreeState(q, corpus.gold_for(q), ()), cfg, train.seed)
     assert not group.flat, [(o.text[:60], r.total, r.zeroed) for o, r in zip(group.outputs, group.rewards)]
-    batch = _encode_group(tokenizer, group)
+    batch = encode_group(tokenizer, group)
     prompt = group.outputs[0].prompt
     pair = encode(tokenizer, [prompt, prompt], [GOOD, REPLIES[2]], 512)
 

@@ -37,12 +37,11 @@ from evorag_core.methods.arena_prompt import ArenaConfig
 from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
-from .grpo import group_advantages, grpo_loss
+from .completion_grpo import encode_group, epoch_order, micro_step, rows, start_with_reference
+from .grpo import group_advantages
 from .job import AdapterRef, ProgressFn, RoundJob
-from .kl import kl_k2, kl_k3
-from .loop import MAX_GRAD_NORM, StepLog, autocast, start_policy, train_mode
-from .reduce import sequence_mean
-from .seqlogp import Encoded, base_lm, completion_token_logps
+from .loop import MAX_GRAD_NORM, StepLog, train_mode
+from .seqlogp import base_lm
 
 __all__ = ["ArenaGrpoConfig", "ArenaGroup", "sample_group", "train_arena_grpo", "arena_config_from_job", "run"]
 
@@ -101,52 +100,6 @@ def sample_group(generator: ArenaGenerator, question: Question, group_size: int,
     return ArenaGroup(question, tuple(outputs), rewards, tuple(advantages.tolist()))
 
 
-def _encode_group(tokenizer: Any, group: ArenaGroup) -> Encoded:
-    """Right-padded [prompt ids + sampled ids (+ end-of-turn)] rows; completion mask over the sampled part."""
-    prompt_ids = tokenizer(group.outputs[0].prompt, add_special_tokens=False)["input_ids"]
-    eos = tokenizer.eos_token_id
-    completions = [list(o.token_ids) + ([eos] if o.finish_reason == "stop" and eos is not None else [])
-                   for o in group.outputs]
-    completions = [c if c else [eos] for c in completions]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    length = len(prompt_ids) + max(len(c) for c in completions)
-    width = max(len(c) for c in completions)
-    ids = torch.full((len(completions), length), int(pad), dtype=torch.long)
-    attention = torch.zeros_like(ids)
-    cmask = torch.zeros((len(completions), width), dtype=torch.float32)
-    for i, c in enumerate(completions):
-        ids[i, : len(prompt_ids) + len(c)] = torch.tensor(prompt_ids + c)
-        attention[i, : len(prompt_ids) + len(c)] = 1
-        cmask[i, : len(c)] = 1.0
-    n = len(completions)
-    return Encoded(ids, attention, cmask, (len(prompt_ids),) * n, tuple(len(c) for c in completions), 0)
-
-
-def _rows(batch: Encoded, start: int, stop: int) -> Encoded:
-    """Rows start..stop-1 of `batch`, with the padding they do not need cut off."""
-    starts, lengths = batch.starts[start:stop], batch.lengths[start:stop]
-    length = max(s + n for s, n in zip(starts, lengths))
-    return Encoded(batch.input_ids[start:stop, :length], batch.attention_mask[start:stop, :length],
-                   batch.completion_mask[start:stop, : max(lengths)], starts, lengths, 0)
-
-
-def _reference_logps(policy: Any, batch: Encoded, ref_adapter: str | None) -> torch.Tensor:
-    with torch.no_grad():
-        if ref_adapter is None:
-            with policy.disable_adapter():
-                return completion_token_logps(policy, batch)[0]
-        policy.set_adapter(ref_adapter, inference_mode=True)
-        try:
-            return completion_token_logps(policy, batch)[0]
-        finally:
-            policy.set_adapter("default")
-
-
-def _order(n: int, epochs: int, seed: int) -> list[int]:
-    generator = torch.Generator().manual_seed(seed)
-    return [i for _ in range(epochs) for i in torch.randperm(n, generator=generator).tolist()]
-
-
 def train_arena_grpo(
     policy: Any,
     tokenizer: Any,
@@ -170,7 +123,7 @@ def train_arena_grpo(
         raise TrainingError("ARENA GRPO needs at least one question")
     backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
     generator = ArenaGenerator(backend, cfg.arena())
-    order = _order(len(questions), train.epochs, train.seed)
+    order = epoch_order(len(questions), train.epochs, train.seed)
     steps = [order[i : i + cfg.questions_per_step] for i in range(0, len(order), cfg.questions_per_step)]
     steps = steps[:max_steps] if max_steps else steps
     log = StepLog(len(steps), on_progress)
@@ -185,11 +138,11 @@ def train_arena_grpo(
         train_mode(policy, train)
         acc: dict[str, float] = {}
         for group in groups:
-            full = _encode_group(tokenizer, group)
+            full = encode_group(tokenizer, group)
             for start in range(0, cfg.group_size, cfg.micro_batch):
-                batch = _rows(full, start, start + cfg.micro_batch)
+                batch = rows(full, start, start + cfg.micro_batch)
                 share = len(batch.lengths) / cfg.group_size / len(groups)  # every reply weighs the same
-                stats = _micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train,
+                stats = micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train,
                                     ref_adapter, share)
                 for key, value in stats.items():
                     acc[key] = acc.get(key, 0.0) + value * share
@@ -203,24 +156,6 @@ def train_arena_grpo(
                      "reward": g.rewards[0].to_dict()} for g in groups]
     policy.eval()
     return log, samples
-
-
-def _micro_step(policy: Any, batch: Encoded, advantages: Sequence[float], train: TrainConfig,
-                ref_adapter: str | None, share: float) -> dict[str, float]:
-    """Backpropagate `share` x the GRPO loss of these replies; returns their loss terms and both KL estimates."""
-    device = next(policy.parameters()).device
-    mask = batch.completion_mask.to(device)
-    logp_ref = _reference_logps(policy, batch, ref_adapter)
-    with autocast(train, device):
-        logp = completion_token_logps(policy, batch)[0]
-    adv = torch.tensor(list(advantages), dtype=torch.float32, device=device)
-    loss, stats = grpo_loss(logp, logp.detach(), logp_ref, adv, mask=mask, clip_low=train.clip_eps,
-                            clip_high=train.clip_eps_high, kl_coef=train.kl_coef, kl=train.kl)
-    (loss * share).backward()
-    with torch.no_grad():
-        stats.update(kl_k2=float(sequence_mean(kl_k2(logp, logp_ref), mask)),
-                     kl_k3=float(sequence_mean(kl_k3(logp, logp_ref), mask)), loss=float(loss.detach()))
-    return stats
 
 
 def _reward_stats(group: ArenaGroup) -> dict[str, float]:
@@ -279,12 +214,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     with RssSampler() as rss:
         model, tokenizer, base_id = load_base(job)
         reference = resolve_reference(store, job, base_id)
-        policy = start_policy(model, train, reference, base_id)
-        ref_adapter = None
-        if reference is not None:
-            policy.load_adapter(str(reference.path), adapter_name=REF_ADAPTER, is_trainable=False)
-            policy.set_adapter("default")
-            ref_adapter = REF_ADAPTER
+        policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
         out_dir = prepare_adapter_dir(job.adapter_dir)
         setup_s = time.perf_counter() - started
         log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, on_progress,

@@ -39,10 +39,10 @@ from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import retrieve_queries
 from evorag_core.types import Passage, Question
 
-from .arena_grpo import _encode_group, _micro_step, _order, _rows
+from .completion_grpo import encode_group, epoch_order, micro_step, rows, start_with_reference
 from .grpo import group_advantages
 from .job import AdapterRef, ProgressFn, RoundJob
-from .loop import MAX_GRAD_NORM, StepLog, start_policy, train_mode
+from .loop import MAX_GRAD_NORM, StepLog, train_mode
 from .seqlogp import base_lm
 
 __all__ = ["R2agGrpoConfig", "TreeState", "R2agGroup", "sample_group", "train_r2ag_grpo", "r2ag_config_from_job",
@@ -168,7 +168,7 @@ def train_r2ag_grpo(
     optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     samples: list[dict[str, Any]] = []
     for iteration in range(cfg.iterations):
-        order = _order(len(forest), 1, train.seed + iteration)
+        order = epoch_order(len(forest), 1, train.seed + iteration)
         chunks = [order[i : i + cfg.states_per_step] for i in range(0, len(order), cfg.states_per_step)]
         following: dict[tuple, TreeState] = {}
         for chunk in chunks:
@@ -208,11 +208,11 @@ def _update(policy: Any, tokenizer: Any, groups: Sequence[R2agGroup], train: Tra
     acc: dict[str, float] = {}
     total = sum(len(g.outputs) for g in groups)
     for group in groups:
-        full = _encode_group(tokenizer, group)
+        full = encode_group(tokenizer, group)
         for start in range(0, len(group.outputs), cfg.micro_batch):
-            batch = _rows(full, start, start + cfg.micro_batch)
+            batch = rows(full, start, start + cfg.micro_batch)
             share = len(batch.lengths) / total
-            stats = _micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train, ref_adapter,
+            stats = micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train, ref_adapter,
                                 share)
             for key, value in stats.items():
                 acc[key] = acc.get(key, 0.0) + value * share
@@ -282,12 +282,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     with RssSampler() as rss:
         model, tokenizer, base_id = load_base(job)
         reference = resolve_reference(store, job, base_id)
-        policy = start_policy(model, train, reference, base_id)
-        ref_adapter = None
-        if reference is not None:
-            policy.load_adapter(str(reference.path), adapter_name=REF_ADAPTER, is_trainable=False)
-            policy.set_adapter("default")
-            ref_adapter = REF_ADAPTER
+        policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
         out_dir = prepare_adapter_dir(job.adapter_dir)
         setup_s = time.perf_counter() - started
         log, samples = train_r2ag_grpo(policy, tokenizer, questions, corpus.gold_for, retriever,
