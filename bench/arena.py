@@ -1,7 +1,7 @@
 """ARENA figures (the paper's Table 3 metrics) for the policy LM; writes JSON (default bench/results/arena.json).
 
     python bench/arena.py [--limit 20] [--threads 1] [--passage-chars 300] [--demo] [--max-new-tokens 192]
-                          [--train-steps 0] [--train-questions 8] [--train-offset 100] [--group 4] [--kl k2]
+                          [--train-steps 0 | --adapter-dir DIR] [--train-questions 8] [--train-offset 100] [--group 4] [--kl k2]
                           [--results-dir DIR] [--out PATH]
 
 Per-question (distractor) setting on the HotpotQA, 2Wiki and MuSiQue samples in ../shared/benchmarks: the first
@@ -11,7 +11,8 @@ one small arena-grpo round (training.arena_grpo.train_arena_grpo: LoRA, G = --gr
 estimator --kl) on --train-questions questions per file taken from index --train-offset on (disjoint from the
 evaluated ones when offset >= limit), evaluates the trained adapter on the same questions, and adds the paired
 bootstrap (10,000 resamples) of base vs adapter per data set. The per-step KL under both estimators and the reward
-parts are recorded. Per-question results go to --results-dir as JSON lines. The load average is recorded because
+parts are recorded (--adapter-dir evaluates an adapter trained earlier instead). Per-question results go to
+--results-dir as JSON lines; a re-run with the same --results-dir keeps the questions already evaluated. The load average is recorded because
 the machine may be shared.
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _evaluate_all(backend, cfg: ArenaConfig, datasets, limit: int, label: str, r
         method = ArenaMethod(ArenaGenerator(backend, cfg), label)
         path = results_dir / f"{label}-{name}.jsonl"
         start = time.perf_counter()
-        summary, results = evaluate(method, dataset.questions[:limit], out_path=path)
+        summary, results = evaluate(method, dataset.questions[:limit], out_path=path, resume=True)
         out[name] = {"summary": {k: summary[k] for k in REPORT}, "results_file": str(path), "_results": results}
         print(f"[{label}] {name}: " + ", ".join(f"{k} {summary[k]:.3f}" for k in REPORT[1:5])
               + f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
@@ -97,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--demo", action="store_true", help="one demonstration exchange in the prompt (not the paper's)")
     p.add_argument("--train-steps", type=int, default=0, help="optimiser steps of the arena-grpo round (0: no round)")
+    p.add_argument("--adapter-dir", type=Path, default=None,
+                   help="evaluate this trained adapter (e.g. an earlier run's <results-dir>/adapter) instead of training")
     p.add_argument("--train-questions", type=int, default=8, help="training questions per data file")
     p.add_argument("--train-offset", type=int, default=100, help="training questions start at this index")
     p.add_argument("--questions-per-step", type=int, default=2)
@@ -127,8 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     base = _evaluate_all(backend, cfg, datasets, args.limit, "base", results_dir)
     report["base"] = {n: v["summary"] for n, v in base.items()}
-    if args.train_steps > 0:
-        adapter_dir, info = _train(args, datasets, home, results_dir / "adapter")
+    if args.train_steps > 0 or args.adapter_dir is not None:
+        if args.adapter_dir is not None:
+            adapter_dir = args.adapter_dir
+            meta = json.loads((adapter_dir / "evorag_adapter.json").read_text(encoding="utf-8"))
+            info = {"adapter_dir": str(adapter_dir), "history": meta.get("metrics", {}).get("history", []),
+                    "note": "trained by an earlier run; evaluated here"}
+        else:
+            adapter_dir, info = _train(args, datasets, home, results_dir / "adapter")
         report["training"] = info
         backend.load_adapter("arena", adapter_dir)
         backend.activate("arena")
