@@ -24,7 +24,7 @@ from ...errors import ConfigError
 from ...types import Passage
 from .parse import Expansion
 from .rewards import R2agReward, RewardWeights, expansion_reward
-from .steering import Proposal, SteerRequest, Steering
+from .steering import SteerRequest, Steering
 
 __all__ = ["TreeSettings", "Node", "ExpansionRecord", "Tree", "new_tree", "frontier", "expand_once", "grow",
            "prune", "pruned_context", "retrieve_queries"]
