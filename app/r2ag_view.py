@@ -194,16 +194,19 @@ def build_tab(svc: Any) -> None:
     with gr.Row():
         files = data_choices(svc)
         data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file", allow_custom_value=True, scale=2)
-        question_dd = gr.Dropdown(choices=load_data(svc, files[0][1]).questions, label="Question", scale=3)
-        steering_dd = gr.Dropdown(list(STEERING_CHOICES), value="scripted", label="Steering", scale=1)
+        first = load_data(svc, files[0][1]).questions
+        question_dd = gr.Dropdown(choices=first, value=first[0][1] if first else None, label="Question", scale=3,
+                                  elem_id="evo-r2ag-question")
+        steering_dd = gr.Dropdown(list(STEERING_CHOICES), value="scripted", label="Steering", scale=1,
+                                  elem_id="evo-r2ag-steering")
         iterations = gr.Number(value=svc.cfg.r2ag.max_iterations, precision=0, minimum=1, maximum=10,
-                               label="L_max", scale=1)
+                               label="L_max", scale=1, elem_id="evo-r2ag-tab-iterations")
     with gr.Row():
-        start_btn = gr.Button("Start tree", variant="primary")
-        step_btn = gr.Button("Expand once")
-        run_btn = gr.Button("Expand to the end")
-        pruning = gr.Checkbox(value=False, label="Show pruning")
-    status = gr.Markdown()
+        start_btn = gr.Button("Start tree", variant="primary", elem_id="evo-r2ag-start")
+        step_btn = gr.Button("Expand once", elem_id="evo-r2ag-step")
+        run_btn = gr.Button("Expand to the end", elem_id="evo-r2ag-run")
+        pruning = gr.Checkbox(value=False, label="Show pruning", elem_id="evo-r2ag-pruning")
+    status = gr.Markdown(elem_id="evo-r2ag-status")
     tree_box = gr.HTML(elem_id="evo-r2ag-tree")
     rewards_box = gr.HTML(elem_id="evo-r2ag-rewards")
     outputs = [tree_box, rewards_box, status, state]
