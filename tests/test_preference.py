@@ -242,3 +242,34 @@ def test_ranking_and_best_of_k_policy(backend):
     assert info["rm_candidates"] >= 1 and math.isfinite(info["rm_score"]) and info["completion"]
     with pytest.raises(ConfigError):
         PreferenceModel(576, heads=("ret",), model_id="other-model").attach(enc)
+
+
+@pytest.mark.slow
+def test_agent_method_ranks_with_a_saved_preference_model(backend, session_home, demo_path, tmp_path):
+    """`evorag eval --method agent --rank-with-rm FOLDER` builds this: a saved one-head model (scores the SEARCH
+    direction, as above) ranks the greedy decision + 2 siblings at every state of a demo episode (T_max 3); every
+    step records its preference score and candidate count, and the episode ends well-formed."""
+    from evorag_core.config import load_config
+    from evorag_core.datasets import load_dataset
+    from evorag_core.methods.agent import agent_on
+    from evorag_core.runtime import Runtime
+
+    enc = PrefixEncoder.from_backend(backend, ((20, "mean"),))
+    search, answer = enc.encode("<|im_start|>user\nWho wrote Hamlet?<|im_end|>\n<|im_start|>assistant\n",
+                                ["SEARCH: Shakespeare", "ANSWER: Shakespeare"])[:, 0]
+    model = PreferenceModel(576, heads=("ret",), cfg=PreferenceConfig(layer=20, pooling="mean"),
+                            model_id=backend.model_id)
+    with torch.no_grad():
+        model.heads.weight.copy_(torch.as_tensor(search - answer)[None])
+        model.combine.fill_(1.0)
+    folder = model.save(tmp_path / "rm")
+    cfg = load_config(None, {"env.t_max": 3, "policy.siblings": 2, "policy.max_query_tokens": 8,
+                             "policy.max_answer_tokens": 6})
+    rt = Runtime(cfg, session_home, load_dataset(demo_path))
+    method = agent_on(backend, rt, None, folder)
+    assert method.name == "agent-rm" and "best-of-2" in method.label
+    result = method.run_question(rt.dataset.questions[0])
+    steps = result.extras["episode"]["steps"]
+    assert 1 <= len(steps) <= 3 and result.format_valid
+    for step in steps:
+        assert math.isfinite(step["info"]["rm_score"]) and 1 <= step["info"]["rm_candidates"] <= 3

@@ -47,6 +47,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     p.add_argument("--script", type=Path, default=None, help="for --method script")
     p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for LM methods")
+    p.add_argument("--rank-with-rm", dest="rank_with_rm", type=Path, default=None, metavar="FOLDER",
+                   help="--method agent: best-of-K by this saved preference model (K = policy.siblings)")
     p.add_argument("--out", type=Path, default=None, help="per-question results (JSON lines)")
     p.add_argument("--resume", action="store_true", help="skip questions already in --out")
     return p

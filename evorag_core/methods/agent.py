@@ -59,14 +59,22 @@ def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
 
 def build_agent_method(args: Any, rt: Any) -> EpisodeMethod:
     backend, adapter = load_backend(rt, getattr(args, "adapter", None))
-    return agent_on(backend, rt, adapter)
+    return agent_on(backend, rt, adapter, getattr(args, "rank_with_rm", None))
 
 
-def agent_on(backend: Any, rt: Any, adapter: str | None = None) -> EpisodeMethod:
-    """The agent method on an already loaded backend (several methods can share one model)."""
+def agent_on(backend: Any, rt: Any, adapter: str | None = None, rank_with_rm: Any = None) -> EpisodeMethod:
+    """The agent method on an already loaded backend (several methods can share one model). `rank_with_rm`: a
+    saved preference model (folder); the agent then takes the best of the greedy decision and `policy.siblings`
+    samples by that model at every state (best-of-K)."""
     from ..policy import LMPolicy
 
-    policy = AgentPolicy(LMPolicy(backend, rt.cfg.policy), adapter)
+    lm = LMPolicy(backend, rt.cfg.policy)
+    if rank_with_rm:
+        from ..preference import ranked_policy_from_path
+
+        policy = ranked_policy_from_path(lm, rank_with_rm, rt.cfg.policy.siblings, adapter)
+    else:
+        policy = AgentPolicy(lm, adapter)
     method = EpisodeMethod(policy, rt.make_env)
     method.backend = backend
     return method
