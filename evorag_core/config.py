@@ -94,7 +94,7 @@ class PolicyConfig:
     max_searches: int = 4  # with constrain_actions: SEARCH/BACKTRACK masked after this many searches (0 = none)
     answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy"
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
-    first_query: str = "question"  # the first SEARCH: "question" (the question itself) | "generate"
+    first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
 
 
 @dataclass(frozen=True)

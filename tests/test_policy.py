@@ -332,10 +332,14 @@ def test_policy_act_and_candidates_are_well_formed(backend):
         assert set(d.choice_probs) == {"SEARCH", "BACKTRACK", "ANSWER", "REFUSE"}
     final = policy.act(AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6))
     assert isinstance(final.action, (Answer, Refuse))
-    # first_query="question" (the default): the first search is the question, scored as the policy's completion
+    # first_query="question" (the default): the greedy first search is the question, scored as the policy's
+    # completion; sampled siblings at that state still generate theirs
     opening = LMPolicy(backend, PolicyConfig()).act(AgentView(QUESTION, (), (), 1, 6))
     assert opening.action == Search(QUESTION) and opening.fallback is None
     assert opening.logprob == pytest.approx(backend.sequence_logprob(opening.prompt, opening.completion), abs=2e-3)
+    sampled = LMPolicy(backend, PolicyConfig(max_query_tokens=12)).candidates(AgentView(QUESTION, (), (), 1, 6), k=3,
+                                                                               temperature=1.5, seed=2)
+    assert all(isinstance(d.action, Search) for d in sampled) and any(d.action.query != QUESTION for d in sampled)
 
 
 @pytest.mark.slow

@@ -26,8 +26,9 @@ agent prompt after "ANSWER:". Measured on HotpotQA with the 135M model, the agen
 rambling sentence ("James Fieser (born 1982) is an American musician, ..."): F1 0.040 on 20 questions where the
 closed-book reader scored higher. The policy still decides WHEN to answer; the completion "ANSWER: <text>" is
 re-scored under the agent prompt, so its log-prob is the policy's, as the objectives need.
-The first search (`PolicyConfig.first_query`): "question" (default) searches the question itself, as IRCoT and
-the fixed-k baseline start; "generate" lets the model write it. Measured on HotpotQA, the 135M model's first query
+The first search (`PolicyConfig.first_query`): "question" (default) makes the GREEDY first search the question
+itself, as IRCoT and the fixed-k baseline start; sampled siblings still generate their queries, so rollouts and the
+studio's candidates explore other openings. "generate" lets the model write the greedy one too. Measured on HotpotQA, the 135M model's first query
 is usually one entity of the question ("James Gunn" for a question about his 1996 film), which ranks the gold
 passages lower than the whole question does. Later queries are always generated.
 Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
@@ -118,7 +119,7 @@ class LMPolicy:
         probs = _choice_probs(raw, allowed, temperature)
         seed = seed if seed is not None else secrets.randbits(62)
         names = _draw(probs, k, temperature, seed)
-        first = self.cfg.first_query == "question" and not view.chain and not view.dropped
+        first = self.cfg.first_query == "question" and temperature <= 0 and not view.chain and not view.dropped
         wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS and not (first and name == "SEARCH")]
         generations: dict[int, Generation] = {}
         if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
