@@ -130,12 +130,34 @@ def _common(a: list[int], b: list[int]) -> int:
     return n
 
 
-def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentView, runs: int) -> dict:
+def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentView, runs: int,
+                   tokens: int = 24) -> dict:
+    """K = 4 siblings against one, at equal work per candidate: the action scoring pass plus an argument of exactly
+    `tokens` sampled tokens (end tokens ignored), once for one candidate, once for four decoded as one batch, and
+    once for four decoded one after the other. The policy-level figures (`policy.act(sample=True)` vs
+    `policy.candidates(k=4)`) are kept too; they differ in work as well as in batching (a sampled single decision may
+    be BACKTRACK/REFUSE with no argument to generate, four draws almost always include SEARCH/ANSWER)."""
     policy.act(view)  # the prompt is in the prefix cache, as within an episode
+    prompt = policy.prompt(view) + LABELS["SEARCH"]
     seeds = iter(range(10_000))
-    one = _median_time(lambda: policy.act(view, sample=True, seed=next(seeds)), runs)
-    k4 = _median_time(lambda: policy.candidates(view, k=4, seed=next(seeds)), runs)
-    return {"one_s": one[0], "k4_s": k4[0], "k4_over_one": k4[0] / one[0], "k4_over_one_cpu": k4[1] / one[1]}
+
+    def decide(k: int, batched: bool) -> None:
+        backend.score_choices(policy.prompt(view), list(LABELS.values()))
+        if batched:
+            backend.generate_batch([prompt] * k, tokens, temperature=1.0, seed=next(seeds), ignore_eos=True)
+        else:
+            for _ in range(k):
+                backend.generate_batch([prompt], tokens, temperature=1.0, seed=next(seeds), ignore_eos=True)
+
+    one = _median_time(lambda: decide(1, True), runs)
+    k4 = _median_time(lambda: decide(4, True), runs)
+    k4_seq = _median_time(lambda: decide(4, False), runs)
+    p_one = _median_time(lambda: policy.act(view, sample=True, seed=next(seeds)), runs)
+    p_k4 = _median_time(lambda: policy.candidates(view, k=4, seed=next(seeds)), runs)
+    return {"argument_tokens": tokens, "one_s": one[0], "k4_s": k4[0], "k4_sequential_s": k4_seq[0],
+            "k4_over_one": k4[0] / one[0], "k4_over_one_cpu": k4[1] / one[1],
+            "k4_sequential_over_one": k4_seq[0] / one[0],
+            "policy_act_sampled_s": p_one[0], "policy_candidates_k4_s": p_k4[0]}
 
 
 def bench_variants(home: Path, prompt: str, runs: int, tokens: int, threads_list: list[int]) -> list:
