@@ -37,7 +37,7 @@ from evorag_core.methods.arena_prompt import ArenaConfig
 from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
-from .completion_grpo import encode_group, epoch_order, micro_step, rows, start_with_reference
+from .completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
 from .grpo import group_advantages
 from .job import AdapterRef, ProgressFn, RoundJob
 from .loop import MAX_GRAD_NORM, StepLog, train_mode
@@ -202,7 +202,6 @@ def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
-    from .lora import save_adapter
     from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 
     done = registered(store, job)
@@ -220,18 +219,13 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, on_progress,
                                         max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
         keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
-        metrics = {
-            "objective": "arena-grpo", "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr,
-            **log.summary(keys),
-            "kl_history": [[h["step"], h["kl_k2"], h["kl_k3"]] for h in log.history],
-            "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]] for h in log.history],
-            "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
-            "arena": dataclasses.asdict(cfg), "reference": reference.name if reference is not None else "base",
-            "seed": train.seed, "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw,
-        }
-        meta = {"round_id": job.round_id, "objective": "arena-grpo", "base_model_id": base_id, "metrics": metrics,
-                "samples": samples[-8:], "reference": metrics["reference"], "seed": train.seed}
-        checksum = save_adapter(policy, out_dir, meta)
+        metrics, checksum = save_round(
+            policy, job, objective="arena-grpo", base_id=base_id, reference=reference, questions=questions,
+            train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
+            extra={**log.summary(keys),
+                   "kl_history": [[h["step"], h["kl_k2"], h["kl_k3"]] for h in log.history],
+                   "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]]
+                                      for h in log.history],
+                   "arena": dataclasses.asdict(cfg)})
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
     return register(store, job, out_dir, checksum, base_id, metrics)

@@ -16,7 +16,8 @@ from .loop import autocast, start_policy
 from .reduce import sequence_mean
 from .seqlogp import Encoded, completion_token_logps
 
-__all__ = ["encode_group", "rows", "reference_logps", "epoch_order", "micro_step", "start_with_reference"]
+__all__ = ["encode_group", "rows", "reference_logps", "epoch_order", "micro_step", "start_with_reference",
+           "save_round"]
 
 
 def start_with_reference(model: Any, train: TrainConfig, reference: Any | None, base_id: str,
@@ -94,3 +95,22 @@ def micro_step(policy: Any, batch: Encoded, advantages: Sequence[float], train: 
         stats.update(kl_k2=float(sequence_mean(kl_k2(logp, logp_ref), mask)),
                      kl_k3=float(sequence_mean(kl_k3(logp, logp_ref), mask)), loss=float(loss.detach()))
     return stats
+
+
+def save_round(policy: Any, job: Any, *, objective: str, base_id: str, reference: Any | None, questions: Sequence[Any],
+               train: TrainConfig, log: Any, samples: Sequence[Any], setup_s: float, out_dir: Path,
+               extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Save the trained adapter with its metadata; returns (metrics, checksum). The metrics hold what every
+    completion-GRPO round records (objective, KL settings, questions, reference, timings, the job's config) plus
+    `extra` (the objective's own summaries and histories)."""
+    from .lora import save_adapter
+
+    metrics = {
+        "objective": objective, "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr, **extra,
+        "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
+        "reference": reference.name if reference is not None else "base", "seed": train.seed, "setup_s": setup_s,
+        "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0, "config": job.raw,
+    }
+    meta = {"round_id": job.round_id, "objective": objective, "base_model_id": base_id, "metrics": metrics,
+            "samples": list(samples[-8:]), "reference": metrics["reference"], "seed": train.seed}
+    return metrics, save_adapter(policy, out_dir, meta)

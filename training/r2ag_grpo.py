@@ -39,7 +39,7 @@ from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import retrieve_queries
 from evorag_core.types import Passage, Question
 
-from .completion_grpo import encode_group, epoch_order, micro_step, rows, start_with_reference
+from .completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
 from .grpo import group_advantages
 from .job import AdapterRef, ProgressFn, RoundJob
 from .loop import MAX_GRAD_NORM, StepLog, train_mode
@@ -269,7 +269,6 @@ def _load(job: RoundJob, cfg: R2agGrpoConfig):
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
-    from .lora import save_adapter
     from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 
     done = registered(store, job)
@@ -290,17 +289,11 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
                                        max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
         keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
                 "forest")
-        metrics = {
-            "objective": "r2ag-grpo", "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr,
-            "clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
-            "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
-            "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
-            "r2ag": dataclasses.asdict(cfg), "reference": reference.name if reference is not None else "base",
-            "seed": train.seed, "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw,
-        }
-        meta = {"round_id": job.round_id, "objective": "r2ag-grpo", "base_model_id": base_id, "metrics": metrics,
-                "samples": samples[-8:], "reference": metrics["reference"], "seed": train.seed}
-        checksum = save_adapter(policy, out_dir, meta)
+        metrics, checksum = save_round(
+            policy, job, objective="r2ag-grpo", base_id=base_id, reference=reference, questions=questions,
+            train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
+            extra={"clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
+                   "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
+                   "r2ag": dataclasses.asdict(cfg)})
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
     return register(store, job, out_dir, checksum, base_id, metrics)
