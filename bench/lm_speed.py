@@ -1,12 +1,15 @@
 """Speed of the policy LM backend on this machine; writes JSON (default bench/results/lm_speed.json).
 
-    python bench/lm_speed.py [--runs 5] [--threads 0] [--dtype float32] [--variants] [--out PATH]
+    python bench/lm_speed.py [--runs 5] [--threads 0] [--dtype float32] [--half-decode-rows 4] [--variants]
+                             [--out PATH]
 
 Measures (medians over --runs): cached load time; for a ~600-token agent prompt: time to first token (cold cache),
 prefill tok/s, decode tok/s at batch 1 and aggregate at batch 4/8 (HF `generate` at batch 1 for comparison); the
 per-step cost of the agent's action scoring as an episode's prompt grows, with and without prefix reuse; and the
-cost of K=4 sibling candidates vs one sampled decision. `--variants` also times decode/prefill for float32/bfloat16
-x 1/2 threads. The load average is recorded because the machine may be shared: on a busy machine compare the
+cost of K=4 sibling candidates vs one sampled decision. The default backend decodes with fp16 weight copies
+(`policy.half_decode_rows`, evorag_core/policy/half_decode.py); `--half-decode-rows 0` times the exact fp32 path.
+`--variants` also times decode/prefill for exact fp32, fp32 with fp16 decode copies, and bfloat16 weights, x 1/2
+threads. The load average is recorded because the machine may be shared: on a busy machine compare the
 `*_cpu` figures (rates from process CPU time; with --threads 1 they approximate an idle machine).
 """
 from __future__ import annotations
@@ -33,6 +36,14 @@ from evorag_core.types import Passage  # noqa: E402
 
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"decode_batch1_tok_s": 30.0, "cached_load_s": 3.0, "k4_over_one": 2.0}
+
+
+def _cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
 
 def _median_time(fn, runs: int) -> tuple[float, float]:
@@ -160,14 +171,18 @@ def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentVi
             "policy_act_sampled_s": p_one[0], "policy_candidates_k4_s": p_k4[0]}
 
 
+VARIANTS = (("float32", 0), ("float32", 4), ("bfloat16", 0))  # (dtype, half_decode_rows)
+
+
 def bench_variants(home: Path, prompt: str, runs: int, tokens: int, threads_list: list[int]) -> list:
     rows = []
-    for dtype in ("float32", "bfloat16"):
-        backend = TransformersBackend(PolicyConfig(device="cpu", dtype=dtype), home)
+    for dtype, half_rows in VARIANTS:
+        backend = TransformersBackend(PolicyConfig(device="cpu", dtype=dtype, half_decode_rows=half_rows), home)
         for threads in threads_list:
             torch.set_num_threads(threads)
             d = bench_decode(backend, prompt, runs, tokens)
-            rows.append({"dtype": dtype, "threads": threads, "prefill_tok_s": d["prefill_tok_s"],
+            rows.append({"dtype": dtype, "half_decode_rows": half_rows, "threads": threads,
+                         "prefill_tok_s": d["prefill_tok_s"],
                          "decode_batch1_tok_s": d["decode_batch1_tok_s"], "decode_batch4_tok_s": d["decode_batch4_tok_s"],
                          "decode_batch1_tok_s_cpu": d["decode_batch1_tok_s_cpu"],
                          "hf_generate_batch1_tok_s": d["hf_generate_batch1_tok_s"]})
@@ -183,11 +198,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=32, help="decode tokens per timing")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--half-decode-rows", type=int, default=PolicyConfig().half_decode_rows,
+                    help="decode with fp16 weight copies up to this many rows (0: exact fp32)")
     ap.add_argument("--variants", action="store_true", help="also time float32/bfloat16 x --variant-threads")
     ap.add_argument("--variant-threads", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args(argv)
     home = args.home or home_dir()
-    cfg = PolicyConfig(device="cpu", dtype=args.dtype, threads=args.threads)
+    cfg = PolicyConfig(device="cpu", dtype=args.dtype, threads=args.threads, half_decode_rows=args.half_decode_rows)
     load_start = os.getloadavg()
 
     result: dict = {}
@@ -195,6 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     def save() -> None:  # after every section, so that an interrupted run keeps what it measured
         result["machine"] = {
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": args.dtype,
+            "half_decode_rows": args.half_decode_rows, "cpu_model": _cpu_model(),
             "torch": torch.__version__, "python": platform.python_version(), "runs": args.runs,
             "loadavg_start": load_start, "loadavg_now": os.getloadavg(),
         }

@@ -95,6 +95,7 @@ class PolicyConfig:
     answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy"
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
+    half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
 
 
 @dataclass(frozen=True)

@@ -444,7 +444,8 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     out = method.generator.generate(question.question, question.passages)
     assert out.tokens == 12 and out.finish_reason == "length"
     scored = method.generator.backend.sequence_logprob(out.prompt, out.text)
-    assert scored == pytest.approx(out.logprob, abs=1e-3)
+    # decode steps read fp16 weight copies (half_decode.py: ~1e-4 per token); a wrong prompt would be off by nats
+    assert scored == pytest.approx(out.logprob, abs=2e-2)
 
     model, _, _ = load_model("embedded", session_home, device="cpu")
     peft_model = attach_lora(model, cfg.train)

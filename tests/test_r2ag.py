@@ -509,7 +509,8 @@ def test_lm_steering_smoke(demo_rt, session_home, one_thread):
         assert p.expansion == parse_expansion(p.text, 6)
     group = steer.sample(SteerRequest(q.question, ()), 2, 1.0, seed=0)
     assert len(group) == 2
-    assert backend.sequence_logprob(group[0].prompt, group[0].text) == pytest.approx(group[0].logprob, abs=1e-3)
+    # decode steps read fp16 weight copies (half_decode.py: ~1e-4 per token); a wrong prompt would be off by nats
+    assert backend.sequence_logprob(group[0].prompt, group[0].text) == pytest.approx(group[0].logprob, abs=2e-2)
 
 
 # -- the studio's tree view ---------------------------------------------------------------------------------------
