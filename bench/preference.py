@@ -13,7 +13,8 @@
 3. The full model (seven heads) at the chosen layer/pooling, single-signal ablations (one head trained at a time,
    the paper's Table 5 shape: that head's eval accuracy/loss and the overall accuracy when ranking by it alone),
    and a single-head baseline trained on the total return. The split is by question (80/20, seed 0); the layer,
-   pooling and L2 strength are chosen by 5-fold grouped cross-validation inside the training split only.
+   pooling, L2 strength and the combiner (fitted in-sample, stacked on out-of-fold head scores, stacked and
+   non-negative) are chosen by 5-fold grouped cross-validation inside the training split only.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"head_accuracy_min": 0.5, "overall_accuracy_min": 0.70}
+COMBINERS = (  # (name, combine_folds, combine_nonnegative): see evorag_core/preference.py, "Overall preference"
+    ("in-sample", 0, False), ("stacked", 5, False), ("stacked-nonnegative", 5, True))
 
 
 def _slice(text: str) -> tuple[int, int]:
@@ -152,6 +155,17 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
     l2 = float(max(l2_choice, key=l2_choice.get))
     cfg = PreferenceConfig(**{**base.__dict__, "layer": layer, "pooling": pooling, "l2": l2})
     X = (tc[:, best], tr[:, best]), (ec[:, best], er[:, best])
+    combiners = {}
+    for name, folds, nonneg in COMBINERS:
+        c = PreferenceConfig(**{**cfg.__dict__, "combine_folds": folds, "combine_nonnegative": nonneg})
+        model = fit_preference_model(*X[0], train, c)
+        combiners[name] = {"cv_overall_accuracy": round(_cv_accuracy(*X[0], train, c), 4),
+                           "eval_overall_accuracy": round(metrics_for(model, X[0], X[1], train, evals).overall_accuracy, 4),
+                           "combine_folds": folds, "combine_nonnegative": nonneg}
+        print(name, combiners[name], file=sys.stderr)
+    chosen_combiner = max(combiners, key=lambda k: combiners[k]["cv_overall_accuracy"])
+    cfg = PreferenceConfig(**{**cfg.__dict__, "combine_folds": combiners[chosen_combiner]["combine_folds"],
+                              "combine_nonnegative": combiners[chosen_combiner]["combine_nonnegative"]})
 
     def run(heads, hidden=0):
         c = PreferenceConfig(**{**cfg.__dict__, "hidden": hidden})
@@ -186,7 +200,8 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         "encoder_choice": {"specs": choice, "chosen": {"layer": layer, "pooling": pooling},
                            "l2_cv_overall_accuracy": l2_choice, "chosen_l2": l2,
                            "rule": "best mean overall accuracy over 5 grouped folds of the training split "
-                                   "(layer/pooling at the default l2 first, then l2)",
+                                   "(layer/pooling at the default l2 first, then l2, then the combiner)",
+                           "combiners": combiners, "chosen_combiner": chosen_combiner,
                            "encode_seconds": round(encode_s, 1)},
         "full_model": {"config": cfg.__dict__, "heads": _head_table(full),
                        "overall_eval_accuracy": round(full.overall_accuracy, 4),

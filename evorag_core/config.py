@@ -131,6 +131,8 @@ class PreferenceConfig:
     max_iter: int = 200  # full-batch L-BFGS iterations
     holdout: float = 0.2  # share of questions held out for evaluation
     seed: int = 0
+    combine_folds: int = 5  # the combiner is fitted on out-of-fold head scores over this many question groups (0: in-sample)
+    combine_nonnegative: bool = True  # combiner weights >= 0 (each head scores "better on its signal")
 
 
 @dataclass(frozen=True)

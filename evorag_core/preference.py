@@ -25,9 +25,15 @@ a head with no pairs contributes 0). With a frozen encoder and no shared layer t
 regressions, so a single-signal model's head equals the full model's (the ablation then differs only in what the
 overall ranking can use).
 
-Overall preference. score(x) = sum_k c_k f^(k)(x), with c fitted (L2, a few hundred Adam steps) on the training
-pairs' overall direction (the chosen branch has the larger total return), also by L-BFGS with the same L2. It ranks candidate actions at inference
-(`rank_candidates`, `RankedPolicy`: best-of-K).
+Overall preference. score(x) = sum_k c_k f^(k)(x): a logistic regression of the training pairs' overall direction
+(the chosen branch has the larger total return) on the head-score differences, by L-BFGS with the same L2. The heads
+are fitted on those very pairs, so their in-sample scores are over-confident and a combiner fitted on them trusts
+the heads that overfit most (measured: train overall accuracy 0.67, held-out 0.56). So the combiner is stacked:
+fitted on out-of-fold head scores (`combine_folds` grouped folds of the training questions; each fold's scores come
+from heads fitted without it), then applied to the heads fitted on all training pairs. With `combine_nonnegative`
+(default) c >= 0 (c = softplus(u)): every head scores "better on its own signal" and the total return is a
+positive-weighted sum of the per-signal returns, so a negative weight can only be noise. It ranks candidate actions
+at inference (`rank_candidates`, `RankedPolicy`: best-of-K).
 
 Saved as `model.safetensors` (weights, feature mean/std, combiner) + `config.json` (PreferenceConfig, heads, encoder
 model id, feature size, metrics).
@@ -388,12 +394,24 @@ def _targets(examples: Sequence[PreferenceExample], heads: Sequence[str], head_m
 def fit_preference_model(chosen: np.ndarray, rejected: np.ndarray, train: Sequence[PreferenceExample],
                          cfg: PreferenceConfig, heads: Sequence[str] = SIGNAL_NAMES,
                          model_id: str = "") -> PreferenceModel:
-    """Fit the heads (and the shared layer, if any), then the combiner, on features [n, dim]: full-batch L-BFGS on
-    the head-wise loss + cfg.l2 * |weights|^2 (at most cfg.max_iter iterations; deterministic in cfg.seed)."""
+    """Fit the heads (and the shared layer, if any) on features [n, dim], then the combiner on out-of-fold head
+    scores (module docstring); deterministic in cfg.seed."""
     if len(train) == 0:
         raise TrainingError("no training pairs for the preference model")
-    torch.manual_seed(cfg.seed)
     xc, xr = torch.as_tensor(chosen, dtype=torch.float32), torch.as_tensor(rejected, dtype=torch.float32)
+    model = _fit_heads(xc, xr, train, cfg, heads, model_id)
+    diff = _out_of_fold_diffs(xc, xr, train, cfg, heads)
+    if diff is None:
+        with torch.no_grad():
+            diff = model(xc) - model(xr)
+    _fit_combiner(model, diff, cfg)
+    return model.eval()
+
+
+def _fit_heads(xc: torch.Tensor, xr: torch.Tensor, train: Sequence[PreferenceExample], cfg: PreferenceConfig,
+               heads: Sequence[str], model_id: str) -> PreferenceModel:
+    """Full-batch L-BFGS on the head-wise loss + cfg.l2 * |weights|^2 (at most cfg.max_iter iterations)."""
+    torch.manual_seed(cfg.seed)
     model = PreferenceModel(xc.shape[1], heads, cfg.hidden, cfg, model_id)
     both = torch.cat([xc, xr])
     model.mean.copy_(both.mean(0))
@@ -406,8 +424,27 @@ def fit_preference_model(chosen: np.ndarray, rejected: np.ndarray, train: Sequen
         return loss + cfg.l2 * sum((w ** 2).sum() for w in weights)
 
     _lbfgs([p for n, p in model.named_parameters() if n != "combine"], objective, cfg.max_iter)
-    _fit_combiner(model, xc, xr, cfg)
-    return model.eval()
+    return model
+
+
+def _out_of_fold_diffs(xc: torch.Tensor, xr: torch.Tensor, train: Sequence[PreferenceExample],
+                       cfg: PreferenceConfig, heads: Sequence[str]) -> torch.Tensor | None:
+    """Head-score differences [n, H] where each pair's come from heads fitted without its question's fold; None
+    when cfg.combine_folds < 2 or there are fewer question groups than folds."""
+    groups = sorted({e.group for e in train})
+    folds = cfg.combine_folds
+    if folds < 2 or len(groups) < folds:
+        return None
+    random.Random(cfg.seed).shuffle(groups)
+    fold_of = {g: i % folds for i, g in enumerate(groups)}
+    diff = torch.zeros(len(train), len(heads))
+    for f in range(folds):
+        held = [i for i, e in enumerate(train) if fold_of[e.group] == f]
+        kept = [i for i, e in enumerate(train) if fold_of[e.group] != f]
+        model = _fit_heads(xc[kept], xr[kept], [train[i] for i in kept], cfg, heads, "")
+        with torch.no_grad():
+            diff[held] = model(xc[held]) - model(xr[held])
+    return diff
 
 
 def _lbfgs(params: list[torch.Tensor], objective, max_iter: int) -> None:
@@ -423,17 +460,20 @@ def _lbfgs(params: list[torch.Tensor], objective, max_iter: int) -> None:
     opt.step(closure)
 
 
-def _fit_combiner(model: PreferenceModel, xc: torch.Tensor, xr: torch.Tensor, cfg: PreferenceConfig) -> None:
-    """c minimizing mean -log sigma(c . (f(x_chosen) - f(x_rejected))) + l2 |c|^2 over the training pairs (head
-    score differences scaled to unit mean magnitude first, so that l2 means the same for every head)."""
+def _fit_combiner(model: PreferenceModel, diff: torch.Tensor, cfg: PreferenceConfig) -> None:
+    """c minimizing mean -log sigma(c . diff) + l2 |c|^2 over the training pairs, `diff` = head-score differences
+    (chosen - rejected) scaled to unit mean magnitude first, so that l2 means the same for every head; c >= 0 via
+    c = softplus(u) when cfg.combine_nonnegative."""
+    scale = diff.abs().mean(0).clamp(min=1e-6)
+    z = diff / scale
+    u = torch.zeros(diff.shape[1], requires_grad=True)
+
+    def weights() -> torch.Tensor:
+        return nn.functional.softplus(u) if cfg.combine_nonnegative else u
+
+    _lbfgs([u], lambda: nn.functional.softplus(-z @ weights()).mean() + cfg.l2 * (weights() ** 2).sum(), 100)
     with torch.no_grad():
-        diff = model(xc) - model(xr)
-        scale = diff.abs().mean(0).clamp(min=1e-6)
-    weights = torch.zeros(diff.shape[1], requires_grad=True)
-    _lbfgs([weights], lambda: nn.functional.softplus(-(diff / scale) @ weights).mean()
-           + cfg.l2 * (weights ** 2).sum(), 100)
-    with torch.no_grad():
-        model.combine.copy_(weights.detach() / scale)
+        model.combine.copy_(weights().detach() / scale)
 
 
 def _accuracy(z: torch.Tensor) -> float:
