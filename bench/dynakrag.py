@@ -1,9 +1,11 @@
 """DynaKrag benchmark: train the controller on a slice of each benchmark sample, then compare the learned
-controller with the uniform-valid one (paired bootstrap on per-question F1), sweep the retrieval cap, and run
-`fixed-k` / `ircot` on the same questions when those eval methods exist. Writes one JSON file.
+controller with the uniform-valid one (paired bootstrap on per-question F1), run the paper's ablations (no
+sufficiency check, no terminal compression), sweep the retrieval cap, and run `fixed-k` / `ircot` on the same
+questions when those eval methods exist. Writes one JSON file.
 
     python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--caps 1,2,3,4]
-                             [--threads 2] [--compress-tokens 96] [--out bench/results/dynakrag.json]
+                             [--sweep-eval N] [--ablation-eval N] [--threads 2] [--compress-tokens 96]
+                             [--out bench/results/dynakrag.json]
 
 Split: the first --train questions of each file train the controller, the next --eval questions are evaluated
 (disjoint). Corpus: the project default, `pooled` (all passages of the file, de-duplicated), so retrieval is over
@@ -48,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval", type=int, default=30, help="evaluation questions per data set (after the training ones)")
     p.add_argument("--caps", default="1,2,3,4", help="retrieval caps of the sweep (learned controller)")
     p.add_argument("--sweep-eval", type=int, default=0, help="sweep on the first N evaluation questions (0: all)")
+    p.add_argument("--ablation-eval", type=int, default=0,
+                   help="no-sufficiency / no-compression ablations on the first N evaluation questions (0: all)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--compress-tokens", type=int, default=96)
     p.add_argument("--answer-tokens", type=int, default=24)
@@ -164,6 +168,18 @@ class Bench:
                 self.report["comparisons"][f"learned_vs_{bname}_f1"] = bootstrap(
                     self.results["learned"], info["results"], self.args.resamples)
 
+    def ablations(self) -> None:
+        """The paper's ablations of the learned controller: no sufficiency check, no terminal compression; each
+        paired with the full learned controller on the same questions."""
+        out = self.report.setdefault("ablations", {})
+        qs = self.eval_qs[: self.args.ablation_eval] if self.args.ablation_eval else self.eval_qs
+        for key, change in (("no_sufficiency", {"sufficiency": False}), ("no_compression", {"compression": False})):
+            cfg_a = replace(self.dk, **change)
+            summary, results = run(self.method(cfg_a, LearnedController(self.models, cfg_a)), qs,
+                                   self.folder / f"learned_{key}.jsonl", self.args.fresh)
+            out[key] = {"summary": summary,
+                        "full_vs_ablation_f1": bootstrap(self.results["learned"], results, self.args.resamples)}
+
     def sweep(self) -> None:
         sweep = self.report.setdefault("cap_sweep", {})
         for cap in [int(c) for c in self.args.caps.split(",") if c]:
@@ -197,7 +213,8 @@ def main(argv=None) -> int:
                            "pairing": "per question (same question ids); F1 of learned minus the other method",
                            "load_average_start": os.getloadavg()},
               "datasets": {b.name: b.report for b in benches}, "phases_done": []}
-    phases = [("train", Bench.train), ("learned_vs_uniform", Bench.main_runs), ("cap_sweep", Bench.sweep)]
+    phases = [("train", Bench.train), ("learned_vs_uniform", Bench.main_runs), ("ablations", Bench.ablations),
+              ("cap_sweep", Bench.sweep)]
     if not args.no_baselines:
         phases.append(("baselines", Bench.baselines))
     for phase, fn in phases:

@@ -122,7 +122,11 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     margin = 0.3
     with open_store(db) as store:
-        pairs = [p for p in store.list_pairs(source="rollout", limit=None) if p.status != "discarded"]
+        pairs = [p for p in store.list_pairs(source="rollout", limit=None)
+                 if args.include_discarded or p.status != "discarded"]
+        stages: dict[str, int] = {}
+        for e in store.list_episodes(limit=1_000_000):
+            stages[e.stage] = stages.get(e.stage, 0) + 1
     examples, skipped = examples_from_pairs(pairs, margin)
     if len(examples) < 10:
         raise SystemExit(f"only {len(examples)} pairs with margin >= {margin}; roll out more questions first")
@@ -194,7 +198,8 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         key = f"{e.chosen.split(':')[0]}>{e.rejected.split(':')[0]}"
         kinds[key] = kinds.get(key, 0) + 1
     return {
-        "pairs": {"stored_rollout_pairs": len(pairs), "with_margin_ge_0.3": len(examples), "skipped": skipped,
+        "pairs": {"stored_rollout_pairs": len(pairs), "episodes_by_stage": stages,
+                  "with_margin_ge_0.3": len(examples), "skipped": skipped,
                   "train": len(train), "eval": len(evals), "train_questions": len({e.group for e in train}),
                   "eval_questions": len({e.group for e in evals}), "action_kinds_chosen>rejected": kinds},
         "encoder_choice": {"specs": choice, "chosen": {"layer": layer, "pooling": pooling},
@@ -234,6 +239,8 @@ def main() -> None:
     ap.add_argument("--db", default=None, help="default: sqlite:///<home>/bench_preference.db")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "preference.json")
     ap.add_argument("--skip-rollout", action="store_true", help="only train/evaluate on the pairs already stored")
+    ap.add_argument("--include-discarded", action="store_true",
+                    help="also use discarded pairs (e.g. those bench/learning.py set aside as its held-out pairs)")
     ap.add_argument("--rollout-only", action="store_true", help="only roll out (stats are kept beside the database)")
     ap.add_argument("--layers", default="6,12,16,20,24,28,30", help="layers compared for the encoder choice")
     args = ap.parse_args()
@@ -244,7 +251,10 @@ def main() -> None:
         "settings": {"data": str(args.data), "slice": args.questions, "workers": args.workers,
                      "threads_per_worker": 1, "t_max": args.t_max, "siblings": args.siblings,
                      "max_states": args.max_states, "stage": "discovery", "corpus": "per-question",
-                     "policy": "embedded SmolLM2-135M-Instruct (float32, CPU)", "db": db},
+                     "policy": "embedded SmolLM2-135M-Instruct (float32, CPU)", "db": db,
+                     "include_discarded": args.include_discarded,
+                     "note": "the rollout settings describe this script's own rollouts; with --skip-rollout the pairs "
+                             "are whatever the store holds (see pairs.episodes_by_stage)"},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
     }
     runs_file = args.home / "bench_preference_rollouts.json"

@@ -57,22 +57,28 @@ def test_loss_by_hand_two_heads():
     assert per0[1] == 0 and float(loss0) == pytest.approx((sp(1) + sp(-2)) / 4, abs=1e-5)
 
 
-def _synthetic(n: int, dim: int = 24, seed: int = 0):
-    """Features x ~ N(0, 1); signal k's per-branch return is w_k . x (w_ret, w_dup, w_step random, the other four
-    signals always equal -> no pairs for their heads). chosen = the branch with the larger total."""
-    rng = np.random.default_rng(seed)
-    w = {k: rng.normal(size=dim) for k in ("ret", "dup", "step")}
-    a, b = rng.normal(size=(n, dim)), rng.normal(size=(n, dim))
+def _pairs_from_returns(a: np.ndarray, b: np.ndarray, returns):
+    """Pairs of branches with features a[i], b[i]: `returns(x)` gives a branch's per-signal returns (signals it
+    omits are 0); chosen = the branch with the larger total; 40 question groups."""
     examples, xc, xr = [], [], []
-    for i in range(n):
-        ga = {k: float(w[k] @ a[i]) if k in w else 0.0 for k in SIGNAL_NAMES}
-        gb = {k: float(w[k] @ b[i]) if k in w else 0.0 for k in SIGNAL_NAMES}
+    for i in range(len(a)):
+        ga = {k: 0.0 for k in SIGNAL_NAMES} | returns(a[i])
+        gb = {k: 0.0 for k in SIGNAL_NAMES} | returns(b[i])
         (c, gc), (r, gr) = ((a[i], ga), (b[i], gb)) if sum(ga.values()) >= sum(gb.values()) else ((b[i], gb), (a[i], ga))
         examples.append(PreferenceExample(f"p{i}", "c", "r", sum(gc.values()) - sum(gr.values()),
                                           {k: gc[k] - gr[k] for k in SIGNAL_NAMES}, f"q{i % 40}"))
         xc.append(c)
         xr.append(r)
     return examples, np.array(xc, dtype=np.float32), np.array(xr, dtype=np.float32)
+
+
+def _synthetic(n: int, dim: int = 24, seed: int = 0):
+    """Features x ~ N(0, 1); signal k's per-branch return is w_k . x (w_ret, w_dup, w_step random, the other four
+    signals always equal -> no pairs for their heads). chosen = the branch with the larger total."""
+    rng = np.random.default_rng(seed)
+    w = {k: rng.normal(size=dim) for k in ("ret", "dup", "step")}
+    a, b = rng.normal(size=(n, dim)), rng.normal(size=(n, dim))
+    return _pairs_from_returns(a, b, lambda x: {k: float(w[k] @ x) for k in w})
 
 
 def test_training_on_learnable_synthetic_features_is_accurate():
@@ -96,24 +102,14 @@ def _noisy_signal_pairs(n: int, dim: int = 60, seed: int = 0):
     rng = np.random.default_rng(seed)
     w = rng.normal(size=dim)
     a, b = rng.normal(size=(n, dim)), rng.normal(size=(n, dim))
-    examples, xc, xr = [], [], []
-    for i in range(n):
-        ga, gb = {k: 0.0 for k in SIGNAL_NAMES}, {k: 0.0 for k in SIGNAL_NAMES}
-        ga["ret"], gb["ret"] = float(w @ a[i]), float(w @ b[i])
-        ga["dup"], gb["dup"] = rng.normal() * 12, rng.normal() * 12
-        (c, gc), (r, gr) = ((a[i], ga), (b[i], gb)) if sum(ga.values()) >= sum(gb.values()) else ((b[i], gb), (a[i], ga))
-        examples.append(PreferenceExample(f"p{i}", "c", "r", sum(gc.values()) - sum(gr.values()),
-                                          {k: gc[k] - gr[k] for k in SIGNAL_NAMES}, f"q{i % 50}"))
-        xc.append(c)
-        xr.append(r)
-    return examples, np.array(xc, dtype=np.float32), np.array(xr, dtype=np.float32)
+    return _pairs_from_returns(a, b, lambda x: {"ret": float(w @ x), "dup": float(rng.normal() * 12)})
 
 
 def test_stacked_combiner_ignores_a_head_that_only_fits_noise():
     """In-sample, the dup head (noise) agrees with the training pairs' direction, so a combiner fitted on in-sample
-    scores weighs it above the ret head (measured 0.58 vs 0.17) and the held-out overall accuracy is chance (0.51).
-    Fitted on out-of-fold scores the dup weight drops below the ret weight (to 0 with the non-negative constraint) and the
-    held-out accuracy rises above 0.6."""
+    scores weighs it above the ret head (measured 0.72 vs 0.20) and the held-out overall accuracy is chance (0.45).
+    Fitted on out-of-fold scores the dup weight drops far below the ret weight (-0.02; exactly 0 with the
+    non-negative constraint) and the held-out accuracy rises by more than 0.1 (0.56 / 0.57)."""
     examples, xc, xr = _noisy_signal_pairs(300)
     train, evals = split_examples(examples, 0.3, 0)
     idx = {id(e): i for i, e in enumerate(examples)}
