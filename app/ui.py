@@ -365,6 +365,7 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         with gr.Column(scale=2):
             progress = gr.HTML(elem_id="evo-round-progress")
             loss = gr.Plot(label="Loss", elem_id="evo-loss")
+            kl_plot = gr.Plot(label="KL to the reference", elem_id="evo-kl")
     gr.Markdown("### Rounds")
     rounds = gr.HTML(elem_id="evo-rounds-box")
     gr.Markdown("### Adapters")
@@ -382,8 +383,8 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         shown = dict(shown or {})
         view = handlers.training_view(svc)
         live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
-        fresh = {"progress": view.progress, "loss": view.loss_key, "rounds": view.rounds, "adapters": view.adapters,
-                 "live": live_html, "names": view.adapter_names}
+        fresh = {"progress": view.progress, "loss": view.loss_key, "kl": view.kl_key, "rounds": view.rounds,
+                 "adapters": view.adapters, "live": live_html, "names": view.adapter_names}
 
         def send(key, value):
             return value if shown.get(key, object()) != fresh[key] else gr.skip()
@@ -391,11 +392,11 @@ def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         names_changed = shown.get("names") != view.adapter_names
         pick = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()
         pol = gr.Dropdown(choices=handlers.policy_options(svc)) if names_changed else gr.skip()
-        out = (send("progress", view.progress), send("loss", view.loss), send("rounds", view.rounds),
-               send("adapters", view.adapters), pick, send("live", live_html), fresh, pol)
+        out = (send("progress", view.progress), send("loss", view.loss), send("kl", view.kl),
+               send("rounds", view.rounds), send("adapters", view.adapters), pick, send("live", live_html), fresh, pol)
         return out
 
-    outs = [progress, loss, rounds, adapters, adapter_dd, live, names_state, policy_dd]
+    outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd]
 
     def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown):
         msg, _ = handlers.launch_round(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)

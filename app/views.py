@@ -31,6 +31,7 @@ __all__ = [
     "table_html",
     "counts_html",
     "progress_html",
+    "kl_figure",
     "loss_figure",
     "empty_figure",
 ]
@@ -279,6 +280,27 @@ def progress_html(label: str, done: float | None, total: float | None, eta: floa
         f'<b>{esc(status)}</b>{esc(count)}{esc(eta_txt)}</div><div class="evo-bar"><div class="evo-fill '
         f'{esc(status)}" style="width:{frac * 100:.1f}%"></div></div></div>'
     )
+
+
+KL_SERIES = (("kl_k2", "k2 = ½(log r)²", "#2e7d32"), ("kl_k3", "k3 = r − log r − 1", "#c62828"),
+             ("kl", "optimised estimator", "#6a1b9a"))
+
+
+def kl_figure(rows: Sequence[Mapping[str, float]], title: str = "KL to the reference") -> go.Figure:
+    """Per-step mean token KL: one line per estimator the round logged (k2 and k3 both where the objective
+    computes both; otherwise the optimised one)."""
+    series = [(key, name, color) for key, name, color in KL_SERIES if any(key in r for r in rows)]
+    if any(key in ("kl_k2", "kl_k3") for key, _, _ in series):
+        series = [s for s in series if s[0] != "kl"]  # with both estimates logged, "kl" repeats one of them
+    if not series:
+        return empty_figure(title, "this round logs no per-step KL (DPO's reference term is inside its loss)")
+    fig = go.Figure([go.Scatter(x=[r["step"] for r in rows if key in r], y=[r[key] for r in rows if key in r],
+                                mode="lines+markers", name=name, line=dict(color=color))
+                     for key, name, color in series])
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), showlegend=True, **_FIG_LAYOUT)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="mean token KL")
+    return fig
 
 
 def loss_figure(points: Sequence[tuple[float, float]], title: str = "Training loss") -> go.Figure:

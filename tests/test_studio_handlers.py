@@ -255,6 +255,30 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     assert handlers.training_view(svc).live == "base model"
 
 
+def test_training_view_plots_kl_per_step_for_both_estimators(svc):
+    """An arena-grpo round (k2 optimised, k3 logged beside it): while it runs, each heartbeat's kl_k2/kl_k3 adds a
+    point; once finished, the recorded kl_history replaces what the UI saw. A DPO round logs no KL: the figure says
+    so instead of plotting nothing."""
+    store = svc.store()
+    rid = store.enqueue_round("arena-grpo", {"objective": "arena-grpo", "kl": "k2"})
+    assert store.claim_round("test-worker", 60).id == rid
+    for step, k2, k3 in ((1, 0.0, 0.0), (2, 0.004, 0.0041)):
+        store.heartbeat(rid, "test-worker", {"step": step, "total": 3, "loss": 0.1, "kl": k2, "kl_k2": k2,
+                                             "kl_k3": k3})
+        view = handlers.training_view(svc)
+    names = [trace.name for trace in view.kl.data]
+    assert names == ["k2 = ½(log r)²", "k3 = r − log r − 1"]  # "kl" repeats k2 here and is left out
+    assert list(view.kl.data[0].y) == [0.0, 0.004] and list(view.kl.data[1].y) == [0.0, 0.0041]
+    history = [{"step": 1, "kl": 0.0, "kl_k2": 0.0, "kl_k3": 0.0}, {"step": 2, "kl": 0.004, "kl_k2": 0.004,
+               "kl_k3": 0.0041}, {"step": 3, "kl": 0.009, "kl_k2": 0.009, "kl_k3": 0.0095}]
+    store.finish_round(rid, metrics={"kl_history": history}, worker_id="test-worker")
+    view = handlers.training_view(svc)
+    assert list(view.kl.data[1].x) == [1, 2, 3] and list(view.kl.data[1].y) == [0.0, 0.0041, 0.0095]
+    handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k3")
+    view = handlers.training_view(svc)
+    assert not view.kl.data and "no per-step KL" in str(view.kl.layout.annotations[0].text)
+
+
 def test_evaluate_slice_bootstrap_and_drill_down(svc):
     """Oracle on demo[0:4]: demo-001..003 answered (EM 1), demo-004 unanswerable -> REFUSE (EM 0): EM = 0.75.
     A script that refuses at once scores EM 0 everywhere: A - B = +0.75 on EM."""

@@ -222,8 +222,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         metrics, checksum = save_round(
             policy, job, objective="arena-grpo", base_id=base_id, reference=reference, questions=questions,
             train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
-            extra={**log.summary(keys),
-                   "kl_history": [[h["step"], h["kl_k2"], h["kl_k3"]] for h in log.history],
+            extra={**log.summary(keys),  # includes kl_history: {step, kl, kl_k2, kl_k3} per step
                    "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]]
                                       for h in log.history],
                    "arena": dataclasses.asdict(cfg)})

@@ -20,7 +20,7 @@ from evorag_core.config import TrainConfig
 from .job import ProgressFn
 from .lora import attach_lora, load_adapter
 
-__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
+__all__ = ["MAX_GRAD_NORM", "KL_KEYS", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
 
 MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
 
@@ -68,6 +68,9 @@ def minibatches(n: int, batch_size: int, epochs: int, seed: int) -> list[list[in
     return out
 
 
+KL_KEYS = ("kl", "kl_k2", "kl_k3")  # per-step KL entries a round may log (see StepLog.summary)
+
+
 class StepLog:
     """Per-optimiser-step records ({step, total, loss, ..., elapsed_s}); each is also sent to `on_progress`."""
 
@@ -86,9 +89,14 @@ class StepLog:
         return entry
 
     def summary(self, keys: tuple[str, ...]) -> dict[str, Any]:
-        """first_/final_/mean_ of each key over the steps, and the loss history as [step, loss] pairs."""
+        """first_/final_/mean_ of each key over the steps, the loss history as [step, loss] pairs and, when the
+        objective logged a KL, the KL history as {step, kl, kl_k2, kl_k3} rows (the keys it logged: `kl` is the
+        optimised estimator, `kl_k2`/`kl_k3` both estimates where an objective computes both)."""
         out: dict[str, Any] = {"steps": len(self.history),
                                "loss_history": [[h["step"], h["loss"]] for h in self.history]}
+        kl_rows = [{"step": h["step"], **{k: h[k] for k in KL_KEYS if k in h}} for h in self.history]
+        if any(len(row) > 1 for row in kl_rows):
+            out["kl_history"] = kl_rows
         for key in keys:
             values = [h[key] for h in self.history if key in h and not math.isnan(h[key])]
             if values:

@@ -25,6 +25,7 @@ __all__ = [
 
 OBJECTIVES = ("dpo", "grpo", "ppo")
 KL_ESTIMATORS = ("k3", "k2")
+KL_KEYS = ("kl", "kl_k2", "kl_k3")  # per-step KL entries of a round's progress / kl_history (training/loop.py)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class TrainingView:
     adapter_names: list[str]
     live: str  # active adapter name or "base model"
     loss_key: tuple = ()  # (round id, loss points): equal keys mean an identical loss figure
+    kl: go.Figure | None = None  # per-step KL of the newest round (k2 and k3 where it logs both)
+    kl_key: tuple = ()  # (round id, KL rows): equal keys mean an identical KL figure
 
 
 def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
@@ -75,9 +78,11 @@ def training_view(svc: Services) -> TrainingView:
     rounds = store.list_rounds(limit=50)
     newest = rounds[0] if rounds else None
     loss_key: tuple = ()
+    kl_key: tuple = ()
     if newest is None:
         progress = '<div class="evo-empty">No training round yet.</div>'
         loss = views.loss_figure([])
+        kl = views.kl_figure([])
     else:
         prog = newest.progress or {}
         points = svc.loss_history.setdefault(newest.id, [])
@@ -89,6 +94,10 @@ def training_view(svc: Services) -> TrainingView:
             progress += views.message_html(newest.error, "error")
         loss = views.loss_figure(points, f"Round #{newest.id} loss")
         loss_key = (newest.id, tuple(points))
+        kl_rows = svc.kl_history.setdefault(newest.id, [])
+        _merge_kl(kl_rows, newest)
+        kl = views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference")
+        kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
@@ -111,7 +120,8 @@ def training_view(svc: Services) -> TrainingView:
     adapters_html = views.table_html(["adapter", "objective", "round", *keys, "created"], adapter_rows,
                                      table_id="evo-adapters", empty="No adapters yet: a finished round registers one.")
     live = next((a.name for a in adapters if a.active), "base model")
-    return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key)
+    return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key, kl,
+                        kl_key)
 
 
 # Metrics shown first when rounds and adapters are compared (whichever of them a round reported).
@@ -139,6 +149,21 @@ def _merge_losses(points: list[tuple[float, float]], r: Any) -> None:
         point = (float(prog["step"]), float(prog["loss"]))
         if not points or points[-1][0] != point[0]:
             points.append(point)
+
+
+def _merge_kl(rows: list[dict[str, float]], r: Any) -> None:
+    """KL rows: the round's recorded `kl_history` once it has one, else each progress report the UI has seen
+    (a running round's heartbeat carries the latest step's kl / kl_k2 / kl_k3)."""
+    history = (r.metrics or {}).get("kl_history")
+    if isinstance(history, list) and history and all(isinstance(h, dict) for h in history):
+        rows[:] = [{k: float(v) for k, v in h.items() if isinstance(v, (int, float))} for h in history]
+        return
+    prog = r.progress or {}
+    found = {k: float(prog[k]) for k in KL_KEYS if isinstance(prog.get(k), (int, float))}
+    if found and prog.get("step") is not None:
+        row = {"step": float(prog["step"]), **found}
+        if not rows or rows[-1]["step"] != row["step"]:
+            rows.append(row)
 
 
 def activate_adapter(svc: Services, name: str | None) -> str:
