@@ -219,7 +219,7 @@ def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: 
     from training.round_io import base_model_id
 
     cfg = _config(args)
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads * args.workers)  # one process here: the workers' whole share of the CPU
     with open_store(args.db) as store:
         pairs = [store.get_pair(i) for i in held["heldout_pair_ids"]]
     out: dict[str, Any] = {"pairs": len(pairs)}
