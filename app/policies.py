@@ -212,4 +212,6 @@ def _info(decision: Any) -> dict[str, Any]:
     info: dict[str, Any] = {"logprob": _logprob(decision), "completion": getattr(decision, "completion", None)}
     if getattr(decision, "fallback", None):
         info["fallback"] = decision.fallback
+    if getattr(decision, "arena", None) is not None:  # answer_with="arena": the cited reply, for the answer view
+        info["arena"] = decision.arena
     return info

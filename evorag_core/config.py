@@ -92,7 +92,8 @@ class PolicyConfig:
     threads: int = 0  # torch CPU threads set when the backend loads; 0 = leave torch's default
     constrain_actions: bool = True  # mask actions that are no-ops or premature (see evorag_core/policy/agent.py)
     max_searches: int = 4  # with constrain_actions: SEARCH/BACKTRACK masked after this many searches (0 = none)
-    answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy"
+    answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy" | "arena"
+    arena_tokens: int = 192  # answer_with="arena": token budget of the cited reply (relevance + analysis + answer)
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)

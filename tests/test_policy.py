@@ -373,6 +373,39 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
 
 
 @pytest.mark.slow
+def test_arena_answerer_cites_the_reader_passages(backend):
+    """answer_with="arena": every ANSWER decision carries ARENA's reply over the reader passages (numbered P1, P2);
+    the answer is the reply's <answer> part (or the lenient extraction), cleaned, or REFUSE("empty_answer") when
+    the reply holds none; the greedy reply is ArenaGenerator's own; the log-prob is the completion's under the
+    AGENT prompt; SEARCH siblings carry no reply."""
+    from evorag_core.answers import clean_answer
+    from evorag_core.methods.arena import ArenaGenerator
+    from evorag_core.methods.arena_prompt import ArenaConfig
+
+    backend.activate(None)
+    view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)
+    policy = LMPolicy(backend, PolicyConfig(answer_with="arena", arena_tokens=48))
+    greedy = policy.act(view)
+    assert greedy.arena is not None and greedy.arena["references"] == ["p1", "p2"]
+    own = ArenaGenerator(backend, ArenaConfig(max_new_tokens=48)).generate(QUESTION, [P1, P2])
+    assert greedy.arena["text"] == own.text and greedy.arena["format_ok"] == own.parsed.ok
+    assert set(greedy.arena["selected"]) <= {"p1", "p2"}
+    if isinstance(greedy.action, Answer):
+        assert greedy.action.answer == clean_answer(own.answer) and greedy.fallback is None
+        assert greedy.logprob == pytest.approx(backend.sequence_logprob(greedy.prompt, greedy.completion), abs=5e-3)
+    else:
+        assert greedy.fallback == "empty_answer" and not clean_answer(own.answer or "")
+    mid = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 2, 6)
+    sampled = policy.candidates(mid, k=6, temperature=5.0, seed=4)
+    assert any(isinstance(d.action, Search) for d in sampled) and any(d.arena is not None for d in sampled)
+    for d in sampled:
+        assert (d.arena is not None) == (isinstance(d.action, Answer) or d.fallback == "empty_answer")
+        assert d.logprob == pytest.approx(backend.sequence_logprob(d.prompt, d.completion), abs=5e-3)
+    with pytest.raises(ConfigError, match="answer_with"):
+        LMPolicy(backend, PolicyConfig(answer_with="oracle"))
+
+
+@pytest.mark.slow
 def test_policy_fallbacks_on_empty_output(backend):
     """No tokens allowed: SEARCH falls back to the question ("empty_query"); ANSWER becomes REFUSE
     ("empty_answer"). At the last step only ANSWER/REFUSE are allowed; T=5 flattens the choice so that some of the

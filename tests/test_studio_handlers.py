@@ -420,3 +420,48 @@ def test_one_action_at_a_time_per_episode(svc):
             handlers.step_episode(sess)
     view, sess = handlers.step_episode(sess)
     assert len(sess.record.steps) == 1
+
+
+class _ArenaAnswer:
+    """An EpisodePolicy that answers with a fixed ARENA reply over the active chain's reader passages, recorded
+    exactly as LMPolicy(answer_with="arena") records it (`arena_details`)."""
+
+    name = "arena-test"
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def begin(self, question) -> None:
+        pass
+
+    def act(self, view):
+        from evorag_core.actions import Answer
+        from evorag_core.methods.arena import ArenaGenerator
+        from evorag_core.policy.agent import arena_details, reader_passages
+
+        refs = tuple(reader_passages(view, 5))
+        reply = ArenaGenerator.output("prompt", refs, self.text)
+        return Answer(reply.answer), {"completion": f"ANSWER: {reply.answer}", "arena": arena_details(reply)}
+
+
+def test_arena_answer_step_shows_citations_relevance_and_rewards(svc):
+    """demo-001: the oracle searches twice, then an ARENA reply answers (`--answerer arena`). The breakdown gets
+    the answer view: [1]/[2] link to the step's numbered references, the relevance list is set against the gold
+    ids (from the references' pids), and the four rewards are shown (format 1, EM 1 for 'Sable River')."""
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    for _ in range(2):
+        view, sess = handlers.step_episode(sess)
+    assert "arena-view" not in view.breakdown
+    text = ("<relevance>[1,2]</relevance><analysis>The river is named in [1] and confirmed by [2].</analysis>"
+            "<answer>Sable River</answer>")
+    sess.policy.policy = _ArenaAnswer(text)
+    view, sess = handlers.step_episode(sess)
+    step = sess.record.steps[-1]
+    arena = step.info["arena"]
+    assert arena["format_ok"] and arena["relevance"] == [1, 2] and arena["selected"] == arena["references"][:2]
+    assert sess.record.answer == "Sable River"
+    assert 'id="arena-step-3"' in view.breakdown
+    assert 'href="#arena-step-3-ref-1"' in view.breakdown and 'href="#arena-step-3-ref-2"' in view.breakdown
+    gold = [i for i, pid in enumerate(arena["references"], 1) if pid in set(sess.record.gold_pids)]
+    assert gold and f"gold: {', '.join(map(str, gold))}" in view.breakdown
+    assert "<td>1</td><td>1</td>" in view.breakdown  # format 1, accuracy 1

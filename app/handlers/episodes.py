@@ -247,7 +247,7 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
     return EpisodeView(
         status=_status_html(session, rec),
         steps=views.steps_table(rec),
-        breakdown=views.step_breakdown(last),
+        breakdown=views.step_breakdown(last) + _arena_answer_html(session, last),
         passages=views.passages_html(passages, rec.gold_pids, session.question.has_passages, heading),
         weights=views.weights_figure(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
         contributions=views.contributions_figure(rec),
@@ -281,3 +281,21 @@ def _status_html(session: EpisodeSession, rec: EpisodeRecord) -> str:
     )
 
 
+def _arena_answer_html(session: EpisodeSession, step) -> str:
+    """ARENA's answer view under the breakdown when the step's answer is a cited reply (`--answerer arena`): the
+    [i] citations link to the references, the relevance list is set against the gold ids, and, where the question
+    has gold answers, the four reward components are shown."""
+    arena = (step.info or {}).get("arena") if step is not None else None
+    if not arena:
+        return ""
+    from evorag_core.methods.arena_parse import parse_arena
+    from evorag_core.methods.arena_rewards import arena_reward, gold_reference_ids
+
+    from ..arena_view import render_arena_answer
+
+    refs = tuple(session.env.passage(pid) for pid in arena.get("references", ()))
+    gold_ids = gold_reference_ids([p.pid for p in refs], session.record.gold_pids)
+    answers = tuple(session.question.answers or ())
+    reward = arena_reward(parse_arena(arena.get("text", ""), len(refs)), answers, gold_ids) if answers else None
+    return render_arena_answer(refs, arena.get("text", ""), gold_ids=gold_ids, reward=reward, gold_answers=answers,
+                               anchor=f"arena-step-{step.t}")

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import REPO_ROOT, Config, home_dir, load_config
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_DATA", "add_common", "config_from_args", "home_from_args", "runtime_from_args", "print_json"]
+__all__ = ["DEFAULT_DATA", "add_common", "add_answerer", "config_from_args", "home_from_args", "runtime_from_args", "print_json"]
 
 DEFAULT_DATA = REPO_ROOT / "data" / "demo" / "demo.jsonl"
 
@@ -29,8 +29,16 @@ def add_common(p: argparse.ArgumentParser, *, data: bool = True) -> None:
                             "(repeatable; e.g. Bamboogle, which ships no passages)")
 
 
+def add_answerer(p: argparse.ArgumentParser) -> None:
+    """`--answerer`: who writes the LM agent's answer text (sets policy.answer_with)."""
+    p.add_argument("--answerer", choices=["reader", "policy", "arena"], default=None,
+                   help="LM agent's ANSWER text: reader prompt (default), the policy prompt, or ARENA's cited reply")
+
+
 def config_from_args(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> Config:
     overrides: dict[str, Any] = {}
+    if getattr(args, "answerer", None):
+        overrides["policy.answer_with"] = args.answerer
     for item in args.overrides:
         key, sep, value = item.partition("=")
         if not sep:

@@ -15,7 +15,7 @@ from ..methods.dynakrag.method import build_dynakrag_method
 from ..methods.oracle import OraclePolicy
 from ..methods.r2ag.method import build_r2ag_method
 from ..methods.script import ScriptPolicy, load_script
-from .common import add_common, config_from_args, print_json, runtime_from_args
+from .common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
 __all__ = ["add_parser", "main", "METHODS"]
 
@@ -47,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     p.add_argument("--script", type=Path, default=None, help="for --method script")
     p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for LM methods")
+    add_answerer(p)
     p.add_argument("--rank-with-rm", dest="rank_with_rm", type=Path, default=None, metavar="FOLDER",
                    help="--method agent: best-of-K by this saved preference model (K = policy.siblings)")
     p.add_argument("--out", type=Path, default=None, help="per-question results (JSON lines)")

@@ -9,7 +9,7 @@ from ..errors import ConfigError
 from ..methods.base import run_episode
 from ..methods.oracle import OraclePolicy
 from ..methods.script import ScriptPolicy, load_script
-from .common import add_common, config_from_args, print_json, runtime_from_args
+from .common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
 __all__ = ["add_parser", "main", "episode_json"]
 
@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
                    help="script (replay --script), oracle (reads gold: an upper bound) or lm (the agent); "
                         "default: script if --script else oracle")
     p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for --policy lm")
+    add_answerer(p)
     p.add_argument("--siblings", type=int, default=0, help="--policy lm: also sample K candidates at each state")
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     p.add_argument("--schedule", choices=["time-dynamic", "two-stage", "no-reward"], default=None)

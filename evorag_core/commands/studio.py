@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_common, config_from_args, home_from_args
+from .common import add_answerer, add_common, config_from_args, home_from_args
 
 __all__ = ["add_parser", "main"]
 
@@ -16,6 +16,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--port", type=int, default=None, help="port (default [studio] port, 7860)")
     p.add_argument("--db", default=None, metavar="URL", help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
+    add_answerer(p)
     p.add_argument("--auth", default=None, metavar="FILE|store",
                    help="require login: a TOML file with a [users] table of name = \"password\", or 'store'")
     p.add_argument("--no-worker", action="store_true", help="do not start the background training worker")

@@ -35,6 +35,8 @@ class AgentPolicy:
         }
         if d.fallback:
             info["fallback"] = d.fallback
+        if d.arena is not None:
+            info["arena"] = d.arena
         return d.action, info
 
 

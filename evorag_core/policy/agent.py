@@ -26,6 +26,9 @@ agent prompt after "ANSWER:". Measured on HotpotQA with the 135M model, the agen
 rambling sentence ("James Fieser (born 1982) is an American musician, ..."): F1 0.040 on 20 questions where the
 closed-book reader scored higher. The policy still decides WHEN to answer; the completion "ANSWER: <text>" is
 re-scored under the agent prompt, so its log-prob is the policy's, as the objectives need.
+"arena" answers with ARENA's traceable generator (`methods.arena`) over the same passages numbered 1..n: the
+reply's <answer> part is the answer, and the decision carries the reply (`PolicyDecision.arena`: relevance list,
+citations, selected pids, format failure) so every answer can show its citations (`agent --answerer arena`).
 The first search (`PolicyConfig.first_query`): "question" (default) makes the GREEDY first search the question
 itself, as IRCoT and the fixed-k baseline start; sampled siblings still generate their queries, so rollouts and the
 studio's candidates explore other openings. "generate" lets the model write the greedy one too. Measured on HotpotQA, the 135M model's first query
@@ -41,6 +44,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -53,7 +57,9 @@ from ..types import Passage
 from .base import Generation, PolicyBackend, encode_pair
 from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 
-__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
+__all__ = ["ANSWERERS", "PolicyDecision", "LMPolicy", "allowed_actions", "arena_details", "reader_passages"]
+
+ANSWERERS = ("reader", "policy", "arena")  # PolicyConfig.answer_with
 
 _NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
 
@@ -68,6 +74,7 @@ class PolicyDecision:
     completion: str
     fallback: str | None = None  # "empty_query" | "empty_answer"
     choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
+    arena: dict[str, Any] | None = None  # answer_with="arena": the cited reply (see `arena_details`)
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
@@ -86,8 +93,8 @@ class LMPolicy:
     def __init__(self, backend: PolicyBackend, cfg: PolicyConfig | None = None) -> None:
         self.backend = backend
         self.cfg = cfg if cfg is not None else PolicyConfig()
-        if self.cfg.answer_with not in ("reader", "policy"):
-            raise ConfigError(f"policy.answer_with must be 'reader' or 'policy', got {self.cfg.answer_with!r}")
+        if self.cfg.answer_with not in ANSWERERS:
+            raise ConfigError(f"policy.answer_with must be one of {', '.join(ANSWERERS)}, got {self.cfg.answer_with!r}")
         if self.cfg.first_query not in ("question", "generate"):
             raise ConfigError(f"policy.first_query must be 'question' or 'generate', got {self.cfg.first_query!r}")
         self.fallback_counts: Counter[str] = Counter()
@@ -122,6 +129,12 @@ class LMPolicy:
         first = self.cfg.first_query == "question" and temperature <= 0 and not view.chain and not view.dropped
         wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS and not (first and name == "SEARCH")]
         generations: dict[int, Generation] = {}
+        replies: dict[int, Any] = {}
+        if self.cfg.answer_with == "arena":  # ANSWER texts come from ARENA's cited replies, as one batch
+            answers = [i for i in wanted if names[i] == "ANSWER"]
+            wanted = [i for i in wanted if names[i] != "ANSWER"]
+            if answers:
+                replies = dict(zip(answers, self._arena_replies(view, len(answers), temperature, seed + 2)))
         if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
             reader = reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
                                    self.cfg.passage_chars) if self.cfg.answer_with == "reader" else None
@@ -129,15 +142,27 @@ class LMPolicy:
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
             generations = dict(zip(wanted, outs))
-        return [self._decision(view, prompt, name, raw, probs, generations.get(i)) for i, name in enumerate(names)]
+        return [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i))
+                for i, name in enumerate(names)]
 
-    def _decision(self, view, prompt, name, raw, probs, generated: Generation | None) -> PolicyDecision:
+    def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
+        """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
+        from ..methods.arena import ArenaGenerator
+        from ..methods.arena_prompt import ArenaConfig
+
+        cfg = ArenaConfig(max_new_tokens=self.cfg.arena_tokens, passage_chars=self.cfg.passage_chars)
+        passages = reader_passages(view, self.cfg.reader_passages)
+        return ArenaGenerator(self.backend, cfg).sample(view.question, passages, n, temperature, seed=seed)
+
+    def _decision(self, view, prompt, name, raw, probs, generated: Generation | None,
+                  reply: Any = None) -> PolicyDecision:
         fallback = None
         argument = ""
         if name == "SEARCH" and generated is None:  # the first search is the question itself (first_query)
             argument = view.question.strip()
         elif name in ARGUMENT_ACTIONS:
-            argument = " ".join(generated.text.split())
+            # an ARENA reply gives its <answer> part (or the lenient extraction); otherwise the generated text
+            argument = " ".join((reply.answer or "").split() if reply is not None else generated.text.split())
             if not argument and name == "SEARCH":
                 argument, fallback = view.question.strip(), "empty_query"
             elif name == "ANSWER":
@@ -148,12 +173,12 @@ class LMPolicy:
             self.fallback_counts[fallback] += 1
         completion = completion_text(name, argument)
         action_lp = raw[name]
-        # a reader-generated answer's token log-probs belong to the reader prompt: re-score it under the agent's
-        own = generated if not (name == "ANSWER" and self.cfg.answer_with == "reader") else None
+        # a reader- or ARENA-generated answer's token log-probs belong to another prompt: re-score it under the agent's
+        own = generated if not (name == "ANSWER" and self.cfg.answer_with != "policy") else None
         argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
         action = _action(name, argument)
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
-                              fallback, dict(probs))
+                              fallback, dict(probs), arena_details(reply) if reply is not None else None)
 
     def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
         """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary
@@ -167,6 +192,22 @@ class LMPolicy:
             if full_ids == label_ids + list(generated.token_ids):
                 return generated.logprob
         return self.backend.sequence_logprob(prompt, completion) - action_lp
+
+
+def arena_details(reply: Any) -> dict[str, Any]:
+    """What a step keeps of an ARENA reply (JSON-ready): the raw text, the references' pids in their numbering,
+    the parsed relevance list and citations, the pids it selected, and where the format failed (None: well-formed)."""
+    p = reply.parsed
+    return {
+        "text": reply.text,
+        "references": [r.pid for r in reply.references],
+        "relevance": list(p.relevance) if p.relevance is not None else None,
+        "citations": list(p.citations),
+        "selected": [r.pid for r in (reply.selected if p.relevance is not None else reply.cited)],
+        "format_ok": p.ok,
+        "failure": {"part": p.failure.part, "reason": p.failure.reason} if p.failure else None,
+        "lenient_answer": reply.fallback,
+    }
 
 
 def reader_passages(view: AgentView, limit: int) -> list[Passage]:
