@@ -193,6 +193,15 @@ class _LockedPolicy:
         if begin is not None:
             begin(question)
 
+    def prepare(self, view: AgentView) -> None:
+        """Idle-time prefills for the next greedy decision (`LMPolicy.prepare`), under the same lock as act."""
+        prepare = getattr(self.lm, "prepare", None)
+        if prepare is None:
+            return
+        with self.provider.lock:
+            self.provider.use(self.adapter)
+            prepare(view)
+
     def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
         with self.provider.lock:
             self.provider.use(self.adapter)

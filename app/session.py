@@ -79,6 +79,7 @@ class EpisodeSession:
     step_seconds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
     _busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    preparing: threading.Thread | None = field(default=None, repr=False)  # idle-time prefill for the next step
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -109,6 +110,7 @@ class EpisodeSession:
         env.reset(question, stage=settings.stage, schedule=settings.schedule, preset=settings.preset, meta=meta)
         session = cls(settings, question, runtime, env, judge, policy, store)
         session._save_start()
+        session.prepare_next()
         return session
 
     # -- reading -----------------------------------------------------------------------------------------------------
@@ -143,7 +145,27 @@ class EpisodeSession:
         siblings = self.candidates if self.candidates_t == result.record.t else []
         self.candidates, self.candidate_actions, self.candidates_t, self.candidate_prompt = [], [], None, None
         self._save_step(result.record, siblings)
+        self.prepare_next()
         return result.record
+
+    def prepare_next(self) -> None:
+        """While the person reads the step, prefill the next greedy decision's prompts in a background thread
+        (`LMPolicy.prepare`: the agent prompt, and the reader prompt when ANSWER is coming), so the next Step
+        starts from the cache. It holds the model's lock like any LM call, so a click waits for it rather than
+        racing it; a failure only costs the speed-up."""
+        prepare = getattr(self.policy.policy, "prepare", None)
+        if prepare is None or self.env.done or not self.runtime.cfg.studio.prepare_next:
+            return
+        view = self.env.view()
+
+        def run() -> None:
+            try:
+                prepare(view)
+            except Exception:  # noqa: BLE001 - idle-time work: log, never disturb the episode
+                log.exception("preparing the next step failed (the step itself will run normally)")
+
+        self.preparing = threading.Thread(target=run, name="evorag-prepare", daemon=True)
+        self.preparing.start()
 
     def override(self, t: int, answerable: bool, who: str) -> StepRecord:
         """A person's verdict for step t: the refusal signal, R_t and the return are recomputed at once."""

@@ -1,6 +1,6 @@
 """Studio speed in a real browser: cold start, UI step time, responsiveness while the LM works. Writes JSON.
 
-    python bench/studio.py [--starts 3] [--steps 8] [--home DIR] [--out bench/results/studio.json]
+    python bench/studio.py [--starts 3] [--steps 8] [--think 0,3] [--home DIR] [--out bench/results/studio.json]
 
 1. Cold start (`--starts` times): `evorag studio` as a fresh subprocess (embedded defaults, the given home with its
    caches warm: the safetensors model cache, embeddings and indexes; a new SQLite database each time) until `/`
@@ -8,6 +8,9 @@
 2. UI step: headless Chromium (Playwright, Debian's /usr/bin/chromium) clicks Step on the LM policy (base model) and
    on the oracle policy until `--steps` steps are timed, resetting the episode when it ends; click to the new row
    in the steps table (the whole round trip: browser, Gradio queue, policy, environment, re-render).
+   `--think S,...`: the LM steps are timed once per value, with S seconds between seeing a step and clicking the
+   next one (a person reading the step; the session prefills the next decision meanwhile). 0 = clicking as fast as
+   the page allows, the worst case; the target is read on it.
 3. Responsiveness: while an LM step runs, GET /config is timed from another thread (another user's request).
 Targets (issue 6): cold start <= 20 s, median LM UI step <= 2 s, another request <= 1 s. The load average is
 recorded, since the machine may be shared.
@@ -26,6 +29,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -47,13 +51,14 @@ def _get_seconds(url: str) -> float:
     return time.perf_counter() - start
 
 
-def start_studio(home: Path, db_dir: Path, log: Path) -> tuple[subprocess.Popen, str, float]:
-    """Start the studio; return (process, url, seconds until / answered 200)."""
+def start_studio(home: Path, db_dir: Path, log: Path, overrides: Sequence[str] = ()
+                 ) -> tuple[subprocess.Popen, str, float]:
+    """Start the studio (`overrides`: its `--set KEY=VALUE`s); return (process, url, seconds until / answered 200)."""
     port = _free_port()
     db_url = f"sqlite:///{db_dir / f'studio-{port}.db'}"
     env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
     cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
-           "--home", str(home), "--db", db_url]
+           "--home", str(home), "--db", db_url, *(a for o in overrides for a in ("--set", o))]
     start = time.perf_counter()
     with log.open("ab") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
@@ -89,11 +94,13 @@ def _choose(page, elem_id: str, text: str) -> None:
     page.locator("[role=option]", has_text=text).first.click()
 
 
-def time_steps(page, url: str, policy: str, n: int, probe: bool) -> dict:
-    """Median seconds from clicking Step to the new row, over `n` steps (episodes reset when done); with `probe`,
-    GET /config latencies measured from another thread while the steps run."""
+def time_steps(page, url: str, policy: str, n: int, probe: bool, think: float = 0.0) -> dict:
+    """Median seconds from clicking Step to the new row, over `n` steps (episodes reset when done), waiting `think`
+    seconds before each click; with `probe`, GET /config latencies measured from another thread while the steps
+    run."""
     _choose(page, "evo-policy", policy)
     times: list[float] = []
+    actions: list[str] = []  # the action each timed step took (SEARCH, ANSWER, ...)
     latencies: list[float] = []
     busy = threading.Event()
     finished = threading.Event()
@@ -112,6 +119,7 @@ def time_steps(page, url: str, policy: str, n: int, probe: bool) -> dict:
         page.wait_for_function("document.querySelector('#evo-status') && "
                                "document.querySelectorAll('#evo-steps tbody tr').length === 0", timeout=300_000)
         for i in range(1, 100):
+            time.sleep(think)
             t0 = time.perf_counter()
             busy.set()
             page.click("#evo-step")
@@ -119,10 +127,15 @@ def time_steps(page, url: str, policy: str, n: int, probe: bool) -> dict:
                                    timeout=300_000)
             busy.clear()
             times.append(time.perf_counter() - t0)
+            actions.append(page.evaluate(f"document.querySelectorAll('#evo-steps tbody tr')[{i - 1}]"
+                                         ".querySelector('.act').textContent"))
             if len(times) >= n or "done" in page.locator("#evo-status").inner_text():
                 break
     finished.set()
-    out = {"n": len(times), "median_s": round(statistics.median(times), 3), "all_s": [round(t, 3) for t in times]}
+    out = {"n": len(times), "think_s": think, "median_s": round(statistics.median(times), 3),
+           "median_s_by_action": {a: round(statistics.median(t for t, b in zip(times, actions) if b == a), 3)
+                                  for a in sorted(set(actions))},
+           "all_s": [round(t, 3) for t in times], "actions": actions}
     if probe:
         thread.join(timeout=5)
         out["request_while_stepping"] = ({"n": len(latencies), "max_s": round(max(latencies), 3),
@@ -135,21 +148,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--starts", type=int, default=3)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--home", type=Path, default=Path(os.environ.get("EVORAG_HOME", ROOT / ".evorag")))
+    p.add_argument("--think", default="0,3", help="seconds between seeing an LM step and the next click, per run")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for the studio (e.g. studio.prepare_next=false)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "studio.json")
     args = p.parse_args(argv)
+    thinks = [float(x) for x in args.think.split(",") if x.strip()] or [0.0]
     if not CHROMIUM.exists():
         p.error(f"{CHROMIUM} is missing (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    report: dict = {"machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}, "targets": TARGETS}
+    report: dict = {"machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}, "targets": TARGETS,
+                    "overrides": args.overrides}
     db_dir = Path(tempfile.mkdtemp(prefix="evorag-studio-bench-"))
     log = db_dir / "studio.log"
     starts = []
     for _ in range(args.starts - 1):
-        proc, _, seconds = start_studio(args.home, db_dir, log)
+        proc, _, seconds = start_studio(args.home, db_dir, log, args.overrides)
         starts.append(seconds)
         stop(proc)
-    proc, url, seconds = start_studio(args.home, db_dir, log)
+    proc, url, seconds = start_studio(args.home, db_dir, log, args.overrides)
     starts.append(seconds)
     report["cold_start_s"] = {"median": round(statistics.median(starts), 2), "all": [round(s, 2) for s in starts]}
     print(f"cold start to a served page: {report['cold_start_s']}", file=sys.stderr)
@@ -166,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             report["page_ready_after_served_s"] = round(time.perf_counter() - t0, 2)
             report["ui_step_oracle"] = time_steps(page, url, "oracle", args.steps, probe=False)
             print(f"oracle step: {report['ui_step_oracle']}", file=sys.stderr)
-            report["ui_step_lm"] = time_steps(page, url, "LM · base model", args.steps, probe=True)
+            report["ui_step_lm"] = time_steps(page, url, "LM · base model", args.steps, probe=True, think=thinks[0])
             print(f"LM step: {report['ui_step_lm']}", file=sys.stderr)
+            for think in thinks[1:]:
+                report[f"ui_step_lm_think_{think:g}s"] = time_steps(page, url, "LM · base model", args.steps,
+                                                                    probe=False, think=think)
+                print(f"LM step, {think:g} s between steps: {report[f'ui_step_lm_think_{think:g}s']}", file=sys.stderr)
             browser.close()
     finally:
         stop(proc)

@@ -167,6 +167,7 @@ class StudioConfig:
     host: str = "127.0.0.1"
     port: int = 7860
     start_worker: bool = True
+    prepare_next: bool = True  # prefill the next greedy LM decision while the person reads a step (app/session.py)
 
 
 @dataclass(frozen=True)

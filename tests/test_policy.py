@@ -373,6 +373,26 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
 
 
 @pytest.mark.slow
+def test_prepare_prefills_the_next_decision_without_changing_it(backend):
+    """prepare(view) then act(view): the same decision as act alone on a cold cache, and act itself then runs at
+    most a handful of prompt tokens — at the last step (ANSWER coming) the reader prompt was prefilled too."""
+    backend.activate(None)
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8))
+    for view in (AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 2, 6),
+                 AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)):
+        backend.reset_cache()
+        cold = policy.act(view)
+        backend.reset_cache()
+        policy.prepare(view)
+        before = backend.prompt_tokens
+        warm = policy.act(view)
+        assert warm.action == cold.action and warm.completion == cold.completion
+        assert warm.logprob == pytest.approx(cold.logprob, abs=5e-3)
+        assert backend.prompt_tokens - before <= 8, "act re-ran prompt tokens that prepare had cached"
+    assert isinstance(cold.action, Answer)  # the last view exercised the reader prefill
+
+
+@pytest.mark.slow
 def test_arena_answerer_cites_the_reader_passages(backend):
     """answer_with="arena": every ANSWER decision carries ARENA's reply over the reader passages (numbered P1, P2);
     the answer is the reply's <answer> part (or the lenient extraction), cleaned, or REFUSE("empty_answer") when

@@ -465,3 +465,23 @@ def test_arena_answer_step_shows_citations_relevance_and_rewards(svc):
     gold = [i for i, pid in enumerate(arena["references"], 1) if pid in set(sess.record.gold_pids)]
     assert gold and f"gold: {', '.join(map(str, gold))}" in view.breakdown
     assert "<td>1</td><td>1</td>" in view.breakdown  # format 1, accuracy 1
+
+
+def test_lm_step_starts_from_the_prefill_done_while_the_page_was_read(svc):
+    """After Reset and after each Step the session prefills the next greedy decision in a background thread; the
+    Step that follows runs at most a few prompt tokens of its own (the whole prompt when nothing was prepared:
+    several hundred), and the episode proceeds exactly as usual."""
+    pytest.importorskip("evorag_core.policy")
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001", policy="lm:base"))
+    backend = svc.policies._get_backend()
+    for _ in range(2):
+        assert sess.preparing is not None
+        sess.preparing.join(120)
+        before = backend.prompt_tokens
+        view, sess = handlers.step_episode(sess)
+        assert backend.prompt_tokens - before <= 8
+        if sess.done:
+            break
+    assert sess.record.steps and sess.record.steps[0].info["completion"].startswith("SEARCH")
+    oracle_view, oracle = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    assert oracle.preparing is None  # only LM policies prepare

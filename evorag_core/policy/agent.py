@@ -107,6 +107,25 @@ class LMPolicy:
         """Greedy decision, or one sampled at `cfg.temperature` when `sample`."""
         return self._decide(view, 1, self.cfg.temperature if sample else 0.0, seed)[0]
 
+    def prepare(self, view: AgentView) -> None:
+        """Idle-time work for the greedy decision at `view`: the agent prompt runs into the backend's prefix cache
+        (its label scores come out of it), and, when the greedy choice there is ANSWER and the reader writes the
+        answer, the reader prompt too. A later `act(view)` then reads both prefills from the cache; its decision is
+        the same. The studio calls this between clicks; backends without `warm` (vLLM has its own prefix caching)
+        skip it."""
+        warm = getattr(self.backend, "warm", None)
+        if warm is None:
+            return
+        prompt = self.prompt(view)
+        raw = dict(zip(_NAMES, self.backend.score_choices(prompt, [LABELS[n] for n in _NAMES])))
+        allowed = allowed_actions(view, self.cfg.max_searches) if self.cfg.constrain_actions else _NAMES
+        if _draw(_choice_probs(raw, allowed, 0.0), 1, 0.0, 0)[0] == "ANSWER" and self.cfg.answer_with == "reader":
+            warm(self._reader_prompt(view))
+
+    def _reader_prompt(self, view: AgentView) -> str:
+        return reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
+                             self.cfg.passage_chars)
+
     def candidates(
         self, view: AgentView, k: int | None = None, temperature: float | None = None, seed: int | None = None
     ) -> list[PolicyDecision]:
@@ -136,8 +155,7 @@ class LMPolicy:
             if answers:
                 replies = dict(zip(answers, self._arena_replies(view, len(answers), temperature, seed + 2)))
         if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
-            reader = reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
-                                   self.cfg.passage_chars) if self.cfg.answer_with == "reader" else None
+            reader = self._reader_prompt(view) if self.cfg.answer_with == "reader" else None
             prompts = [reader if names[i] == "ANSWER" and reader else prompt + LABELS[names[i]] for i in wanted]
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)

@@ -357,6 +357,12 @@ class TransformersBackend:
     def active_adapter(self) -> str | None:
         return self._adapters.active
 
+    @torch.inference_mode()
+    def warm(self, prompt: str) -> None:
+        """Run `prompt` into the prefix pool now, so that a later call on it (or on an extension of it) starts from
+        its cache. Nothing observable changes but speed (the studio uses this between clicks)."""
+        self._prefill(self.encode(prompt))
+
     def reset_cache(self) -> None:
         """Forget every cached prefix (the next call runs its whole prompt)."""
         self._pool.clear()
