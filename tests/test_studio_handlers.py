@@ -424,7 +424,7 @@ def test_one_action_at_a_time_per_episode(svc):
 
 class _ArenaAnswer:
     """An EpisodePolicy that answers with a fixed ARENA reply over the active chain's reader passages, recorded
-    exactly as LMPolicy(answer_with="arena") records it (`arena_details`)."""
+    exactly as LMPolicy(answer_with="arena") records it (`ArenaOutput.details()`)."""
 
     name = "arena-test"
 
@@ -437,11 +437,11 @@ class _ArenaAnswer:
     def act(self, view):
         from evorag_core.actions import Answer
         from evorag_core.methods.arena import ArenaGenerator
-        from evorag_core.policy.agent import arena_details, reader_passages
+        from evorag_core.policy.agent import reader_passages
 
         refs = tuple(reader_passages(view, 5))
         reply = ArenaGenerator.output("prompt", refs, self.text)
-        return Answer(reply.answer), {"completion": f"ANSWER: {reply.answer}", "arena": arena_details(reply)}
+        return Answer(reply.answer), {"completion": f"ANSWER: {reply.answer}", "arena": reply.details()}
 
 
 def test_arena_answer_step_shows_citations_relevance_and_rewards(svc):

@@ -16,11 +16,12 @@ import torch
 from torch import nn
 
 from evorag_core.config import TrainConfig
+from evorag_core.store.records import ROUND_KL_KEYS
 
 from .job import ProgressFn
 from .lora import attach_lora, load_adapter
 
-__all__ = ["MAX_GRAD_NORM", "KL_KEYS", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
+__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
 
 MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
 
@@ -68,9 +69,6 @@ def minibatches(n: int, batch_size: int, epochs: int, seed: int) -> list[list[in
     return out
 
 
-KL_KEYS = ("kl", "kl_k2", "kl_k3")  # per-step KL entries a round may log (see StepLog.summary)
-
-
 class StepLog:
     """Per-optimiser-step records ({step, total, loss, ..., elapsed_s}); each is also sent to `on_progress`."""
 
@@ -94,7 +92,7 @@ class StepLog:
         optimised estimator, `kl_k2`/`kl_k3` both estimates where an objective computes both)."""
         out: dict[str, Any] = {"steps": len(self.history),
                                "loss_history": [[h["step"], h["loss"]] for h in self.history]}
-        kl_rows = [{"step": h["step"], **{k: h[k] for k in KL_KEYS if k in h}} for h in self.history]
+        kl_rows = [{"step": h["step"], **{k: h[k] for k in ROUND_KL_KEYS if k in h}} for h in self.history]
         if any(len(row) > 1 for row in kl_rows):
             out["kl_history"] = kl_rows
         for key in keys:

@@ -7,6 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from evorag_core.store.records import ROUND_KL_KEYS
+
 from .. import views
 from ..services import Services
 from .common import none_if_all, short
@@ -25,7 +27,6 @@ __all__ = [
 
 OBJECTIVES = ("dpo", "grpo", "ppo")
 KL_ESTIMATORS = ("k3", "k2")
-KL_KEYS = ("kl", "kl_k2", "kl_k3")  # per-step KL entries of a round's progress / kl_history (training/loop.py)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _merge_kl(rows: list[dict[str, float]], r: Any) -> None:
         rows[:] = [{k: float(v) for k, v in h.items() if isinstance(v, (int, float))} for h in history]
         return
     prog = r.progress or {}
-    found = {k: float(prog[k]) for k in KL_KEYS if isinstance(prog.get(k), (int, float))}
+    found = {k: float(prog[k]) for k in ROUND_KL_KEYS if isinstance(prog.get(k), (int, float))}
     if found and prog.get("step") is not None:
         row = {"step": float(prog["step"]), **found}
         if not rows or rows[-1]["step"] != row["step"]:

@@ -58,6 +58,32 @@ class ArenaOutput:
         """References cited as [i] in the analysis that exist."""
         return tuple(self.references[i - 1] for i in self.parsed.citations if 1 <= i <= len(self.references))
 
+    @property
+    def supporting(self) -> tuple[Passage, ...]:
+        """The references the reply rests on: those listed in <relevance> when that list is readable, else those
+        cited as [i] in the analysis."""
+        return self.selected if self.parsed.relevance is not None else self.cited
+
+    def details(self) -> dict[str, Any]:
+        """JSON-ready record of the reply (kept with an evaluation result or an agent's ANSWER step): the raw
+        text, the references' pids in their numbering, the parsed parts, the supporting pids, and where the
+        format failed (None: well-formed)."""
+        p = self.parsed
+        return {
+            "text": self.text,
+            "references": [r.pid for r in self.references],
+            "relevance": list(p.relevance) if p.relevance is not None else None,
+            "analysis": p.analysis,
+            "citations": list(p.citations),
+            "answer_part": p.answer,
+            "selected": [r.pid for r in self.supporting],
+            "format_ok": p.ok,
+            "failure": {"part": p.failure.part, "reason": p.failure.reason} if p.failure else None,
+            "lenient_answer": self.fallback,
+            "finish_reason": self.finish_reason,
+            "tokens": self.tokens,
+        }
+
 
 class ArenaGenerator:
     def __init__(self, backend: Any, cfg: ArenaConfig | None = None) -> None:
@@ -100,8 +126,7 @@ def arena_answer(
     caller decides what to do then (e.g. REFUSE). `passages` are the ones the agent gathered, numbered 1..n.
     """
     output = ArenaGenerator(backend, cfg).generate(question, passages)
-    chosen = output.selected if output.parsed.relevance is not None else output.cited
-    return output.answer, tuple(p.pid for p in chosen), output
+    return output.answer, tuple(p.pid for p in output.supporting), output
 
 
 class ArenaMethod:
@@ -153,20 +178,7 @@ def _metrics(reward: ArenaReward) -> dict[str, float]:
 
 
 def _details(out: ArenaOutput, gold_ids: Sequence[int], reward: ArenaReward) -> dict[str, Any]:
-    p = out.parsed
-    return {
-        "text": out.text,
-        "relevance": list(p.relevance) if p.relevance is not None else None,
-        "gold_ids": list(gold_ids),
-        "analysis": p.analysis,
-        "citations": list(p.citations),
-        "answer_part": p.answer,
-        "failure": {"part": p.failure.part, "reason": p.failure.reason} if p.failure else None,
-        "reward": reward.to_dict(),
-        "finish_reason": out.finish_reason,
-        "tokens": out.tokens,
-        "references": [p.pid for p in out.references],
-    }
+    return {**out.details(), "gold_ids": list(gold_ids), "reward": reward.to_dict()}
 
 
 # -- the eval command's builder ------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from ..types import Passage
 from .base import Generation, PolicyBackend, encode_pair
 from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 
-__all__ = ["ANSWERERS", "PolicyDecision", "LMPolicy", "allowed_actions", "arena_details", "reader_passages"]
+__all__ = ["ANSWERERS", "PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
 ANSWERERS = ("reader", "policy", "arena")  # PolicyConfig.answer_with
 
@@ -74,7 +74,7 @@ class PolicyDecision:
     completion: str
     fallback: str | None = None  # "empty_query" | "empty_answer"
     choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
-    arena: dict[str, Any] | None = None  # answer_with="arena": the cited reply (see `arena_details`)
+    arena: dict[str, Any] | None = None  # answer_with="arena": the cited reply (`ArenaOutput.details()`)
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
@@ -116,11 +116,16 @@ class LMPolicy:
         warm = getattr(self.backend, "warm", None)
         if warm is None:
             return
+        _, _, probs = self._label_choice(view, 0.0)
+        if _draw(probs, 1, 0.0, 0)[0] == "ANSWER" and self.cfg.answer_with == "reader":
+            warm(self._reader_prompt(view))
+
+    def _label_choice(self, view: AgentView, temperature: float) -> tuple[str, dict[str, float], dict[str, float]]:
+        """(prompt, the four labels' log-probs, the distribution over the allowed labels at `temperature`)."""
         prompt = self.prompt(view)
         raw = dict(zip(_NAMES, self.backend.score_choices(prompt, [LABELS[n] for n in _NAMES])))
         allowed = allowed_actions(view, self.cfg.max_searches) if self.cfg.constrain_actions else _NAMES
-        if _draw(_choice_probs(raw, allowed, 0.0), 1, 0.0, 0)[0] == "ANSWER" and self.cfg.answer_with == "reader":
-            warm(self._reader_prompt(view))
+        return prompt, raw, _choice_probs(raw, allowed, temperature)
 
     def _reader_prompt(self, view: AgentView) -> str:
         return reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
@@ -139,10 +144,7 @@ class LMPolicy:
     # -- internals -------------------------------------------------------------------------------------------
 
     def _decide(self, view: AgentView, k: int, temperature: float, seed: int | None) -> list[PolicyDecision]:
-        prompt = self.prompt(view)
-        raw = dict(zip(_NAMES, self.backend.score_choices(prompt, [LABELS[n] for n in _NAMES])))
-        allowed = allowed_actions(view, self.cfg.max_searches) if self.cfg.constrain_actions else _NAMES
-        probs = _choice_probs(raw, allowed, temperature)
+        prompt, raw, probs = self._label_choice(view, temperature)
         seed = seed if seed is not None else secrets.randbits(62)
         names = _draw(probs, k, temperature, seed)
         first = self.cfg.first_query == "question" and temperature <= 0 and not view.chain and not view.dropped
@@ -154,8 +156,9 @@ class LMPolicy:
             wanted = [i for i in wanted if names[i] != "ANSWER"]
             if answers:
                 replies = dict(zip(answers, self._arena_replies(view, len(answers), temperature, seed + 2)))
-        if wanted:  # all arguments (SEARCH and ANSWER alike) decode as one batch
-            reader = self._reader_prompt(view) if self.cfg.answer_with == "reader" else None
+        if wanted:  # the other arguments (SEARCH, and ANSWER unless ARENA writes it) decode as one batch
+            answering = any(names[i] == "ANSWER" for i in wanted)
+            reader = self._reader_prompt(view) if answering and self.cfg.answer_with == "reader" else None
             prompts = [reader if names[i] == "ANSWER" and reader else prompt + LABELS[names[i]] for i in wanted]
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
@@ -180,7 +183,8 @@ class LMPolicy:
             argument = view.question.strip()
         elif name in ARGUMENT_ACTIONS:
             # an ARENA reply gives its <answer> part (or the lenient extraction); otherwise the generated text
-            argument = " ".join((reply.answer or "").split() if reply is not None else generated.text.split())
+            text = (reply.answer or "") if reply is not None else generated.text
+            argument = " ".join(text.split())
             if not argument and name == "SEARCH":
                 argument, fallback = view.question.strip(), "empty_query"
             elif name == "ANSWER":
@@ -196,7 +200,7 @@ class LMPolicy:
         argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
         action = _action(name, argument)
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
-                              fallback, dict(probs), arena_details(reply) if reply is not None else None)
+                              fallback, dict(probs), reply.details() if reply is not None else None)
 
     def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
         """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary
@@ -210,22 +214,6 @@ class LMPolicy:
             if full_ids == label_ids + list(generated.token_ids):
                 return generated.logprob
         return self.backend.sequence_logprob(prompt, completion) - action_lp
-
-
-def arena_details(reply: Any) -> dict[str, Any]:
-    """What a step keeps of an ARENA reply (JSON-ready): the raw text, the references' pids in their numbering,
-    the parsed relevance list and citations, the pids it selected, and where the format failed (None: well-formed)."""
-    p = reply.parsed
-    return {
-        "text": reply.text,
-        "references": [r.pid for r in reply.references],
-        "relevance": list(p.relevance) if p.relevance is not None else None,
-        "citations": list(p.citations),
-        "selected": [r.pid for r in (reply.selected if p.relevance is not None else reply.cited)],
-        "format_ok": p.ok,
-        "failure": {"part": p.failure.part, "reason": p.failure.reason} if p.failure else None,
-        "lenient_answer": reply.fallback,
-    }
 
 
 def reader_passages(view: AgentView, limit: int) -> list[Passage]:

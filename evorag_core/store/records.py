@@ -9,6 +9,7 @@ __all__ = [
     "PAIR_SOURCES",
     "PAIR_STATUSES",
     "ROUND_STATUSES",
+    "ROUND_KL_KEYS",
     "USER_ROLES",
     "DatasetInfo",
     "Sibling",
@@ -27,6 +28,9 @@ PAIR_SOURCES: tuple[str, ...] = ("rollout", "human")
 # queued -> claimed(round) -> consumed, or claimed -> released (= queued again); discarded by a person.
 PAIR_STATUSES: tuple[str, ...] = ("queued", "claimed", "consumed", "discarded")
 ROUND_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
+# per-step KL entries a round may report in `progress` and in `metrics["kl_history"]` rows: `kl` is the optimised
+# estimator, `kl_k2` / `kl_k3` both estimates where an objective computes both (training/loop.py StepLog)
+ROUND_KL_KEYS: tuple[str, ...] = ("kl", "kl_k2", "kl_k3")
 USER_ROLES: tuple[str, ...] = ("admin", "annotator", "viewer")
 
 
