@@ -24,7 +24,12 @@ shares (`answers.reader_prompt`: "answer with a short phrase from the passages")
 the hops' rankings interleaved (1st of each hop, then 2nd, ...) up to `reader_passages`; "policy" continues the
 agent prompt after "ANSWER:". Measured on HotpotQA with the 135M model, the agent prompt's continuation is a
 rambling sentence ("James Fieser (born 1982) is an American musician, ..."): F1 0.040 on 20 questions where the
-closed-book reader scored higher. The policy still decides WHEN to answer; the completion "ANSWER: <text>" is
+closed-book reader scored higher. A follow-up turn of the agent conversation (agent turn "ANSWER:", then a user
+turn asking for a short phrase from the passages) would extend the agent prompt, so only ~60 new prompt tokens
+would run instead of the reader's ~500 (median step 1.08 s vs 1.98 s on the first 20 HotpotQA questions, 2026-11-24),
+but the 135M model echoed the instruction ("A short phrase taken from the passages ...") or copied the
+demonstration ("SEARCH: Eiffel Tower designer") on 10 of those 20 (F1 0.040 vs the reader's 0.048), so it was not
+kept. The policy still decides WHEN to answer; the completion "ANSWER: <text>" is
 re-scored under the agent prompt, so its log-prob is the policy's, as the objectives need.
 "arena" answers with ARENA's traceable generator (`methods.arena`) over the same passages numbered 1..n: the
 reply's <answer> part is the answer, and the decision carries the reply (`PolicyDecision.arena`: relevance list,
