@@ -209,7 +209,8 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
             "surrogate_end", "first_value_loss", "final_value_loss", "wall_s", "setup_s", "train_s",
             "seconds_per_step", "peak_rss_mb", "truncated_prompts", "loss_history")
     return {"round_id": rid, "status": r.status, "minutes": (r.finished_at - r.started_at).total_seconds() / 60,
-            "threads": threads, "load_avg_start": load0, "load_avg_end": os.getloadavg()[0], **{k: m[k] for k in keep if k in m}}
+            "threads": threads, "load_avg_start": load0, "load_avg_end": os.getloadavg()[0],
+            **{k: m[k] for k in keep if k in m}}
 
 
 # -- phase 4: held-out pair accuracy --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, Mapping, get_args, get_origin, get_type_hints
 from .errors import ConfigError
 
 __all__ = [
+    "ANSWERERS",
     "EnvConfig",
     "RewardConfig",
     "CurriculumConfig",
@@ -77,6 +78,11 @@ class RetrievalConfig:
     stemmer: bool = True  # BM25: Snowball English stemming (PyStemmer)
 
 
+# PolicyConfig.answer_with: who writes the LM agent's ANSWER text - the reader prompt over the chain's passages,
+# the agent prompt's own continuation, or ARENA's cited reply
+ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     backend: str = "transformers"  # transformers | vllm
@@ -92,7 +98,7 @@ class PolicyConfig:
     threads: int = 0  # torch CPU threads set when the backend loads; 0 = leave torch's default
     constrain_actions: bool = True  # mask actions that are no-ops or premature (see evorag_core/policy/agent.py)
     max_searches: int = 4  # with constrain_actions: SEARCH/BACKTRACK masked after this many searches (0 = none)
-    answer_with: str = "reader"  # ANSWER text: "reader" (answer prompt over the chain's passages) | "policy" | "arena"
+    answer_with: str = "reader"  # ANSWER text, one of ANSWERERS (see evorag_core/policy/agent.py)
     arena_tokens: int = 192  # answer_with="arena": token budget of the cited reply (relevance + analysis + answer)
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"

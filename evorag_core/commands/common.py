@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import REPO_ROOT, Config, home_dir, load_config
+from ..config import ANSWERERS, REPO_ROOT, Config, home_dir, load_config
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_DATA", "add_common", "add_answerer", "config_from_args", "home_from_args", "runtime_from_args", "print_json"]
+__all__ = ["DEFAULT_DATA", "add_common", "add_answerer", "config_from_args", "home_from_args", "runtime_from_args",
+           "print_json"]
 
 DEFAULT_DATA = REPO_ROOT / "data" / "demo" / "demo.jsonl"
 
@@ -31,7 +32,7 @@ def add_common(p: argparse.ArgumentParser, *, data: bool = True) -> None:
 
 def add_answerer(p: argparse.ArgumentParser) -> None:
     """`--answerer`: who writes the LM agent's answer text (sets policy.answer_with)."""
-    p.add_argument("--answerer", choices=["reader", "policy", "arena"], default=None,
+    p.add_argument("--answerer", choices=list(ANSWERERS), default=None,
                    help="LM agent's ANSWER text: reader prompt (default), the policy prompt, or ARENA's cited reply")
 
 

@@ -55,16 +55,14 @@ import torch
 
 from ..actions import Action, Answer, Backtrack, Refuse, Search
 from ..answers import clean_answer, reader_prompt
-from ..config import PolicyConfig
+from ..config import ANSWERERS, PolicyConfig
 from ..errors import ConfigError
 from ..state import AgentView
 from ..types import Passage
 from .base import Generation, PolicyBackend, encode_pair
 from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 
-__all__ = ["ANSWERERS", "PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
-
-ANSWERERS = ("reader", "policy", "arena")  # PolicyConfig.answer_with
+__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
 _NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
 
