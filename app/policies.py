@@ -194,7 +194,7 @@ class _LockedPolicy:
             begin(question)
 
     def prepare(self, view: AgentView) -> None:
-        """Idle-time prefills for the next greedy decision (`LMPolicy.prepare`), under the same lock as act."""
+        """Idle-time computation of the next greedy decision (`LMPolicy.prepare`), under the same lock as act."""
         prepare = getattr(self.lm, "prepare", None)
         if prepare is None:
             return

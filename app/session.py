@@ -149,10 +149,10 @@ class EpisodeSession:
         return result.record
 
     def prepare_next(self) -> None:
-        """While the person reads the step, prefill the next greedy decision's prompts in a background thread
-        (`LMPolicy.prepare`: the agent prompt, and the reader prompt when ANSWER is coming), so the next Step
-        starts from the cache. It holds the model's lock like any LM call, so a click waits for it rather than
-        racing it; a failure only costs the speed-up."""
+        """While the person reads the step, compute the next greedy decision in a background thread
+        (`LMPolicy.prepare`: prompts, label scores and argument; the next Step's `act` returns it at once). It holds
+        the model's lock like any LM call, so a click waits for it rather than racing it; a failure only costs the
+        speed-up."""
         prepare = getattr(self.policy.policy, "prepare", None)
         if prepare is None or self.env.done or not self.runtime.cfg.studio.prepare_next:
             return

@@ -1,16 +1,18 @@
 """Speed of the policy LM backend on this machine; writes JSON (default bench/results/lm_speed.json).
 
-    python bench/lm_speed.py [--runs 5] [--threads 0] [--dtype float32] [--half-decode-rows 4] [--variants]
-                             [--out PATH]
+    python bench/lm_speed.py [--runs 5] [--threads 0] [--dtype float32] [--half-decode-rows 4]
+                             [--prefill-dtype auto] [--variants] [--out PATH]
 
 Measures (medians over --runs): cached load time; for a ~600-token agent prompt: time to first token (cold cache),
 prefill tok/s, decode tok/s at batch 1 and aggregate at batch 4/8 (HF `generate` at batch 1 for comparison); the
-per-step cost of the agent's action scoring as an episode's prompt grows, with and without prefix reuse; and the
-cost of K=4 sibling candidates vs one sampled decision. The default backend decodes with fp16 weight copies
-(`policy.half_decode_rows`, evorag_core/policy/half_decode.py); `--half-decode-rows 0` times the exact fp32 path.
-`--variants` also times decode/prefill for exact fp32, fp32 with fp16 decode copies, and bfloat16 weights, x 1/2
-threads. The load average is recorded because the machine may be shared: on a busy machine compare the
-`*_cpu` figures (rates from process CPU time; with --threads 1 they approximate an idle machine).
+per-step cost of the agent's action scoring as an episode's prompt grows, with and without prefix reuse; and the cost
+of K=4 sibling candidates vs one sampled decision. The default backend decodes with fp16 weight copies
+(`policy.half_decode_rows`, evorag_core/policy/half_decode.py) and, where the CPU has native bf16 instructions,
+prefills with bf16 copies (`policy.prefill_dtype` "auto"); `--half-decode-rows 0 --prefill-dtype float32` times the
+exact fp32 path. `--variants` also times decode/prefill for exact fp32, fp32 with fp16 decode copies, the same with
+bf16 prefill copies, and bfloat16 weights, x 1/2 threads. The load average is recorded because the machine may be
+shared: on a busy machine compare the `*_cpu` figures (rates from process CPU time; with --threads 1 they approximate
+an idle machine).
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.config import PolicyConfig, home_dir  # noqa: E402
+from evorag_core.config import PREFILL_DTYPES, PolicyConfig, home_dir  # noqa: E402
 from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
+from evorag_core.policy.half_decode import resolve_prefill_dtype  # noqa: E402
 from evorag_core.policy.prompts import LABELS  # noqa: E402
 from evorag_core.state import AgentView, Hop  # noqa: E402
 from evorag_core.types import Passage  # noqa: E402
@@ -171,17 +174,22 @@ def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentVi
             "policy_act_sampled_s": p_one[0], "policy_candidates_k4_s": p_k4[0]}
 
 
-VARIANTS = (("float32", 0), ("float32", 4), ("bfloat16", 0))  # (dtype, half_decode_rows)
+VARIANTS = (  # (dtype, half_decode_rows, prefill_dtype)
+    ("float32", 0, "float32"), ("float32", 4, "float32"), ("float32", 4, "bfloat16"), ("bfloat16", 0, "float32"),
+)
 
 
 def bench_variants(home: Path, prompt: str, runs: int, tokens: int, threads_list: list[int]) -> list:
     rows = []
-    for dtype, half_rows in VARIANTS:
-        backend = TransformersBackend(PolicyConfig(device="cpu", dtype=dtype, half_decode_rows=half_rows), home)
+    for dtype, half_rows, prefill in VARIANTS:
+        backend = TransformersBackend(
+            PolicyConfig(device="cpu", dtype=dtype, half_decode_rows=half_rows, prefill_dtype=prefill), home
+        )
         for threads in threads_list:
             torch.set_num_threads(threads)
             d = bench_decode(backend, prompt, runs, tokens)
-            rows.append({"dtype": dtype, "half_decode_rows": half_rows, "threads": threads,
+            rows.append({"dtype": dtype, "half_decode_rows": half_rows, "prefill_dtype": prefill,
+                         "threads": threads,
                          "prefill_tok_s": d["prefill_tok_s"],
                          "decode_batch1_tok_s": d["decode_batch1_tok_s"], "decode_batch4_tok_s": d["decode_batch4_tok_s"],
                          "decode_batch1_tok_s_cpu": d["decode_batch1_tok_s_cpu"],
@@ -200,11 +208,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--half-decode-rows", type=int, default=PolicyConfig().half_decode_rows,
                     help="decode with fp16 weight copies up to this many rows (0: exact fp32)")
+    ap.add_argument("--prefill-dtype", default=PolicyConfig().prefill_dtype, choices=PREFILL_DTYPES,
+                    help="prompt forwards through bf16 weight copies (auto: where the CPU has native bf16)")
     ap.add_argument("--variants", action="store_true", help="also time float32/bfloat16 x --variant-threads")
     ap.add_argument("--variant-threads", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args(argv)
     home = args.home or home_dir()
-    cfg = PolicyConfig(device="cpu", dtype=args.dtype, threads=args.threads, half_decode_rows=args.half_decode_rows)
+    cfg = PolicyConfig(device="cpu", dtype=args.dtype, threads=args.threads, half_decode_rows=args.half_decode_rows,
+                       prefill_dtype=args.prefill_dtype)
     load_start = os.getloadavg()
 
     result: dict = {}
@@ -212,7 +223,8 @@ def main(argv: list[str] | None = None) -> dict:
     def save() -> None:  # after every section, so that an interrupted run keeps what it measured
         result["machine"] = {
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": args.dtype,
-            "half_decode_rows": args.half_decode_rows, "cpu_model": _cpu_model(),
+            "half_decode_rows": args.half_decode_rows, "prefill_dtype": args.prefill_dtype,
+            "prefill_dtype_resolved": resolve_prefill_dtype(args.prefill_dtype), "cpu_model": _cpu_model(),
             "torch": torch.__version__, "python": platform.python_version(), "runs": args.runs,
             "loadavg_start": load_start, "loadavg_now": os.getloadavg(),
         }

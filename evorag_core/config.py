@@ -17,6 +17,7 @@ from .errors import ConfigError
 
 __all__ = [
     "ANSWERERS",
+    "PREFILL_DTYPES",
     "EnvConfig",
     "RewardConfig",
     "CurriculumConfig",
@@ -81,6 +82,9 @@ class RetrievalConfig:
 # PolicyConfig.answer_with: who writes the LM agent's ANSWER text - the reader prompt over the chain's passages,
 # the agent prompt's own continuation, or ARENA's cited reply
 ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
+# PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt forwards on an fp32 CPU model;
+# "auto" = bfloat16 where the CPU has native bf16 matrix instructions (AVX512-BF16 / AMX), else float32
+PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ class PolicyConfig:
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
+    prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,7 @@ class StudioConfig:
     host: str = "127.0.0.1"
     port: int = 7860
     start_worker: bool = True
-    prepare_next: bool = True  # prefill the next greedy LM decision while the person reads a step (app/session.py)
+    prepare_next: bool = True  # compute the next greedy LM decision while the person reads a step (app/session.py)
 
 
 @dataclass(frozen=True)

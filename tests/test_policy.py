@@ -141,9 +141,9 @@ def lm_home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def backend(lm_home):
-    """Exact numerics (no fp16 decode copies): these tests hold cache reuse, batching and scoring to fp32 agreement
-    within 2e-3; tests/test_half_decode.py bounds the fast decode's drift separately."""
-    return TransformersBackend(PolicyConfig(device="cpu", half_decode_rows=0), lm_home[0])
+    """Exact numerics (no fp16 decode or bf16 prefill copies): these tests hold cache reuse, batching and scoring to
+    fp32 agreement within 2e-3; tests/test_half_decode.py bounds the fast paths' drift separately."""
+    return TransformersBackend(PolicyConfig(device="cpu", half_decode_rows=0, prefill_dtype="float32"), lm_home[0])
 
 
 def _reference_logprob(model, prompt_ids, cont_ids) -> float:
@@ -373,23 +373,34 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
 
 
 @pytest.mark.slow
-def test_prepare_prefills_the_next_decision_without_changing_it(backend):
-    """prepare(view) then act(view): the same decision as act alone on a cold cache, and act itself then runs at
-    most a handful of prompt tokens — at the last step (ANSWER coming) the reader prompt was prefilled too."""
+def test_prepare_computes_the_next_greedy_decision_without_changing_it(backend):
+    """prepare(view) then act(view): the same decision as act alone on a cold cache, and act itself then runs no
+    prompt token and generates nothing (at the last step ANSWER is coming: reader prompt and answer included). A
+    prepared decision is used once, only for its view, and never after the backend changed (cache reset, adapter)."""
     backend.activate(None)
     policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8))
-    for view in (AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 2, 6),
-                 AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)):
+    views = (AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 2, 6),
+             AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6))
+    for view in views:
         backend.reset_cache()
         cold = policy.act(view)
         backend.reset_cache()
         policy.prepare(view)
-        before = backend.prompt_tokens
+        before = (backend.prompt_tokens, backend.tokens_generated)
         warm = policy.act(view)
         assert warm.action == cold.action and warm.completion == cold.completion
         assert warm.logprob == pytest.approx(cold.logprob, abs=5e-3)
-        assert backend.prompt_tokens - before <= 8, "act re-ran prompt tokens that prepare had cached"
-    assert isinstance(cold.action, Answer)  # the last view exercised the reader prefill
+        assert (backend.prompt_tokens, backend.tokens_generated) == before, "act redid work that prepare had done"
+        policy.act(view)  # used once: this one decides again
+        assert backend.tokens_generated > before[1]
+    assert isinstance(cold.action, Answer)  # the last view exercised the reader and the answer
+    for change in (backend.reset_cache, lambda: None):
+        policy.prepare(views[1])
+        change()
+        asked = views[0] if change is not backend.reset_cache else views[1]  # another view, or a changed backend
+        generated = backend.tokens_generated
+        policy.act(asked)
+        assert backend.tokens_generated > generated
 
 
 @pytest.mark.slow

@@ -101,27 +101,42 @@ class LMPolicy:
         if self.cfg.first_query not in ("question", "generate"):
             raise ConfigError(f"policy.first_query must be 'question' or 'generate', got {self.cfg.first_query!r}")
         self.fallback_counts: Counter[str] = Counter()
+        self._prepared: tuple[tuple, PolicyDecision] | None = None  # (state key, greedy decision) from prepare()
 
     def prompt(self, view: AgentView) -> str:
         chars = self.cfg.passage_chars
         return self.backend.chat_prompt(SYSTEM_PROMPT, render_user(view, chars), demo_turns(chars))
 
     def act(self, view: AgentView, *, sample: bool = False, seed: int | None = None) -> PolicyDecision:
-        """Greedy decision, or one sampled at `cfg.temperature` when `sample`."""
+        """Greedy decision, or one sampled at `cfg.temperature` when `sample`. A greedy decision that `prepare`
+        computed for this view, with the backend unchanged since (same adapter, no cache reset), is returned as is."""
+        if not sample and self._prepared is not None:
+            key, decision = self._prepared
+            self._prepared = None
+            if key == self._state_key(view):
+                self._count_fallbacks([decision])
+                return decision
         return self._decide(view, 1, self.cfg.temperature if sample else 0.0, seed)[0]
 
     def prepare(self, view: AgentView) -> None:
-        """Idle-time work for the greedy decision at `view`: the agent prompt runs into the backend's prefix cache
-        (its label scores come out of it), and, when the greedy choice there is ANSWER and the reader writes the
-        answer, the reader prompt too. A later `act(view)` then reads both prefills from the cache; its decision is
-        the same. The studio calls this between clicks; backends without `warm` (vLLM has its own prefix caching)
-        skip it."""
-        warm = getattr(self.backend, "warm", None)
-        if warm is None:
+        """Idle-time work: the greedy decision at `view` is computed now (agent prompt, label scores, argument;
+        the reader prompt and the answer when ANSWER is chosen) and kept, so a later `act(view)` returns it at once.
+        Greedy decoding is deterministic, so it is the decision `act` would make; it is dropped if the backend
+        changes in between (another adapter, a cache reset) or another view is asked. The studio calls this
+        between clicks; backends without `warm` (vLLM has its own prefix caching) skip it."""
+        if getattr(self.backend, "warm", None) is None:
             return
-        _, _, probs = self._label_choice(view, 0.0)
-        if _draw(probs, 1, 0.0, 0)[0] == "ANSWER" and self.cfg.answer_with == "reader":
-            warm(self._reader_prompt(view))
+        key = self._state_key(view)
+        self._prepared = (key, self._decide(view, 1, 0.0, None, count=False)[0])
+
+    def _state_key(self, view: AgentView) -> tuple:
+        """What a greedy decision depends on: the view and the backend's weights (adapter, cache epoch)."""
+        return (view, getattr(self.backend, "active_adapter", None), getattr(self.backend, "cache_epoch", None))
+
+    def _count_fallbacks(self, decisions: list[PolicyDecision]) -> None:
+        for decision in decisions:
+            if decision.fallback:
+                self.fallback_counts[decision.fallback] += 1
 
     def _label_choice(self, view: AgentView, temperature: float) -> tuple[str, dict[str, float], dict[str, float]]:
         """(prompt, the four labels' log-probs, the distribution over the allowed labels at `temperature`)."""
@@ -146,7 +161,8 @@ class LMPolicy:
 
     # -- internals -------------------------------------------------------------------------------------------
 
-    def _decide(self, view: AgentView, k: int, temperature: float, seed: int | None) -> list[PolicyDecision]:
+    def _decide(self, view: AgentView, k: int, temperature: float, seed: int | None, *, count: bool = True
+                ) -> list[PolicyDecision]:
         prompt, raw, probs = self._label_choice(view, temperature)
         seed = seed if seed is not None else secrets.randbits(62)
         names = _draw(probs, k, temperature, seed)
@@ -166,8 +182,11 @@ class LMPolicy:
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
             generations = dict(zip(wanted, outs))
-        return [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i))
-                for i, name in enumerate(names)]
+        decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i))
+                     for i, name in enumerate(names)]
+        if count:
+            self._count_fallbacks(decisions)
+        return decisions
 
     def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
         """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
@@ -194,8 +213,6 @@ class LMPolicy:
                 argument = clean_answer(argument)  # as every method reports answers (re-scored if it changed)
                 if not argument:
                     name, fallback, generated = "REFUSE", "empty_answer", None
-        if fallback:
-            self.fallback_counts[fallback] += 1
         completion = completion_text(name, argument)
         action_lp = raw[name]
         # a reader- or ARENA-generated answer's token log-probs belong to another prompt: re-score it under the agent's
