@@ -137,8 +137,11 @@ class PolicyProvider:
         )
 
     def warm(self) -> None:
-        """Load the language model now (FeatureUnavailable when the policy package is missing)."""
-        self._get_backend()
+        """Load the language model now and cache the prompt heads every episode shares (`LMPolicy.warm_up`), so the
+        first Step after a start is as fast as later ones (FeatureUnavailable when the policy package is missing)."""
+        backend = self._get_backend()
+        with self._lock:
+            self._lm_policy(backend).warm_up()
 
     def _model_name(self) -> str:
         return "SmolLM2-135M-Instruct" if self.cfg.policy.model == "embedded" else self.cfg.policy.model

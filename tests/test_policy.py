@@ -403,6 +403,23 @@ def test_prepare_computes_the_next_greedy_decision_without_changing_it(backend):
         assert backend.tokens_generated > generated
 
 
+def test_warm_up_caches_the_prompt_heads_every_episode_shares(backend):
+    """After warm_up on an empty cache, the first decision of an episode runs only its own prompt tokens (the
+    question onwards), not the system turn and the demonstrations; the decision is the cold one."""
+    backend.activate(None)
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8))
+    view = AgentView(QUESTION, (), (), 1, 6)
+    backend.reset_cache()
+    cold = policy.act(view)
+    backend.reset_cache()
+    policy.warm_up()
+    before = backend.prompt_tokens
+    warm = policy.act(view)
+    total = len(backend.encode(policy.prompt(view)))
+    assert backend.prompt_tokens - before < total / 3
+    assert warm.completion == cold.completion
+
+
 @pytest.mark.slow
 def test_arena_answerer_cites_the_reader_passages(backend):
     """answer_with="arena": every ANSWER decision carries ARENA's reply over the reader passages (numbered P1, P2);

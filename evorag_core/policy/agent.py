@@ -129,6 +129,18 @@ class LMPolicy:
         key = self._state_key(view)
         self._prepared = (key, self._decide(view, 1, 0.0, None, count=False)[0])
 
+    def warm_up(self) -> None:
+        """Run the prompt heads every episode shares into the backend's prefix cache: the agent prompt's system turn
+        and demonstrations, and the reader prompt's system turn, so that the first step after a start pays only
+        for its own tokens. Backends without `warm` skip it."""
+        warm = getattr(self.backend, "warm", None)
+        if warm is None:
+            return
+        empty = AgentView("", (), (), 1, 1)
+        warm(self.prompt(empty))
+        if self.cfg.answer_with == "reader":
+            warm(reader_prompt(self.backend, "", [Passage("", "", "")], self.cfg.passage_chars))
+
     def _state_key(self, view: AgentView) -> tuple:
         """What a greedy decision depends on: the view and the backend's weights (adapter, cache epoch)."""
         return (view, getattr(self.backend, "active_adapter", None), getattr(self.backend, "cache_epoch", None))
