@@ -9,10 +9,10 @@ per-step cost of the agent's action scoring as an episode's prompt grows, with a
 of K=4 sibling candidates vs one sampled decision. The default backend decodes with fp16 weight copies
 (`policy.half_decode_rows`, evorag_core/policy/half_decode.py) and, where the CPU has native bf16 instructions,
 prefills with bf16 copies (`policy.prefill_dtype` "auto"); `--half-decode-rows 0 --prefill-dtype float32` times the
-exact fp32 path. `--variants` also times decode/prefill for exact fp32, fp32 with fp16 decode copies, the same with
-bf16 prefill copies, and bfloat16 weights, x 1/2 threads. The load average is recorded because the machine may be
-shared: on a busy machine compare the `*_cpu` figures (rates from process CPU time; with --threads 1 they approximate
-an idle machine).
+exact fp32 path. The K = 4 cost is reported from blocks of runs and from back-to-back pairs (`k4_over_one_paired`).
+`--variants` also times decode/prefill for exact fp32, fp32 with fp16 decode copies, the same with bf16 prefill
+copies, and bfloat16 weights, x 1/2 threads. The load average is recorded because the machine may be shared: on a busy
+machine compare the `*_cpu` figures (rates from process CPU time; with --threads 1 they approximate an idle machine).
 """
 from __future__ import annotations
 
@@ -168,9 +168,16 @@ def bench_siblings(backend: TransformersBackend, policy: LMPolicy, view: AgentVi
     k4_seq = _median_time(lambda: decide(4, False), runs)
     p_one = _median_time(lambda: policy.act(view, sample=True, seed=next(seeds)), runs)
     p_k4 = _median_time(lambda: policy.candidates(view, k=4, seed=next(seeds)), runs)
+    # the same ratio from back-to-back pairs (one, then four), so that a drift of the machine's speed between the
+    # blocks above does not enter it; each pair's ratio is kept
+    paired = []
+    for _ in range(runs):
+        t_one = _median_time(lambda: decide(1, True), 1)[0]
+        paired.append(_median_time(lambda: decide(4, True), 1)[0] / t_one)
     return {"argument_tokens": tokens, "one_s": one[0], "k4_s": k4[0], "k4_sequential_s": k4_seq[0],
             "k4_over_one": k4[0] / one[0], "k4_over_one_cpu": k4[1] / one[1],
             "k4_sequential_over_one": k4_seq[0] / one[0],
+            "k4_over_one_paired_median": statistics.median(paired), "k4_over_one_paired": paired,
             "policy_act_sampled_s": p_one[0], "policy_candidates_k4_s": p_k4[0]}
 
 
