@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -150,27 +150,24 @@ def enable_half_decode(model: nn.Module, max_rows: int = DEFAULT_MAX_ROWS, exact
 
 
 @contextmanager
-def half_decode(model: nn.Module) -> Iterator[int]:
-    """Inside the block, `model`'s `HalfDecodeLinear`s use their fp16 copies; yields how many there are."""
-    modules = [m for m in model.modules() if isinstance(m, HalfDecodeLinear) and m.weight.is_cpu]
+def _switched_on(modules: list[HalfDecodeLinear], flag: str) -> Iterator[int]:
+    """Set boolean attribute `flag` on `modules` for the block (and back off after it); yields how many."""
     for m in modules:
-        m.active = True
+        setattr(m, flag, True)
     try:
         yield len(modules)
     finally:
         for m in modules:
-            m.active = False
+            setattr(m, flag, False)
 
 
-@contextmanager
-def bf16_prefill(model: nn.Module) -> Iterator[int]:
+def half_decode(model: nn.Module) -> ContextManager[int]:
+    """Inside the block, `model`'s `HalfDecodeLinear`s use their fp16 copies; yields how many there are."""
+    return _switched_on([m for m in model.modules() if isinstance(m, HalfDecodeLinear) and m.weight.is_cpu], "active")
+
+
+def bf16_prefill(model: nn.Module) -> ContextManager[int]:
     """Inside the block, `model`'s linears enabled with `prefill_bf16` run inputs of more than `max_rows` rows
     through their bf16 copies; yields how many do."""
     modules = [m for m in model.modules() if isinstance(m, HalfDecodeLinear) and m.prefill_copy and m.weight.is_cpu]
-    for m in modules:
-        m.prefill_active = True
-    try:
-        yield len(modules)
-    finally:
-        for m in modules:
-            m.prefill_active = False
+    return _switched_on(modules, "prefill_active")
