@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import PREFILL_DTYPES
+
 __all__ = ["HalfDecodeLinear", "enable_half_decode", "half_decode", "bf16_prefill", "cpu_has_native_bf16",
            "resolve_prefill_dtype", "DEFAULT_MAX_ROWS", "DEFAULT_EXACT_TOP"]
 
@@ -68,10 +70,10 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
 
 def resolve_prefill_dtype(setting: str, cpuinfo: str | None = None) -> str:
     """`policy.prefill_dtype` ("auto" | "float32" | "bfloat16") -> "float32" | "bfloat16"."""
+    if setting not in PREFILL_DTYPES:
+        raise ValueError(f"prefill dtype must be one of {', '.join(PREFILL_DTYPES)}, got {setting!r}")
     if setting == "auto":
         return "bfloat16" if cpu_has_native_bf16(cpuinfo) else "float32"
-    if setting not in ("float32", "bfloat16"):
-        raise ValueError(f"prefill dtype must be auto, float32 or bfloat16, got {setting!r}")
     return setting
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import torch
 
-from ..config import PREFILL_DTYPES, PolicyConfig, home_dir
+from ..config import PolicyConfig, home_dir
 from ..errors import ConfigError
 from .base import Generation, encode_pair
 from .half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
@@ -45,10 +45,10 @@ class TransformersBackend:
 
     def __init__(self, cfg: PolicyConfig | None = None, home: Path | None = None) -> None:
         cfg = cfg if cfg is not None else PolicyConfig()
-        if cfg.prefill_dtype not in PREFILL_DTYPES:
-            raise ConfigError(
-                f"policy.prefill_dtype must be one of {', '.join(PREFILL_DTYPES)}, got {cfg.prefill_dtype!r}"
-            )
+        try:
+            bf16 = resolve_prefill_dtype(cfg.prefill_dtype) == "bfloat16"
+        except ValueError as exc:
+            raise ConfigError(f"policy.prefill_dtype: {exc}") from None
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         start = time.perf_counter()
@@ -56,7 +56,6 @@ class TransformersBackend:
             cfg.model, home if home is not None else home_dir(), device=cfg.device, dtype=cfg.dtype
         )
         self._setup(model, tokenizer, cfg.model if cfg.model != "embedded" else f"embedded:{folder.name}")
-        bf16 = resolve_prefill_dtype(cfg.prefill_dtype) == "bfloat16"
         if cfg.half_decode_rows > 0 or bf16:
             converted = enable_half_decode(model, max(cfg.half_decode_rows, 1), prefill_bf16=bf16)
             self.half_decode_linears = converted if cfg.half_decode_rows > 0 else 0
