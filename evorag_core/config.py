@@ -108,6 +108,7 @@ class PolicyConfig:
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
+    shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)
 
 
 @dataclass(frozen=True)

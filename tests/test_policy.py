@@ -20,7 +20,10 @@ from evorag_core.policy import LMPolicy, TransformersBackend, allowed_actions, l
 from evorag_core.policy import loading
 from evorag_core.policy.agent import reader_passages
 from evorag_core.policy.hf_backend import _pack
-from evorag_core.policy.kv_cache import PrefixPool, common_prefix_length, growing_cache
+from evorag_core.policy.cascade import shared_prefix_attention, supports_cascade
+from evorag_core.policy.hf_backend import _pick
+from evorag_core.policy.kv_cache import (PrefixPool, common_prefix_length, fork_cache, growing_cache,
+                                         shared_prefix_cache)
 from evorag_core.policy.prompts import render_passage, render_user
 from evorag_core.state import AgentView, Hop
 from evorag_core.types import Passage
@@ -100,6 +103,81 @@ def test_growing_cache_matches_dynamic_cache():
         last = model(ids[:, 9:], past_key_values=cache, use_cache=True).logits
     assert cache.get_seq_length() == 12
     torch.testing.assert_close(last, full[:, 9:], atol=1e-5, rtol=1e-5)
+
+
+def _tiny_llama(**extra):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, attn_implementation="sdpa", **extra)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_shared_prefix_cascade_attention_matches_forked_cache():
+    """Three rows continue one 10-token prompt: suffixes of 3, 1 and 2 tokens (right-padded, masked), then rows 0
+    and 2 keep decoding one token at a time, then row 2 alone. A shared-prefix cache under cascade attention gives
+    the logits of a forked (copied) cache under sdpa at every valid position; the prefix is shared, not copied, and
+    the model's attention implementation is restored afterwards."""
+    model = _tiny_llama()
+    prompt = torch.randint(0, 50, (1, 10))
+    lengths = torch.tensor([3, 1, 2])
+    tokens = torch.randint(0, 50, (3, 3))
+    with torch.inference_mode():
+        prefix = growing_cache(2)
+        model(prompt, past_key_values=prefix, use_cache=True)
+        forked, shared = fork_cache(prefix, 3, 8), shared_prefix_cache(prefix, 3, 8)
+        assert shared.layers[0].prefix_keys.data_ptr() == prefix.layers[0].keys.data_ptr()
+        assert shared.get_seq_length() == forked.get_seq_length() == 10
+        mask = torch.tensor([[1] * (10 + n) + [0] * (3 - n) for n in lengths.tolist()])
+        positions = 10 + torch.arange(3).expand(3, -1)
+        outs = {}
+        for name, cache in (("forked", forked), ("shared", shared)):
+            context = shared_prefix_attention(model, cache) if name == "shared" else torch.inference_mode()
+            with context:
+                steps = [model(tokens, past_key_values=cache, attention_mask=mask, position_ids=positions).logits]
+                keep, m, pos = torch.tensor([0, 2]), mask[[0, 2]], (10 + lengths[[0, 2]]).unsqueeze(1)
+                cache.batch_select_indices(keep)
+                nxt = torch.randint(0, 50, (2, 1), generator=torch.Generator().manual_seed(1))
+                for _ in range(2):
+                    m = torch.cat([m, torch.ones(2, 1, dtype=m.dtype)], dim=1)
+                    steps.append(model(nxt, past_key_values=cache, attention_mask=m, position_ids=pos).logits)
+                    pos = pos + 1
+                cache.batch_select_indices(torch.tensor([1]))
+                m = torch.cat([m[1:], torch.ones(1, 1, dtype=m.dtype)], dim=1)
+                steps.append(model(nxt[1:], past_key_values=cache, attention_mask=m, position_ids=pos[1:]).logits)
+            outs[name] = steps
+    assert model.config._attn_implementation == "sdpa"
+    first_f, first_s = outs["forked"][0], outs["shared"][0]
+    for row, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(first_s[row, :n], first_f[row, :n], atol=1e-5, rtol=1e-5)
+    for got, want in zip(outs["shared"][1:], outs["forked"][1:]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_cascade_only_for_plain_attention_models():
+    assert supports_cascade(_tiny_llama())
+    from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
+
+    small = dict(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                 num_key_value_heads=2)
+    assert not supports_cascade(MistralForCausalLM(MistralConfig(**small, sliding_window=8)))
+    assert supports_cascade(MistralForCausalLM(MistralConfig(**small, sliding_window=None)))
+    assert not supports_cascade(GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=32, n_layer=1, n_head=4)))
+
+
+def test_sampler_draws_from_the_tempered_distribution():
+    """Inverse-CDF draws: frequencies within 0.01 of softmax(logits / T) over 40,000 draws, a -inf token never
+    drawn, the same generator seed gives the same draws, T <= 0 is argmax."""
+    logits = torch.tensor([0.0, 1.0, 2.0, float("-inf")])
+    rng = torch.Generator().manual_seed(0)
+    draws = torch.cat([_pick(torch.log_softmax(logits, -1).expand(4000, -1), 2.0, rng) for _ in range(10)])
+    freq = torch.bincount(draws, minlength=4).double() / draws.numel()
+    torch.testing.assert_close(freq, torch.softmax(logits.double() / 2.0, -1), atol=0.01, rtol=0)
+    assert freq[3] == 0
+    lp = torch.log_softmax(torch.randn(3, 50), -1)
+    assert torch.equal(_pick(lp, 1.0, torch.Generator().manual_seed(5)), _pick(lp, 1.0, torch.Generator().manual_seed(5)))
+    assert torch.equal(_pick(lp, 0.0, rng), lp.argmax(-1))
 
 
 def test_prefix_pool_routes_prompts_to_the_cache_sharing_most():

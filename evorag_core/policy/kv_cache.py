@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["GrowingLayer", "growing_cache", "fork_cache", "PrefixCache", "PrefixPool", "common_prefix_length"]
+__all__ = ["GrowingLayer", "SharedPrefixLayer", "growing_cache", "fork_cache", "shared_prefix_cache", "PrefixCache",
+           "PrefixPool", "common_prefix_length"]
 
 _MIN_ROOM = 256
 
@@ -111,6 +112,42 @@ def fork_cache(cache: Cache, rows: int, room: int) -> Cache:
         dst.reserve(k.shape[2] + room, k, v)
         dst.update(k, v)
     return out
+
+
+class SharedPrefixLayer(GrowingLayer):
+    """A layer whose rows share one prefix: `prefix_keys`/`prefix_values` ([1, heads, P, d], views of a one-row
+    cache, never copied) plus each row's own later positions in the growing buffer, which is all `update` returns.
+    Only cascade attention (policy/cascade.py) knows to attend to both; lengths and masks count both."""
+
+    def __init__(self, prefix_keys: torch.Tensor | None, prefix_values: torch.Tensor | None) -> None:
+        super().__init__()
+        self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
+        self.prefix_length = 0 if prefix_keys is None else int(prefix_keys.shape[2])
+
+    def get_seq_length(self) -> int:
+        return self.prefix_length + self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove < 0 and -tokens_to_remove > self.length:
+            raise ValueError("a shared-prefix cache cannot be cropped into its shared prefix")
+        super().crop(tokens_to_remove)
+
+
+def shared_prefix_cache(cache: Cache, rows: int, room: int) -> Cache:
+    """A cache of `rows` rows over the (one-row) `cache`'s current contents, shared rather than copied, with space
+    for `room` own positions per row. `cache` must not change while this one is in use."""
+    layers = []
+    for src in cache.layers:
+        filled = src.keys is not None and src.get_seq_length() > 0
+        layer = SharedPrefixLayer(src.keys if filled else None, src.values if filled else None)
+        if filled:
+            like_k = src.keys.new_empty((rows, src.keys.shape[1], 0, src.keys.shape[3]))
+            like_v = src.values.new_empty((rows, src.values.shape[1], 0, src.values.shape[3]))
+            layer.lazy_initialization(like_k, like_v)
+            layer.reserve(room, like_k, like_v)
+            layer._refresh_views()
+        layers.append(layer)
+    return Cache(layers=layers)
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
