@@ -5,7 +5,7 @@
 
 1. Rollouts (`evorag rollout`, one process per worker, one torch thread each, on disjoint parts of the slice) of the
    embedded SmolLM2 policy on the training slice of /work/shared/benchmarks/hotpotqa_dev300.jsonl, per-question
-   corpus (each question's 10 passages), Discovery stage, into a SQLite store (resumable: questions already rolled
+   corpus (each question's 10 passages), Discovery stage by default (`--stage`), into a SQLite store (resumable: questions already rolled
    out by the same policy are skipped). Throughput = pairs stored / wall minutes of this run, with the CPU time
    and the load average recorded (the machine is shared).
 2. Encoder choice: pooled hidden states of several layers x {mean, last} are computed in one pass per state
@@ -15,6 +15,8 @@
    and a single-head baseline trained on the total return. The split is by question (80/20, seed 0); the layer,
    pooling, L2 strength and the combiner (fitted in-sample, stacked on out-of-fold head scores, stacked and
    non-negative) are chosen by 5-fold grouped cross-validation inside the training split only.
+4. `overall_from_true_head_signs`: the overall accuracy a ranking from per-head preferences would reach with every
+   head right (true signs weighted by the training pairs' mean |dG^(k)|): how far per-signal preferences alone can go.
 """
 from __future__ import annotations
 
@@ -53,9 +55,11 @@ def run_rollouts(args: argparse.Namespace, db: str) -> dict:
     for lo, hi in zip(bounds, bounds[1:]):
         cmd = [sys.executable, "-m", "evorag_core.cli", "rollout", "--data", str(args.data), "--offset", str(lo),
                "--limit", str(hi - lo), "--siblings", str(args.siblings), "--t-max", str(args.t_max),
-               "--max-states", str(args.max_states), "--stage", "discovery", "--db", db, "--home", str(args.home),
+               "--max-states", str(args.max_states), "--stage", args.stage, "--db", db, "--home", str(args.home),
                "--resume", "--json", "--set", "policy.threads=1", "--set", "policy.device=cpu",
                "--set", "env.corpus=per-question"]
+        if args.passage_chars:
+            cmd += ["--set", f"policy.passage_chars={args.passage_chars}"]
         log = open(Path(args.home) / f"rollout_{lo}_{hi}.log", "w")
         procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True), log))
     outs = []
@@ -101,6 +105,27 @@ def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
     return float(sum(accs) / len(accs)) if accs else float("nan")
 
 
+def _sign_ceiling(train, evals) -> dict:
+    """What a ranking built from per-head preferences could reach if every head were right: score each pair by
+    sum_k c_k * sign(dG^(k)) with the TRUE signs and c_k = the mean |dG^(k)| over the training pairs. The heads are
+    trained on signs (SPEC §4's logistic loss), so this bounds an overall ranking by perfect heads."""
+    import numpy as np
+
+    from evorag_core.signals import SIGNAL_NAMES
+
+    def signs(examples):
+        d = np.array([[e.deltas[k] for k in SIGNAL_NAMES] for e in examples], dtype=float).reshape(-1, len(SIGNAL_NAMES))
+        return np.sign(d) * (np.abs(d) >= 1e-3), np.abs(d)
+
+    _, magnitude = signs(train)
+    weights = magnitude.mean(0)
+    out = {"weights": {k: round(float(w), 4) for k, w in zip(SIGNAL_NAMES, weights)}}
+    for name, examples in (("train", train), ("eval", evals)):
+        score = signs(examples)[0] @ weights
+        out[f"{name}_accuracy"] = round(float(((score > 0) + 0.5 * (score == 0)).mean()), 4) if examples else None
+    return out
+
+
 def _head_table(metrics) -> dict:
     return {k: {"train_pairs": h.train_pairs, "eval_pairs": h.eval_pairs,
                 "eval_accuracy": None if h.accuracy is None else round(h.accuracy, 4),
@@ -118,7 +143,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
     from evorag_core.signals import SIGNAL_NAMES
     from evorag_core.store import open_store
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     start = time.perf_counter()
     margin = 0.3
     with open_store(db) as store:
@@ -127,13 +152,13 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         stages: dict[str, int] = {}
         for e in store.list_episodes(limit=1_000_000):
             stages[e.stage] = stages.get(e.stage, 0) + 1
-    examples, skipped = examples_from_pairs(pairs, margin)
+    examples, skipped = examples_from_pairs(pairs, margin, observation=not args.no_observation)
     if len(examples) < 10:
         raise SystemExit(f"only {len(examples)} pairs with margin >= {margin}; roll out more questions first")
     train, evals = split_examples(examples, 0.2, 0)
     layers = [int(x) for x in args.layers.split(",")]
     specs = [(layer, pooling) for layer in layers for pooling in ("mean", "last")]
-    backend = TransformersBackend(PolicyConfig(device="cpu", threads=1), args.home)
+    backend = TransformersBackend(PolicyConfig(device="cpu", threads=args.threads), args.home)
     encoder = PrefixEncoder.from_backend(backend, specs)
     cache = FeatureCache(args.home / "cache" / "preference_features.safetensors")
     t0 = time.perf_counter()
@@ -218,6 +243,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         "single_signal_ablation": ablation,
         "single_head_on_total_return": {"eval_accuracy": round(total.overall_accuracy, 4),
                                         "eval_loss": round(total.overall_loss, 4)},
+        "overall_from_true_head_signs": _sign_ceiling(train, evals),
         "targets": {
             "every_varying_head_above_50": all((full.heads[k].accuracy or 0) > 0.5 for k in varying),
             "varying_heads": varying,
@@ -243,6 +269,12 @@ def main() -> None:
                     help="also use discarded pairs (e.g. those bench/learning.py set aside as its held-out pairs)")
     ap.add_argument("--rollout-only", action="store_true", help="only roll out (stats are kept beside the database)")
     ap.add_argument("--layers", default="6,12,16,20,24,28,30", help="layers compared for the encoder choice")
+    ap.add_argument("--no-observation", action="store_true",
+                    help="x = the reply line alone (the ablation of PreferenceConfig.observation)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of the encoding pass")
+    ap.add_argument("--stage", choices=["discovery", "refinement"], default="discovery", help="the rollouts' stage")
+    ap.add_argument("--passage-chars", type=int, default=0,
+                    help="policy.passage_chars of the rollouts' prompts (0: the config default)")
     args = ap.parse_args()
     args.home = args.home.resolve()
     args.home.mkdir(parents=True, exist_ok=True)
@@ -250,7 +282,11 @@ def main() -> None:
     result: dict = {
         "settings": {"data": str(args.data), "slice": args.questions, "workers": args.workers,
                      "threads_per_worker": 1, "t_max": args.t_max, "siblings": args.siblings,
-                     "max_states": args.max_states, "stage": "discovery", "corpus": "per-question",
+                     "max_states": args.max_states, "stage": args.stage, "corpus": "per-question",
+                     "passage_chars": args.passage_chars or "config default",
+                     "observation": "x = the reply line alone (--no-observation)" if args.no_observation else
+                                    "x = reply line + the passages a SEARCH candidate retrieved (PreferenceConfig."
+                                    "observation); pairs stored without observations fall back to the reply line",
                      "policy": "embedded SmolLM2-135M-Instruct (float32, CPU)", "db": db,
                      "include_discarded": args.include_discarded,
                      "note": "the rollout settings describe this script's own rollouts; with --skip-rollout the pairs "

@@ -146,6 +146,7 @@ class PreferenceConfig:
     seed: int = 0
     combine_folds: int = 5  # the combiner is fitted on out-of-fold head scores over this many question groups (0: in-sample)
     combine_nonnegative: bool = True  # combiner weights >= 0 (each head scores "better on its signal")
+    observation: bool = True  # x = the reply line + what a SEARCH candidate retrieved (else the reply line alone)
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,7 @@ class RagEnv:
         verdict: Verdict | None = None
 
         if isinstance(action, Search):
-            hits = self.retriever.search(action.query, self.env_cfg.top_k)
-            retrieved = tuple(self._by_pid[h.pid] for h in hits)
+            retrieved = self.preview_search(action.query)
             query_vec = np.asarray(self.embed([action.query])[0], dtype=np.float32)
         elif isinstance(action, Refuse):
             verdict = self.judge.judge(
@@ -188,6 +187,10 @@ class RagEnv:
             truncated=truncated,
             record=step,
         )
+
+    def preview_search(self, query: str) -> tuple[Passage, ...]:
+        """The passages a SEARCH for `query` would return (retrieval is stateless); changes nothing."""
+        return tuple(self._by_pid[h.pid] for h in self.retriever.search(query, self.env_cfg.top_k))
 
     # -- branching ----------------------------------------------------------------------------------------------
     def snapshot(self) -> EnvSnapshot:

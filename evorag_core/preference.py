@@ -1,9 +1,16 @@
 """The multi-head preference model (SPEC §4): a frozen encoder of the trajectory prefix and one linear head per signal.
 
-Encoder. x = (agent prompt at the state, candidate completion). Its feature is a hidden state of the policy LM
-itself (frozen, base weights, LoRA adapters switched off), pooled over the completion's tokens: the prompt is run
-once per state (its KV cache is shared by the state's candidates) and each completion is run on top of it, so every
-completion token attends to the whole state. Default: layer 20 of 30, mean over the completion tokens
+Encoder. x = (agent prompt at the state, candidate): the candidate is its reply line and, for a SEARCH, the passages
+it retrieves rendered as the next prompt would show them ("Found:" + numbered passages, `(again [n] title)` for ones
+already shown; `candidate_text`). A sibling's return is decided mostly by what its search finds (`ret` is +-1 per
+search; in the 2026-11-24 HotpotQA rollouts `ret` was the largest signal difference of 475 of 634 pairs), which the
+query text alone does not show. The observation is a deterministic function of (state, action), so the same x is
+computed at inference (`RankedPolicy` previews each SEARCH candidate's results in the environment). With
+`PreferenceConfig.observation` off, or for pairs stored before rollouts recorded observations, x is the reply line
+alone. Its feature is a hidden state of the policy LM itself (frozen, base weights, LoRA adapters switched off),
+pooled over the candidate's tokens (the "completion" below: reply and observation): the prompt is run once per state
+(its KV cache is shared by the state's candidates) and each completion is run on top of it, so every completion
+token attends to the whole state. Default: layer 20 of 30, mean over the completion tokens
 (`PreferenceConfig.layer/pooling`); the prompt's own positions are identical for the two sides of a pair and would
 cancel in f(x+) - f(x-), so only completion positions are pooled. A prompt longer than 6,000 tokens keeps its last
 6,000. Switching the backend's adapter off and on drops the policy's prefix cache, so with an adapter active each
@@ -61,6 +68,7 @@ from .signals import SIGNAL_NAMES
 
 __all__ = [
     "PreferenceExample",
+    "candidate_text",
     "examples_from_pairs",
     "split_examples",
     "PrefixEncoder",
@@ -106,10 +114,17 @@ def _as_pair(item: Any) -> Any:
     return item
 
 
-def examples_from_pairs(pairs: Iterable[Any], min_margin: float) -> tuple[list[PreferenceExample], int]:
+def candidate_text(completion: str, observation: str | None) -> str:
+    """The candidate part of x: the reply line, then what it retrieved (if anything; see the module docstring)."""
+    return f"{completion}\n{observation}" if observation else completion
+
+
+def examples_from_pairs(pairs: Iterable[Any], min_margin: float,
+                        observation: bool = True) -> tuple[list[PreferenceExample], int]:
     """Examples from store `Pair`s / `NewPair`s or export records that carry per-signal returns (metadata
     `signals_chosen` / `signals_rejected`) and have margin >= `min_margin`. Returns (examples, skipped); human
-    pairs without per-signal returns are skipped (nothing to train the heads on)."""
+    pairs without per-signal returns are skipped (nothing to train the heads on). With `observation`, each side
+    is `candidate_text(reply, the branch's recorded observation)`."""
     out: list[PreferenceExample] = []
     skipped = 0
     for item in pairs:
@@ -121,7 +136,11 @@ def examples_from_pairs(pairs: Iterable[Any], min_margin: float) -> tuple[list[P
             continue
         deltas = {k: float(sc.get(k, 0.0)) - float(sr.get(k, 0.0)) for k in SIGNAL_NAMES}
         group = str(meta.get("question_id") or pair.prompt)
-        out.append(PreferenceExample(pair.prompt, pair.chosen, pair.rejected, float(pair.margin), deltas, group))
+        chosen, rejected = pair.chosen, pair.rejected
+        if observation:
+            chosen = candidate_text(chosen, (meta.get("chosen_branch") or {}).get("observation"))
+            rejected = candidate_text(rejected, (meta.get("rejected_branch") or {}).get("observation"))
+        out.append(PreferenceExample(pair.prompt, chosen, rejected, float(pair.margin), deltas, group))
     return out, skipped
 
 
@@ -337,7 +356,7 @@ class PreferenceModel(nn.Module):
                                  f"{exc}") from exc
         if meta.get("format") != "evorag-preference-v1":
             raise ModelLoadError(f"{folder}/config.json is not an evorag preference model")
-        cfg = PreferenceConfig(**meta["config"])
+        cfg = PreferenceConfig(**{"observation": False, **meta["config"]})  # saved before observations: reply only
         model = cls(int(meta["dim"]), meta["heads"], cfg.hidden, cfg, meta.get("model_id", ""))
         model.load_state_dict(state)
         model.metrics = meta.get("metrics", {})
@@ -530,7 +549,8 @@ def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str
 
     start = time.perf_counter()
     pcfg = cfg.preference
-    examples, skipped = examples_from_pairs(_load_pairs(store_or_pairs), cfg.rollout.preference_margin)
+    examples, skipped = examples_from_pairs(_load_pairs(store_or_pairs), cfg.rollout.preference_margin,
+                                            pcfg.observation)
     if len(examples) < 2:
         raise TrainingError(f"{len(examples)} usable pairs (margin >= {cfg.rollout.preference_margin} with per-signal "
                             f"returns; {skipped} skipped); the preference model needs at least 2")
@@ -557,17 +577,25 @@ def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str
 # -- ranking at inference ----------------------------------------------------------------------------------------
 
 
-def rank_candidates(model: PreferenceModel, decisions: Sequence[Any]) -> list[float]:
+def rank_candidates(model: PreferenceModel, decisions: Sequence[Any],
+                    observations: Sequence[str | None] | None = None) -> list[float]:
     """The overall preference score of each candidate decision (anything with `.prompt` and `.completion`);
-    higher is better. The model needs an encoder (`PreferenceModel.load(path, encoder)` or `.attach`)."""
+    higher is better. `observations[i]`: what decision i's SEARCH retrieves (`candidate_text`); required when the
+    model was trained with observations. The model needs an encoder (`PreferenceModel.load(path, encoder)` or
+    `.attach`)."""
     if model.encoder is None:
         raise ConfigError("the preference model has no encoder attached; load it with an encoder or call attach()")
+    if model.cfg.observation and observations is None:
+        raise ConfigError("this preference model reads what each SEARCH candidate retrieves: pass observations "
+                          "(RankedPolicy previews them in the episode's environment)")
+    texts = [candidate_text(d.completion, observations[i] if model.cfg.observation else None)
+             for i, d in enumerate(decisions)]
     scores: list[float] = [math.nan] * len(decisions)
     by_prompt: dict[str, list[int]] = {}
     for i, d in enumerate(decisions):
         by_prompt.setdefault(d.prompt, []).append(i)
     for prompt, idx in by_prompt.items():
-        feats = model.encoder.encode(prompt, [decisions[i].completion for i in idx])[:, 0]
+        feats = model.encoder.encode(prompt, [texts[i] for i in idx])[:, 0]
         with torch.no_grad():
             values = model.overall(torch.as_tensor(feats)).tolist()
         for i, v in zip(idx, values):
@@ -579,7 +607,8 @@ class RankedPolicy:
     """Best-of-K with the preference model, as an `EpisodePolicy` (methods/base.py): at each state the greedy
     decision and `k` sampled siblings (merged when identical) are scored by `rank_candidates`; the best-scoring one
     is taken. `adapter` (a name loaded in the LM's backend) is activated at `begin`, like the agent method does; the
-    encoder always reads the base weights."""
+    encoder always reads the base weights. A model trained with observations needs the episode's environment
+    (`attach_env`, called by `run_episode`) to preview what each SEARCH candidate retrieves."""
 
     def __init__(self, lm_policy, reward_model: PreferenceModel, k: int = 4, *, temperature: float | None = None,
                  seed: int = 0, include_greedy: bool = True, adapter: str | None = None) -> None:
@@ -590,6 +619,7 @@ class RankedPolicy:
         self.name = "agent-rm"
         self.label = f"agent best-of-{k} by preference model" + (f" + adapter {adapter}" if adapter else "")
         self._calls = 0
+        self._env = None
         if reward_model.encoder is None:
             backend = getattr(lm_policy, "backend", None)
             if backend is None:
@@ -603,6 +633,22 @@ class RankedPolicy:
         if backend is not None and hasattr(backend, "activate"):
             backend.activate(self.adapter)
 
+    def attach_env(self, env) -> None:
+        self._env = env
+
+    def _observations(self, view, decisions: Sequence[Any]) -> list[str | None] | None:
+        if not self.model.cfg.observation:
+            return None
+        if self._env is None:
+            raise ConfigError("this preference model reads what each SEARCH candidate retrieves; the policy needs "
+                              "the episode's environment (attach_env, as run_episode does)")
+        from .actions import Search
+        from .policy.prompts import render_search_result
+
+        chars = self.lm.cfg.passage_chars
+        return [render_search_result(view, self._env.preview_search(d.action.query), chars)
+                if isinstance(d.action, Search) else None for d in decisions]
+
     def act(self, view) -> tuple[Any, dict[str, Any]]:
         self._calls += 1
         found = list(self.lm.candidates(view, k=self.k, temperature=self.temperature,
@@ -613,11 +659,13 @@ class RankedPolicy:
         for d in found:
             first.setdefault(d.completion, d)
         unique = list(first.values())
-        scores = rank_candidates(self.model, unique)
+        observations = self._observations(view, unique)
+        scores = rank_candidates(self.model, unique, observations)
         best = max(range(len(unique)), key=scores.__getitem__)
         choice = unique[best]
         info: dict[str, Any] = {"completion": choice.completion, "logprob": float(choice.logprob),
-                                "rm_score": scores[best], "rm_candidates": len(unique)}
+                                "rm_score": scores[best], "rm_candidates": len(unique),
+                                "rm_observed": sum(1 for o in observations or () if o)}
         for name in ("action_logprob", "argument_logprob"):
             if hasattr(choice, name):
                 info[name] = float(getattr(choice, name))

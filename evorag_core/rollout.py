@@ -42,8 +42,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from .actions import Action, Answer, Refuse, action_to_dict
-from .config import RolloutConfig
+from .actions import Action, Answer, Refuse, Search, action_to_dict
+from .config import PolicyConfig, RolloutConfig
 from .env import EnvSnapshot, RagEnv
 from .episode import EpisodeRecord, StepRecord
 from .scheduler import SIGNAL_WEIGHT
@@ -101,12 +101,13 @@ class Branch:
     steps: int  # steps in the branch, the candidate's own step included
     complete: bool  # ended by ANSWER / REFUSE / T_max, not cut by max_branch_steps
     outcome: str  # "answer: ...", "refuse", "truncated" (T_max) or "cut"
+    observation: str = ""  # a SEARCH candidate: what it retrieved, as the next prompt shows it ("" otherwise)
 
     def summary(self) -> dict[str, Any]:
         return {
             "completion": self.completion, "return": self.ret, "signals": dict(self.signals), "steps": self.steps,
             "complete": self.complete, "outcome": self.outcome, "greedy": self.greedy, "samples": self.samples,
-            "logprob": self.logprob,
+            "logprob": self.logprob, "observation": self.observation,
         }
 
 
@@ -317,20 +318,32 @@ def _seed(base: int, question_id: str, t: int) -> int:
     return zlib.crc32(f"{base}:{question_id}:{t}".encode())
 
 
+def _observation(env: RagEnv, view: AgentView, step: StepRecord, passage_chars: int) -> str:
+    """What the branch's own first step returned, for the preference model's x (preference.py): a SEARCH's passages
+    rendered as the policy's next prompt would show them; "" for other actions."""
+    if not isinstance(step.action, Search):
+        return ""
+    from .policy.prompts import render_search_result  # the policy package imports torch; rollout.py need not
+
+    return render_search_result(view, [env.passage(pid) for pid in step.passages], passage_chars)
+
+
 def _branch(decision: _Decision, samples: int, greedy: bool, steps: Sequence[StepRecord], record: EpisodeRecord,
-            cut: bool) -> Branch:
+            cut: bool, observation: str) -> Branch:
     by_signal = signal_returns(steps)
     return Branch(
         completion=decision.completion, action=decision.action, logprob=float(decision.logprob), greedy=greedy,
         samples=samples, ret=float(sum(s.reward for s in steps)), signals=by_signal, steps=len(steps),
-        complete=not cut, outcome=_outcome(record, cut),
+        complete=not cut, outcome=_outcome(record, cut), observation=observation,
     )
 
 
 def _branch_state(env: RagEnv, policy: BranchingPolicy, snap: EnvSnapshot, greedy: _Decision, main: EpisodeRecord,
                   question_id: str, cfg: RolloutConfig) -> tuple[BranchState, int]:
     env.restore(snap)
-    t = env.view().t
+    view = env.view()
+    t = view.t
+    chars = getattr(getattr(policy, "cfg", None), "passage_chars", PolicyConfig.passage_chars)  # the prompt's cut
     sampled = list(policy.candidates(env.view(), k=cfg.siblings, temperature=cfg.temperature,
                                      seed=_seed(cfg.seed, question_id, t)))
     decisions = len(sampled)
@@ -342,14 +355,17 @@ def _branch_state(env: RagEnv, policy: BranchingPolicy, snap: EnvSnapshot, greed
     rest = main.steps[t - 1 :]
     greedy_cut = bool(cfg.max_branch_steps) and len(rest) > cfg.max_branch_steps + 1
     greedy_steps = rest[: cfg.max_branch_steps + 1] if greedy_cut else rest
-    branches = [_branch(greedy, counts.get(greedy.completion, 0), True, greedy_steps, main, greedy_cut)]
+    branches = [_branch(greedy, counts.get(greedy.completion, 0), True, greedy_steps, main, greedy_cut,
+                        _observation(env, view, greedy_steps[0], chars))]
     for completion, decision in first.items():
         if completion == greedy.completion:
             continue
         env.restore(snap)
         _, cut, made = _continue(env, policy, decision, cfg.max_branch_steps)
         decisions += made
-        branches.append(_branch(decision, counts[completion], False, env.record.steps[t - 1 :], env.record, cut))
+        steps = env.record.steps[t - 1 :]
+        branches.append(_branch(decision, counts[completion], False, steps, env.record, cut,
+                                _observation(env, view, steps[0], chars)))
     raw = tuple((d.action, d.completion, float(d.logprob)) for d in sampled)
     return BranchState(t, greedy.prompt, raw, tuple(branches)), decisions
 

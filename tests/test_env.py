@@ -101,6 +101,16 @@ def test_full_episode_signals_by_hand(retriever, embedder):
         env.step(Refuse())
 
 
+def test_preview_search_is_what_search_returns_and_changes_nothing(retriever, embedder):
+    env = make_env(retriever, embedder)
+    env.reset(QUESTION)
+    env.step(Search("Velmora River town"))
+    before = (env.view(), env.record)
+    preview = env.preview_search("Brindle Lake glacial")
+    assert (env.view(), env.record) == before and preview[0].pid == "p3"
+    assert env.step(Search("Brindle Lake glacial")).observation.passages == preview
+
+
 def test_truncation_at_t_max(retriever, embedder):
     env = make_env(retriever, embedder, t_max=2)
     env.reset(QUESTION)

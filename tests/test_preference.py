@@ -266,7 +266,7 @@ def test_ranking_and_best_of_k_policy(backend):
     enc = PrefixEncoder.from_backend(backend, ((20, "mean"),))
     prompt = policy.prompt(view)
     search, answer = enc.encode(prompt, ["SEARCH: Shakespeare", "ANSWER: Shakespeare"])[:, 0]
-    model = PreferenceModel(576, heads=("ret",), cfg=PreferenceConfig(layer=20, pooling="mean"),
+    model = PreferenceModel(576, heads=("ret",), cfg=PreferenceConfig(layer=20, pooling="mean", observation=False),
                             model_id=backend.model_id)
     with torch.no_grad():
         model.heads.weight.copy_(torch.as_tensor(search - answer)[None])
@@ -275,6 +275,20 @@ def test_ranking_and_best_of_k_policy(backend):
     decisions = policy.candidates(view, k=4, temperature=1.0, seed=3)
     scores = rank_candidates(model, decisions)
     assert len(scores) == 4 and all(math.isfinite(s) for s in scores)
+    # a model trained with observations scores reply + retrieved passages, and refuses to rank without them
+    observed = PreferenceModel(576, heads=("ret",), cfg=PreferenceConfig(layer=20, pooling="mean"),
+                               model_id=backend.model_id)
+    observed.load_state_dict(model.state_dict())
+    observed.attach(enc)
+    with pytest.raises(ConfigError, match="retrieves"):
+        rank_candidates(observed, decisions)
+    found = ["Found:\n[2] Shakespeare: William Shakespeare wrote Hamlet." if d.completion.startswith("SEARCH")
+             else None for d in decisions]
+    with_obs = rank_candidates(observed, decisions, found)
+    for d, obs, plain, got in zip(decisions, found, scores, with_obs):
+        assert (got == pytest.approx(plain, abs=1e-4)) == (obs is None)
+    with pytest.raises(ConfigError, match="environment"):
+        RankedPolicy(policy, observed, k=2, seed=1).act(view)
     ranked = RankedPolicy(policy, model, k=4, seed=1)
     ranked.begin(None)
     action, info = ranked.act(view)
@@ -312,3 +326,5 @@ def test_agent_method_ranks_with_a_saved_preference_model(backend, session_home,
     assert 1 <= len(steps) <= 3 and result.format_valid
     for step in steps:
         assert math.isfinite(step["info"]["rm_score"]) and 1 <= step["info"]["rm_candidates"] <= 3
+    # the saved model reads observations: at t = 1 the greedy SEARCH (the question) was scored with its passages
+    assert steps[0]["info"]["rm_observed"] >= 1

@@ -17,6 +17,7 @@ from evorag_core.episode import StepRecord
 from evorag_core.errors import DatasetFormatError
 from evorag_core.judge import GoldCoverageJudge
 from evorag_core.pair_io import export_pairs, import_pairs, join_chatml, read_pairs, split_chatml
+from evorag_core.policy.prompts import render_search_result
 from evorag_core.rollout import (
     Branch,
     BranchState,
@@ -231,6 +232,13 @@ def _check_store(store, stats, cfg: RolloutConfig):
         assert sum(m["signals_chosen"].values()) == pytest.approx(m["return_chosen"])
         assert sum(m["signals_rejected"].values()) == pytest.approx(m["return_rejected"])
         assert m["for_preference"] == (p.margin >= cfg.preference_margin)
+        for side in ("chosen", "rejected"):  # a SEARCH branch records what it retrieved, nothing else does
+            branch = m[f"{side}_branch"]
+            if branch["completion"].startswith("SEARCH:"):
+                lines = branch["observation"].split("\n")
+                assert lines[0] == "Found:" and all(x.startswith(("[", "(again [")) for x in lines[1:]) and lines[1:]
+            else:
+                assert branch["observation"] == ""
     assert len({(p.prompt, p.chosen, p.rejected) for p in pairs}) == len(pairs)
     return pairs
 
@@ -251,6 +259,14 @@ def test_scripted_rollout_stores_episodes_candidates_and_pairs(demo_runtime, tmp
         t2 = [p for p in pairs if p.metadata["t"] == 2]
         # the correct and the wrong ANSWER differ only in kappa * (1/2)(EM+F1) = 0.075 at p(2) = 0.5: never a pair
         assert not any({p.chosen, p.rejected} == {"ANSWER: Sable River", "ANSWER: Orlen"} for p in t2)
+        # a first-step SEARCH's observation is what the environment returns for its query, numbered from [1]
+        first = next(p for p in pairs if p.metadata["t"] == 1)
+        question = next(q for q in questions if q.id == first.metadata["question_id"])
+        env = demo_runtime.make_env(question)
+        env.reset(question)
+        query = first.chosen.removeprefix("SEARCH: ")
+        assert first.metadata["chosen_branch"]["observation"] == render_search_result(
+            env.view(), env.preview_search(query), PolicyConfig.passage_chars)
 
 
 @pytest.mark.slow

@@ -93,8 +93,11 @@ def result_from_episode(question: Question, record: EpisodeRecord, seconds: floa
 
 
 def run_episode(env: RagEnv, policy: EpisodePolicy, question: Question, **reset_kwargs: Any) -> EpisodeRecord:
-    """reset -> act/step until ANSWER, REFUSE or T_max."""
+    """reset -> act/step until ANSWER, REFUSE or T_max. A policy with `attach_env(env)` gets the environment first
+    (read-only use: e.g. best-of-K ranking previews what each SEARCH candidate would retrieve)."""
     policy.begin(question)
+    if hasattr(policy, "attach_env"):
+        policy.attach_env(env)
     obs = env.reset(question, **reset_kwargs)
     while not env.done:
         action, info = policy.act(obs.view)

@@ -21,6 +21,8 @@ most of its probability on none of the four labels. The demo is a fixed prefix, 
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..state import AgentView, Hop
 from ..types import Passage
 
@@ -31,6 +33,7 @@ __all__ = [
     "DEMO",
     "render_user",
     "render_passage",
+    "render_search_result",
     "completion_text",
     "demo_turns",
 ]
@@ -70,19 +73,36 @@ def render_passage(number: int, passage: Passage, max_chars: int) -> str:
     return f"[{number}] {passage.title}: {text}"
 
 
+def _hop_lines(passages: Sequence[Passage], numbers: dict[str, int], passage_chars: int) -> list[str]:
+    """One hop's passages as the prompt shows them: new ones numbered on from `numbers` (updated), ones shown
+    before as `(again [n] title)`."""
+    if not passages:
+        return ["(no passages found)"]
+    lines = []
+    for passage in passages:
+        if passage.pid in numbers:
+            lines.append(f"(again [{numbers[passage.pid]}] {passage.title})")
+            continue
+        numbers[passage.pid] = len(numbers) + 1
+        lines.append(render_passage(numbers[passage.pid], passage, passage_chars))
+    return lines
+
+
+def render_search_result(view: AgentView, passages: Sequence[Passage], passage_chars: int) -> str:
+    """What a SEARCH taken at `view` returned (`passages`), as the next prompt would show that hop: the preference
+    model reads it after the candidate's reply line (preference.py, `observation`)."""
+    numbers: dict[str, int] = {}
+    for hop in view.chain:
+        _hop_lines(hop.passages, numbers, passage_chars)
+    return "\n".join(["Found:", *_hop_lines(passages, numbers, passage_chars)])
+
+
 def render_user(view: AgentView, passage_chars: int) -> str:
     lines = [f"Question: {view.question}"]
     numbers: dict[str, int] = {}
     for i, hop in enumerate(view.chain, start=1):
         lines.append(f"Search {i}: {hop.query}")
-        if not hop.passages:
-            lines.append("(no passages found)")
-        for passage in hop.passages:
-            if passage.pid in numbers:
-                lines.append(f"(again [{numbers[passage.pid]}] {passage.title})")
-                continue
-            numbers[passage.pid] = len(numbers) + 1
-            lines.append(render_passage(numbers[passage.pid], passage, passage_chars))
+        lines.extend(_hop_lines(hop.passages, numbers, passage_chars))
     if not view.chain:
         lines.append("No searches yet.")
     if view.dropped:
