@@ -15,8 +15,10 @@
    and a single-head baseline trained on the total return. The split is by question (80/20, seed 0); the layer,
    pooling, L2 strength and the combiner (fitted in-sample, stacked on out-of-fold head scores, stacked and
    non-negative) are chosen by 5-fold grouped cross-validation inside the training split only.
-4. `overall_from_true_head_signs`: the overall accuracy a ranking from per-head preferences would reach with every
-   head right (true signs weighted by the training pairs' mean |dG^(k)|): how far per-signal preferences alone can go.
+4. Diagnostics. `overall_from_true_head_signs`: the overall accuracy a ranking from per-head preferences would reach
+   with every head right (true signs, weights fitted on the training pairs or set to their mean |dG^(k)|).
+   `head_accuracy_by_conflict`: each head's held-out accuracy where ret's direction disagrees with act's or dup's,
+   and where it does not.
 """
 from __future__ import annotations
 
@@ -105,24 +107,60 @@ def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
     return float(sum(accs) / len(accs)) if accs else float("nan")
 
 
-def _sign_ceiling(train, evals) -> dict:
-    """What a ranking built from per-head preferences could reach if every head were right: score each pair by
-    sum_k c_k * sign(dG^(k)) with the TRUE signs and c_k = the mean |dG^(k)| over the training pairs. The heads are
-    trained on signs (SPEC §4's logistic loss), so this bounds an overall ranking by perfect heads."""
+def _true_signs(examples):
     import numpy as np
 
     from evorag_core.signals import SIGNAL_NAMES
 
-    def signs(examples):
-        d = np.array([[e.deltas[k] for k in SIGNAL_NAMES] for e in examples], dtype=float).reshape(-1, len(SIGNAL_NAMES))
-        return np.sign(d) * (np.abs(d) >= 1e-3), np.abs(d)
+    d = np.array([[e.deltas[k] for k in SIGNAL_NAMES] for e in examples], dtype=float).reshape(-1, len(SIGNAL_NAMES))
+    return np.sign(d) * (np.abs(d) >= 1e-3), np.abs(d)
 
-    _, magnitude = signs(train)
-    weights = magnitude.mean(0)
-    out = {"weights": {k: round(float(w), 4) for k, w in zip(SIGNAL_NAMES, weights)}}
-    for name, examples in (("train", train), ("eval", evals)):
-        score = signs(examples)[0] @ weights
-        out[f"{name}_accuracy"] = round(float(((score > 0) + 0.5 * (score == 0)).mean()), 4) if examples else None
+
+def _sign_ceiling(train, evals) -> dict:
+    """What an overall ranking built from per-head preferences could reach if every head were right: each pair
+    scored by sum_k c_k * sign(dG^(k)) with the TRUE signs, c fitted on the training pairs (logistic regression of
+    the overall direction on the signs), and, for comparison, c_k = the training pairs' mean |dG^(k)|."""
+    import numpy as np
+    import torch
+
+    from evorag_core.preference import _lbfgs
+    from evorag_core.signals import SIGNAL_NAMES
+
+    signs, magnitude = _true_signs(train)
+    x = torch.tensor(signs, dtype=torch.float32)
+    c = torch.zeros(len(SIGNAL_NAMES), requires_grad=True)
+    _lbfgs([c], lambda: torch.nn.functional.softplus(-(x @ c)).mean() + 1e-3 * (c ** 2).sum(), 200)
+    out = {}
+    for name, weights in (("fitted", c.detach().numpy()), ("mean_abs_delta", magnitude.mean(0))):
+        row = {"weights": {k: round(float(w), 4) for k, w in zip(SIGNAL_NAMES, weights)}}
+        for split, examples in (("train", train), ("eval", evals)):
+            score = _true_signs(examples)[0] @ weights if examples else np.zeros(0)
+            row[f"{split}_accuracy"] = round(float(((score > 0) + 0.5 * (score == 0)).mean()), 4) if examples else None
+        out[name] = row
+    return out
+
+
+def _head_accuracy_by_conflict(model, chosen, rejected, evals) -> dict:
+    """Each head's held-out accuracy on the pairs where ret's direction disagrees with act's or dup's (the total then
+    depends on which signal weighs more) and on the rest."""
+    import torch
+
+    from evorag_core.signals import SIGNAL_NAMES
+
+    signs, _ = _true_signs(evals)
+    with torch.no_grad():
+        diff = (model(torch.as_tensor(chosen)) - model(torch.as_tensor(rejected))).numpy()
+    ret, act, dup = (SIGNAL_NAMES.index(k) for k in ("ret", "act", "dup"))
+    conflict = (signs[:, ret] * signs[:, act] < 0) | (signs[:, ret] * signs[:, dup] < 0)
+    out = {}
+    for name, selected in (("conflict", conflict), ("agree", ~conflict)):
+        row = {"pairs": int(selected.sum())}
+        for k, head in enumerate(SIGNAL_NAMES):
+            mask = selected & (signs[:, k] != 0)
+            if mask.any():
+                z = signs[mask, k] * diff[mask, k]
+                row[head] = {"pairs": int(mask.sum()), "accuracy": round(float(((z > 0) + 0.5 * (z == 0)).mean()), 4)}
+        out[name] = row
     return out
 
 
@@ -244,6 +282,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         "single_head_on_total_return": {"eval_accuracy": round(total.overall_accuracy, 4),
                                         "eval_loss": round(total.overall_loss, 4)},
         "overall_from_true_head_signs": _sign_ceiling(train, evals),
+        "head_accuracy_by_conflict": _head_accuracy_by_conflict(full_model, *X[1], evals),
         "targets": {
             "every_varying_head_above_50": all((full.heads[k].accuracy or 0) > 0.5 for k in varying),
             "varying_heads": varying,
