@@ -77,17 +77,23 @@ def test_lm_head_top_logits_are_recomputed_in_fp32():
     assert (got - exact).abs().max() > 1e-4
 
 
+def _outputs_around_update(layer, x, context):
+    """`layer(x)` inside `context(layer)` before and after an optimizer-like in-place update of its weight."""
+    with torch.inference_mode(), context(layer):
+        before = layer(x)
+    with torch.no_grad():
+        layer.weight.add_(1.0)
+    with torch.inference_mode(), context(layer):
+        after = layer(x)
+    return before, after
+
+
 def test_copy_follows_in_place_weight_updates():
     """After an optimizer-like in-place update the next decode uses the new weights (the copy is rebuilt)."""
     layer = torch.nn.Linear(16, 8, bias=False)
     enable_half_decode(torch.nn.Sequential(layer))
     x = torch.randn(1, 16)
-    with torch.inference_mode(), half_decode(layer):
-        before = layer(x)
-    with torch.no_grad():
-        layer.weight.add_(1.0)
-    with torch.inference_mode(), half_decode(layer):
-        after = layer(x)
+    before, after = _outputs_around_update(layer, x, half_decode)
     torch.testing.assert_close(after, F.linear(x, layer.weight.detach()), atol=1e-2, rtol=1e-3)
     assert (after - before).abs().min() > 0.1
 
@@ -130,12 +136,7 @@ def test_bf16_prefill_copy_follows_weights_and_gradients_stay_fp32():
     layer = torch.nn.Linear(16, 8, bias=False)
     enable_half_decode(torch.nn.Sequential(layer), max_rows=1, prefill_bf16=True)
     x = torch.randn(6, 16)
-    with torch.inference_mode(), bf16_prefill(layer):
-        before = layer(x)
-    with torch.no_grad():
-        layer.weight.add_(1.0)
-    with torch.inference_mode(), bf16_prefill(layer):
-        after = layer(x)
+    before, after = _outputs_around_update(layer, x, bf16_prefill)
     torch.testing.assert_close(after, F.linear(x, layer.weight.detach()), atol=5e-2, rtol=1e-2)
     assert (after - before).abs().min() > 0.1
     with bf16_prefill(layer):

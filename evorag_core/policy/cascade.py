@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import cache
 from typing import Iterator
 
 import torch
@@ -43,7 +44,9 @@ def supports_cascade(model) -> bool:
     return not getattr(cfg, "attn_logit_softcapping", None)
 
 
+@cache
 def _register() -> None:
+    """Make CASCADE_ATTENTION known to transformers (once per process)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
