@@ -5,13 +5,16 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
                              [--max-length 512] [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4]
                              [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--t-max 5] [--siblings 4]
                              [--max-states 3] [--heldout 0.25]
-                             [--objectives dpo,grpo,ppo] [--home DIR] [--out bench/results/learning.json]
+                             [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
+                             [--home DIR] [--out bench/results/learning.json]
 
 Phases (each resumable; finished phases are kept in <home>/learning_state.json, so a re-run continues):
 1. rollouts: `evorag_core.rollout.run_rollouts` of the base policy on the training slice of
-   ../shared/benchmarks/hotpotqa_dev300.jsonl (per-question corpus: each question's 10 passages; `--stage`, default
-   Discovery: its schedule scores the branches, and the rounds' rewards use it too),
-   `--workers` processes with `--threads` torch threads each, into a SQLite store;
+   ../shared/benchmarks/hotpotqa_dev300.jsonl, `--workers` processes with `--threads` torch threads each, into a
+   SQLite store. `--corpus`: pooled (default, as in the config) = all ~3,000 passages of the file, for training and
+   evaluation alike; per-question = each question's 10 passages. `--stage`, default Discovery: its schedule scores
+   the branches, and the rounds' rewards use it too. Or `--rollouts-from DB`: a store bench/preference.py rolled
+   out on the same slice with the same settings, copied in (checked: the slice's questions, one stage);
 2. held-out pairs: the pairs of the last `--heldout` share of the training questions are set aside (discarded in
    the store, so no round trains on them; their episodes are left out of GRPO/PPO too);
 3. rounds: one round per objective from the same rollouts, reference = the base model, each in its own
@@ -54,7 +57,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The config overrides every phase shares (as `--set` values)."""
     return {
         "policy.model": args.model, "policy.device": "cpu", "policy.threads": args.threads,
-        "policy.passage_chars": args.passage_chars, "env.corpus": "per-question", "env.t_max": args.t_max,
+        "policy.passage_chars": args.passage_chars, "env.corpus": args.corpus, "env.t_max": args.t_max,
         "rollout.t_max": args.t_max, "rollout.siblings": args.siblings, "rollout.max_states": args.max_states,
         "reward.stage": args.stage, "train.max_length": args.max_length, "train.batch_size": args.batch,
         "train.epochs": args.epochs, "train.lr": args.lr, "train.dtype": args.dtype,
@@ -79,6 +82,14 @@ def _write_slice(path: Path, lo: int, hi: int) -> Path:
     dataset = load_dataset(DATA)
     write_jsonl(Dataset(dataset.name, str(path), dataset.questions[lo:hi]), path)
     return path
+
+
+def _corpus_source(args: argparse.Namespace, dataset):
+    """The dataset whose passages make the corpus: each question's own (per-question), or every question's of the
+    whole data file (pooled: the same corpus for the training and the evaluation slice, ~3,000 passages)."""
+    from evorag_core.datasets import load_dataset
+
+    return load_dataset(DATA) if args.corpus == "pooled" else dataset
 
 
 def _spawn(args: argparse.Namespace, mode: list[str], log: Path) -> subprocess.Popen:
@@ -110,7 +121,7 @@ def rollout_part(args: argparse.Namespace, lo: int, hi: int) -> None:
     cfg = _config(args)
     torch.set_num_threads(args.threads)
     dataset = load_dataset(args.train_file)
-    runtime = Runtime(cfg, args.home, dataset)
+    runtime = Runtime(cfg, args.home, _corpus_source(args, dataset))
     backend = TransformersBackend(cfg.policy, args.home)
     name = f"lm:{backend.model_id}"
     with open_store(args.db) as store:
@@ -145,6 +156,36 @@ def phase_rollouts(args: argparse.Namespace) -> dict[str, Any]:
     return {"questions": n, "episodes": len(episodes), "pairs": sum(pairs.values()),
             "minutes": (time.perf_counter() - started) / 60, "cpu_minutes": (_children_cpu() - cpu0) / 60,
             "load_avg_start": load0, "load_avg_end": os.getloadavg()[0], "workers": args.workers}
+
+
+def reuse_rollouts(args: argparse.Namespace) -> dict[str, Any]:
+    """Phase 1 from a SQLite store another run rolled out (bench/preference.py with the same slice and settings):
+    the file is copied in as this run's store, after checking that its episodes are exactly the training slice's
+    questions, all of one stage."""
+    import sqlite3
+    from contextlib import closing
+
+    from evorag_core.datasets import load_dataset
+    from evorag_core.store import open_store
+
+    source = Path(args.rollouts_from).resolve()
+    target = args.home / "bench_learning.db"
+    if target.exists():
+        raise SystemExit(f"{target} exists; --rollouts-from starts a run in an empty --home")
+    with open_store(f"sqlite:///{source}") as store:
+        episodes = store.list_episodes(limit=100_000)
+        pairs = store.count_pairs("status")
+    wanted = {q.id for q in load_dataset(args.train_file).questions}
+    got = {e.question_id for e in episodes}
+    stages = {e.stage for e in episodes}
+    if got != wanted or stages != {args.stage}:
+        raise SystemExit(f"{source}: its episodes cover {len(got & wanted)} of the {len(wanted)} training questions "
+                         f"(+{len(got - wanted)} others), stages {sorted(stages)}; expected the --train slice at "
+                         f"stage {args.stage}")
+    with closing(sqlite3.connect(source)) as src, closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)  # the backup API, not a file copy: a store in WAL mode may hold pages in its -wal file
+    return {"questions": len(wanted), "episodes": len(episodes), "pairs": sum(pairs.values()),
+            "reused_from": str(source), "workers": args.workers}
 
 
 def _children_cpu() -> float:
@@ -185,7 +226,8 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
         half = max(args.batch // 2, 1)
         values.update(pairs=100_000, train={"batch_size": half, "grad_accum": max(args.batch // half, 1)})
     else:
-        values.update(episode_ids=held["train_episode_ids"], data=str(args.train_file))
+        values.update(episode_ids=held["train_episode_ids"],
+                      data=str(DATA if args.corpus == "pooled" else args.train_file))
     with open_store(args.db) as store:
         rid = store.enqueue_round(objective, job_config(objective, **values))
     log = args.home / f"learning_round_{objective}.log"
@@ -277,7 +319,7 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
     cfg = _config(args, **{"env.t_max": args.eval_t_max})
     torch.set_num_threads(args.threads)
     dataset = load_dataset(args.eval_file)
-    runtime = Runtime(cfg, args.home, dataset)
+    runtime = Runtime(cfg, args.home, _corpus_source(args, dataset))
     backend = TransformersBackend(cfg.policy, args.home)
     adapter = None
     if adapter_path:
@@ -355,6 +397,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--grad-ckpt", action="store_true")
     ap.add_argument("--passage-chars", type=int, default=120)
+    ap.add_argument("--rollouts-from", type=Path, default=None,
+                    help="phase 1 from this SQLite store (rolled out with the same slice and settings) instead of "
+                         "rolling out again")
+    ap.add_argument("--corpus", choices=["per-question", "pooled"], default="pooled",
+                    help="retrieval corpus: each question's 10 passages, or all passages of the data file pooled")
     ap.add_argument("--t-max", type=int, default=5, help="T_max of the rollouts")
     ap.add_argument("--stage", choices=["discovery", "refinement"], default="discovery",
                     help="curriculum stage of the rollouts and rounds (its schedule scores the branches)")
@@ -398,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if "rollouts" not in state:
         _write_slice(args.train_file, tl, th)
-        state["rollouts"] = phase_rollouts(args)
+        state["rollouts"] = reuse_rollouts(args) if args.rollouts_from else phase_rollouts(args)
         save()
     if "heldout" not in state:
         state["heldout"] = phase_heldout(args)

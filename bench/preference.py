@@ -1,11 +1,14 @@
 """Rollout throughput and the multi-head preference model on HotpotQA-derived pairs; writes JSON.
 
     python bench/preference.py [--questions 0:64] [--workers 2] [--t-max 5] [--siblings 4] [--max-states 3]
+                               [--stage discovery|refinement] [--corpus per-question|pooled] [--passage-chars N]
                                [--db URL] [--home DIR] [--out bench/results/preference.json] [--skip-rollout]
 
 1. Rollouts (`evorag rollout`, one process per worker, one torch thread each, on disjoint parts of the slice) of the
-   embedded SmolLM2 policy on the training slice of /work/shared/benchmarks/hotpotqa_dev300.jsonl, per-question
-   corpus (each question's 10 passages), Discovery stage by default (`--stage`), into a SQLite store (resumable: questions already rolled
+   embedded SmolLM2 policy on the training slice of /work/shared/benchmarks/hotpotqa_dev300.jsonl, on the pooled
+   corpus (`--corpus`, default pooled: all ~3,000 passages of the file, the config default; per-question: each
+   question's 10 passages, 2 of them gold, where nearly every search retrieves gold and ret carries no signal),
+   Discovery stage by default (`--stage`), into a SQLite store (resumable: questions already rolled
    out by the same policy are skipped). Throughput = pairs stored / wall minutes of this run, with the CPU time
    and the load average recorded (the machine is shared).
 2. Encoder choice: pooled hidden states of several layers x {mean, last} are computed in one pass per state
@@ -18,7 +21,9 @@
 4. Diagnostics. `overall_from_true_head_signs`: the overall accuracy a ranking from per-head preferences would reach
    with every head right (true signs, weights fitted on the training pairs or set to their mean |dG^(k)|).
    `head_accuracy_by_conflict`: each head's held-out accuracy where ret's direction disagrees with act's or dup's,
-   and where it does not.
+   and where it does not. `lexical_baseline`: the overall accuracy of a logistic regression on hand-made
+   question/candidate overlap features instead of the LM's hidden states (is the overall direction predictable
+   from the state and candidate at all?).
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ def run_rollouts(args: argparse.Namespace, db: str) -> dict:
                "--limit", str(hi - lo), "--siblings", str(args.siblings), "--t-max", str(args.t_max),
                "--max-states", str(args.max_states), "--stage", args.stage, "--db", db, "--home", str(args.home),
                "--resume", "--json", "--set", "policy.threads=1", "--set", "policy.device=cpu",
-               "--set", "env.corpus=per-question"]
+               "--set", f"env.corpus={args.corpus}"]
         if args.passage_chars:
             cmd += ["--set", f"policy.passage_chars={args.passage_chars}"]
         log = open(Path(args.home) / f"rollout_{lo}_{hi}.log", "w")
@@ -162,6 +167,80 @@ def _head_accuracy_by_conflict(model, chosen, rejected, evals) -> dict:
                 row[head] = {"pairs": int(mask.sum()), "accuracy": round(float(((z > 0) + 0.5 * (z == 0)).mean()), 4)}
         out[name] = row
     return out
+
+
+_STOP = frozenset("a an the of in on at to for and or is was were are be by with from as that which who what when "
+                  "where how did does do his her its their this these those than then it he she they".split())
+
+
+def _words(text: str) -> list[str]:
+    import re
+
+    return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP]
+
+
+def _lexical_features(prompt: str, candidate: str) -> list[float]:
+    """Hand-made features of one candidate (reply line + observation) against the question of its prompt: action
+    kind; the argument's overlap with the question; new vs repeated passages; how well the new passages' titles and
+    texts match the question's words; whether an answer's words appear in the passages shown."""
+    import re
+
+    question = set(_words(re.findall(r"Question: (.*)", prompt)[-1]))
+    line, _, observation = candidate.partition("\n")
+    kind = line.split(":", 1)[0].strip()
+    arg = _words(line.split(":", 1)[1]) if ":" in line else []
+    new = re.findall(r"^\[\d+\] ([^:\n]+): (.*)$", observation, flags=re.M)
+    again = re.findall(r"^\(again \[\d+\]", observation, flags=re.M)
+    title = [len(set(_words(t)) & question) / max(1, len(set(_words(t)))) for t, _ in new]
+    text = [len(set(_words(b)) & question) / max(1, len(question)) for _, b in new]
+    shown = prompt.rsplit("<|im_start|>user", 1)[-1].lower()
+    answer = kind == "ANSWER"
+    return [kind == "SEARCH", answer, kind == "REFUSE", kind == "BACKTRACK", min(len(arg), 30) / 30,
+            sum(w in question for w in arg) / max(1, len(arg)), len(question & set(arg)) / max(1, len(question)),
+            len(new) / 5, len(again) / 5, sum(t >= 0.99 for t in title), max(title, default=0.0),
+            max(text, default=0.0), sum(text) / len(text) if text else 0.0,
+            sum(w in shown for w in arg) / max(1, len(arg)) if answer else 0.0, answer and len(arg) <= 5]
+
+
+def _lexical_baseline(train, evals, l2: float = 1e-2, folds: int = 5) -> dict:
+    """A baseline without the LM: logistic regression of the overall direction on the difference of
+    `_lexical_features` (chosen - rejected, no intercept, so it is symmetric in the two sides), standardized; grouped
+    CV inside the training split and the held-out accuracy."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from evorag_core.preference import _lbfgs
+
+    def diff(examples):
+        return np.array([np.subtract(_lexical_features(e.prompt, e.chosen), _lexical_features(e.prompt, e.rejected))
+                         for e in examples], dtype=np.float32).reshape(len(examples), -1)
+
+    def fit(d):
+        scale = torch.tensor(d.std(0) + 1e-4)
+        x = torch.tensor(d) / scale
+        w = torch.zeros(x.shape[1], requires_grad=True)
+        _lbfgs([w], lambda: torch.nn.functional.softplus(-(x @ w)).mean() + l2 * (w ** 2).sum(), 200)
+        return lambda e: (torch.tensor(e) / scale @ w).detach().numpy()
+
+    def accuracy(z):
+        return float(((z > 0) + 0.5 * (z == 0)).mean())
+
+    dt, de = diff(train), diff(evals)
+    groups = sorted({e.group for e in train})
+    random.Random(0).shuffle(groups)
+    cv = []
+    for f in range(folds):
+        held = set(groups[f::folds])
+        a = [i for i, e in enumerate(train) if e.group not in held]
+        b = [i for i, e in enumerate(train) if e.group in held]
+        if a and b:
+            cv.append(accuracy(fit(dt[a])(dt[b])))
+    return {"features": "action kind, argument/question overlap, new/repeated passages, title/text overlap of the "
+                        "new passages with the question, answer words in the shown passages",
+            "cv_overall_accuracy": round(float(np.mean(cv)), 4),
+            "eval_overall_accuracy": round(accuracy(fit(dt)(de)), 4) if evals else None}
 
 
 def _head_table(metrics) -> dict:
@@ -283,6 +362,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
                                         "eval_loss": round(total.overall_loss, 4)},
         "overall_from_true_head_signs": _sign_ceiling(train, evals),
         "head_accuracy_by_conflict": _head_accuracy_by_conflict(full_model, *X[1], evals),
+        "lexical_baseline": _lexical_baseline(train, evals),
         "targets": {
             "every_varying_head_above_50": all((full.heads[k].accuracy or 0) > 0.5 for k in varying),
             "varying_heads": varying,
@@ -312,6 +392,8 @@ def main() -> None:
                     help="x = the reply line alone (the ablation of PreferenceConfig.observation)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of the encoding pass")
     ap.add_argument("--stage", choices=["discovery", "refinement"], default="discovery", help="the rollouts' stage")
+    ap.add_argument("--corpus", choices=["per-question", "pooled"], default="pooled",
+                    help="the rollouts' corpus: each question's own passages, or all questions' of --data pooled")
     ap.add_argument("--passage-chars", type=int, default=0,
                     help="policy.passage_chars of the rollouts' prompts (0: the config default)")
     args = ap.parse_args()
@@ -321,7 +403,7 @@ def main() -> None:
     result: dict = {
         "settings": {"data": str(args.data), "slice": args.questions, "workers": args.workers,
                      "threads_per_worker": 1, "t_max": args.t_max, "siblings": args.siblings,
-                     "max_states": args.max_states, "stage": args.stage, "corpus": "per-question",
+                     "max_states": args.max_states, "stage": args.stage, "corpus": args.corpus,
                      "passage_chars": args.passage_chars or "config default",
                      "observation": "x = the reply line alone (--no-observation)" if args.no_observation else
                                     "x = reply line + the passages a SEARCH candidate retrieved (PreferenceConfig."

@@ -491,8 +491,8 @@ def _fit_combiner(model: PreferenceModel, diff: torch.Tensor, cfg: PreferenceCon
         return nn.functional.softplus(u) if cfg.combine_nonnegative else u
 
     _lbfgs([u], lambda: nn.functional.softplus(-z @ weights()).mean() + cfg.l2 * (weights() ** 2).sum(), 100)
-    with torch.no_grad():
-        model.combine.copy_(weights().detach() / scale)
+    with torch.no_grad():  # a head whose scores never differ (no training pairs: zero weights) gets no weight
+        model.combine.copy_(torch.where(diff.abs().amax(0) > 0, weights().detach() / scale, 0.0))
 
 
 def _accuracy(z: torch.Tensor) -> float:

@@ -94,6 +94,9 @@ def test_training_on_learnable_synthetic_features_is_accurate():
         assert n == len(evals) and head_acc > 0.9
     assert heads["bt"] == (0, None, None)  # a signal that never varies trains no head
     assert acc > 0.9 and loss < 0.4
+    combine = dict(zip(model.heads_names, model.combine.tolist()))
+    assert all(combine[k] == 0.0 for k in ("act", "bt", "ref", "ans"))  # ... and gets no weight in the overall score
+    assert all(combine[k] > 0 for k in ("ret", "dup", "step"))
 
 
 def _noisy_signal_pairs(n: int, dim: int = 60, seed: int = 0):
