@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -121,26 +122,39 @@ def _true_signs(examples):
     return np.sign(d) * (np.abs(d) >= 1e-3), np.abs(d)
 
 
+def _pair_accuracy(z) -> float:
+    """Share of pairs whose score difference z (chosen - rejected) is positive; a tie counts half."""
+    return float(((z > 0) + 0.5 * (z == 0)).mean())
+
+
+def _fit_pairwise_logistic(x, l2: float):
+    """w minimizing mean -log sigma(x @ w) + l2 |w|^2 (no intercept: x holds chosen - rejected differences, so the
+    fit is symmetric in the two sides) by L-BFGS; x is [n, d] numpy, the result a numpy vector."""
+    import torch
+
+    from evorag_core.preference import _lbfgs
+
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    w = torch.zeros(xt.shape[1], requires_grad=True)
+    _lbfgs([w], lambda: torch.nn.functional.softplus(-(xt @ w)).mean() + l2 * (w ** 2).sum(), 200)
+    return w.detach().numpy()
+
+
 def _sign_ceiling(train, evals) -> dict:
     """What an overall ranking built from per-head preferences could reach if every head were right: each pair
     scored by sum_k c_k * sign(dG^(k)) with the TRUE signs, c fitted on the training pairs (logistic regression of
     the overall direction on the signs), and, for comparison, c_k = the training pairs' mean |dG^(k)|."""
     import numpy as np
-    import torch
 
-    from evorag_core.preference import _lbfgs
     from evorag_core.signals import SIGNAL_NAMES
 
     signs, magnitude = _true_signs(train)
-    x = torch.tensor(signs, dtype=torch.float32)
-    c = torch.zeros(len(SIGNAL_NAMES), requires_grad=True)
-    _lbfgs([c], lambda: torch.nn.functional.softplus(-(x @ c)).mean() + 1e-3 * (c ** 2).sum(), 200)
     out = {}
-    for name, weights in (("fitted", c.detach().numpy()), ("mean_abs_delta", magnitude.mean(0))):
+    for name, weights in (("fitted", _fit_pairwise_logistic(signs, 1e-3)), ("mean_abs_delta", magnitude.mean(0))):
         row = {"weights": {k: round(float(w), 4) for k, w in zip(SIGNAL_NAMES, weights)}}
         for split, examples in (("train", train), ("eval", evals)):
             score = _true_signs(examples)[0] @ weights if examples else np.zeros(0)
-            row[f"{split}_accuracy"] = round(float(((score > 0) + 0.5 * (score == 0)).mean()), 4) if examples else None
+            row[f"{split}_accuracy"] = round(_pair_accuracy(score), 4) if examples else None
         out[name] = row
     return out
 
@@ -164,7 +178,7 @@ def _head_accuracy_by_conflict(model, chosen, rejected, evals) -> dict:
             mask = selected & (signs[:, k] != 0)
             if mask.any():
                 z = signs[mask, k] * diff[mask, k]
-                row[head] = {"pairs": int(mask.sum()), "accuracy": round(float(((z > 0) + 0.5 * (z == 0)).mean()), 4)}
+                row[head] = {"pairs": int(mask.sum()), "accuracy": round(_pair_accuracy(z), 4)}
         out[name] = row
     return out
 
@@ -174,8 +188,6 @@ _STOP = frozenset("a an the of in on at to for and or is was were are be by with
 
 
 def _words(text: str) -> list[str]:
-    import re
-
     return [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP]
 
 
@@ -209,23 +221,15 @@ def _lexical_baseline(train, evals, l2: float = 1e-2, folds: int = 5) -> dict:
     import random
 
     import numpy as np
-    import torch
-
-    from evorag_core.preference import _lbfgs
 
     def diff(examples):
         return np.array([np.subtract(_lexical_features(e.prompt, e.chosen), _lexical_features(e.prompt, e.rejected))
                          for e in examples], dtype=np.float32).reshape(len(examples), -1)
 
     def fit(d):
-        scale = torch.tensor(d.std(0) + 1e-4)
-        x = torch.tensor(d) / scale
-        w = torch.zeros(x.shape[1], requires_grad=True)
-        _lbfgs([w], lambda: torch.nn.functional.softplus(-(x @ w)).mean() + l2 * (w ** 2).sum(), 200)
-        return lambda e: (torch.tensor(e) / scale @ w).detach().numpy()
-
-    def accuracy(z):
-        return float(((z > 0) + 0.5 * (z == 0)).mean())
+        scale = d.std(0) + 1e-4
+        w = _fit_pairwise_logistic(d / scale, l2)
+        return lambda e: (e / scale) @ w
 
     dt, de = diff(train), diff(evals)
     groups = sorted({e.group for e in train})
@@ -236,11 +240,11 @@ def _lexical_baseline(train, evals, l2: float = 1e-2, folds: int = 5) -> dict:
         a = [i for i, e in enumerate(train) if e.group not in held]
         b = [i for i, e in enumerate(train) if e.group in held]
         if a and b:
-            cv.append(accuracy(fit(dt[a])(dt[b])))
+            cv.append(_pair_accuracy(fit(dt[a])(dt[b])))
     return {"features": "action kind, argument/question overlap, new/repeated passages, title/text overlap of the "
                         "new passages with the question, answer words in the shown passages",
             "cv_overall_accuracy": round(float(np.mean(cv)), 4),
-            "eval_overall_accuracy": round(accuracy(fit(dt)(de)), 4) if evals else None}
+            "eval_overall_accuracy": round(_pair_accuracy(fit(dt)(de)), 4) if evals else None}
 
 
 def _head_table(metrics) -> dict:

@@ -15,7 +15,8 @@ token attends to the whole state. Default: layer 20 of 30, mean over the complet
 cancel in f(x+) - f(x-), so only completion positions are pooled. A prompt longer than 6,000 tokens keeps its last
 6,000. Switching the backend's adapter off and on drops the policy's prefix cache, so with an adapter active each
 encoded state costs the policy one extra prompt pass. bench/preference.py compares layers
-{6, ..., 30} x {mean, last} by held-out accuracy; see its JSON for the measurement behind the default.
+{6, ..., 30} x {mean, last} by grouped cross-validation: on the 2026-11-24 pooled-corpus pairs mean pooling beat
+last-token pooling at every layer (CV 0.69-0.75 vs 0.60-0.63), with layer 12 best (0.75) and the default 20 at 0.73.
 Features are cached on disk (`FeatureCache`, safetensors) under a key of (model, layer, pooling, prompt,
 completion): the encoder is frozen, so retraining never re-runs the LM.
 

@@ -344,7 +344,7 @@ def _branch_state(env: RagEnv, policy: BranchingPolicy, snap: EnvSnapshot, greed
     view = env.view()
     t = view.t
     chars = getattr(getattr(policy, "cfg", None), "passage_chars", PolicyConfig.passage_chars)  # the prompt's cut
-    sampled = list(policy.candidates(env.view(), k=cfg.siblings, temperature=cfg.temperature,
+    sampled = list(policy.candidates(view, k=cfg.siblings, temperature=cfg.temperature,
                                      seed=_seed(cfg.seed, question_id, t)))
     decisions = len(sampled)
     counts: dict[str, int] = {}
