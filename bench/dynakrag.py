@@ -3,12 +3,12 @@ controller with the uniform-valid one (paired bootstrap on per-question F1), run
 sufficiency check, no terminal compression), sweep the retrieval cap, and run `fixed-k` / `ircot` on the same
 questions when those eval methods exist. Writes one JSON file.
 
-    python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--caps 1,2,3,4]
+    python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--eval-from N] [--caps 1,2,3,4]
                              [--sweep-eval N] [--ablation-eval N] [--threads 2] [--compress-tokens 96]
                              [--out bench/results/dynakrag.json]
 
-Split: the first --train questions of each file train the controller, the next --eval questions are evaluated
-(disjoint). Corpus: the project default, `pooled` (all passages of the file, de-duplicated), so retrieval is over
+Split: the first --train questions of each file train the controller; --eval questions from --eval-from (default:
+right after the training ones) are evaluated (disjoint). Corpus: the project default, `pooled` (all passages of the file, de-duplicated), so retrieval is over
 ~3,000 (HotpotQA) / ~1,800 (2Wiki) passages rather than a question's own 10. Per-question results go to
 <out stem>/<dataset>/<run>.jsonl and are resumed when present (--fresh to start over); trained controllers are
 kept in <out stem>/<dataset>/controller (--retrain to refit). The load average is recorded: the machine is shared.
@@ -47,7 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="hotpotqa,2wiki")
     p.add_argument("--train", type=int, default=30, help="training questions per data set (file order)")
-    p.add_argument("--eval", type=int, default=30, help="evaluation questions per data set (after the training ones)")
+    p.add_argument("--eval", type=int, default=30, help="evaluation questions per data set")
+    p.add_argument("--eval-from", type=int, default=None,
+                   help="file position of the first evaluation question (default: right after the training ones)")
     p.add_argument("--caps", default="1,2,3,4", help="retrieval caps of the sweep (learned controller)")
     p.add_argument("--sweep-eval", type=int, default=0, help="sweep on the first N evaluation questions (0: all)")
     p.add_argument("--ablation-eval", type=int, default=0,
@@ -113,7 +115,10 @@ class Bench:
         self.path = BENCHMARKS / FILES[name]
         ds = load_dataset(self.path)
         self.train_qs = ds.questions[: args.train]
-        self.eval_qs = ds.questions[args.train: args.train + args.eval]
+        start = args.train if args.eval_from is None else args.eval_from
+        if start < args.train:
+            raise SystemExit(f"--eval-from {start} overlaps the {args.train} training questions")
+        self.eval_qs = ds.questions[start: start + args.eval]
         self.sweep_qs = self.eval_qs[: args.sweep_eval] if args.sweep_eval else self.eval_qs
         overrides = {"policy.threads": args.threads, "dynakrag.compress_tokens": args.compress_tokens,
                      "dynakrag.answer_tokens": args.answer_tokens, "dynakrag.gap_tokens": args.gap_tokens}

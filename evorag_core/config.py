@@ -17,6 +17,7 @@ from .errors import ConfigError
 
 __all__ = [
     "ANSWERERS",
+    "GAP_SOURCES",
     "PREFILL_DTYPES",
     "EnvConfig",
     "RewardConfig",
@@ -85,6 +86,9 @@ ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
 # PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt forwards on an fp32 CPU model;
 # "auto" = bfloat16 where the CPU has native bf16 matrix instructions (AVX512-BF16 / AMX), else float32
 PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+# DynaKrag's recorded gap (what gap_query searches): "uncovered" = the question's content words that no evidence
+# passage contains (the LM writes a description only when every word is covered); "lm" = the LM's description
+GAP_SOURCES: tuple[str, ...] = ("uncovered", "lm")
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,7 @@ class DynaKragConfig:
     cost_weight: float = 0.0  # lambda in argmax v(s,a) - lambda c(s,a)
     model_dir: str = "dynakrag"  # trained controller folder, relative to the home folder unless absolute
     sufficiency_threshold: float = 0.5  # P(yes) / (P(yes) + P(no)) at or above this: sufficient
+    gap_source: str = "uncovered"  # what an insufficient probe records for gap_query, one of GAP_SOURCES
     passage_chars: int = 300  # each passage is cut to this many characters in LM prompts
     gap_tokens: int = 24
     max_snippets: int = 8

@@ -14,14 +14,14 @@ import pytest
 from evorag_core.config import DynaKragConfig, PolicyConfig, load_config
 from evorag_core.corpus import build_corpus
 from evorag_core.datasets import load_dataset
-from evorag_core.errors import EnvStateError, ModelLoadError
+from evorag_core.errors import ConfigError, EnvStateError, ModelLoadError
 from evorag_core.methods.dynakrag import (
     ACTIONS, FEATURE_NAMES, SCORED, EvidenceDoc, EvidenceState, LearnedController, OpContext, UniformController,
     ValueModels, action_features, execute, initial_state, load_models, save_models, state_features, valid_actions,
 )
 from evorag_core.methods.dynakrag.controller import make_forest
 from evorag_core.methods.dynakrag.entities import bridge_candidates
-from evorag_core.methods.dynakrag.lm import align_snippets, clean_answer
+from evorag_core.methods.dynakrag.lm import align_snippets, clean_answer, uncovered_terms
 from evorag_core.methods.dynakrag.ops import rewrite_query_text
 from evorag_core.methods.dynakrag.training import explore_question, fit_models, target
 from evorag_core.types import Dataset, Passage
@@ -148,15 +148,17 @@ def test_retrieve_more_walks_the_initial_ranking(demo, corpus, bm25):
 
 def test_bridge_entity_expand_follows_mirrow(demo, corpus, bm25):
     """demo-001: "Ansel Travine ... was an Ostrevian chemist born in Mirrow." The question names Ansel Travine, so the
-    first bridge candidate is Mirrow (the demonym Ostrevian is skipped); expanding it adds three passages, among them
-    the Mirrow passage, the question's second gold passage."""
+    first bridge candidate is Mirrow (the demonym Ostrevian is skipped); expanding it searches Mirrow with the question
+    words the evidence lacks and adds three passages, among them the Mirrow passage, the question's second gold
+    passage."""
     q = demo.questions[0]
     ctx = make_ctx(corpus, bm25)
     s = execute(initial_state(q.question), "retrieve_more", ctx)
     assert "Ansel Travine" in [d.passage.title for d in s.docs]
     assert s.bridge_candidates[0] == "Mirrow"
     s2 = execute(s, "bridge_entity_expand", ctx)
-    assert s2.expanded == ("Mirrow",) and s2.query == "Mirrow" and s2.retrieval_calls == 2
+    assert s2.query == f"Mirrow {uncovered_terms(q.question, s.passages)}" and s2.query != "Mirrow"
+    assert s2.expanded == ("Mirrow",) and s2.retrieval_calls == 2
     assert "Mirrow" in [d.passage.title for d in s2.docs[3:]]
     assert [d.action for d in s2.docs[3:]] == ["bridge_entity_expand"] * 3
     assert corpus.gold_for(q) <= set(s2.pids)
@@ -211,13 +213,25 @@ def test_stop_then_only_compression(demo, corpus, bm25):
         execute(s, "retrieve_more", ctx)
 
 
+def test_unknown_gap_source_is_a_config_error():
+    with pytest.raises(ConfigError, match="gap_source"):
+        OpContext(DynaKragConfig(gap_source="oracle"), NoSearch(), NoSearch(), {})
+
+
 def test_bridge_candidates_rules():
     """Question words, retrieved titles, months, demonyms and words only seen opening a sentence are not bridge
-    entities; a span in more passages ranks higher, then the earlier one."""
+    entities. Ranking: the question match of the best passage naming the span (Tromsø: the passage about Ada
+    Lind's birth, all three question terms; Bergen: two of three; University of Oslo: none), then passage count."""
     texts = ["Ada Lind was a Norwegian painter born in Tromsø in May 1901.", "Tromsø lies north of the University of Oslo.",
              "Previously, the Canadian-American Ada Lind lived in Bergen."]
-    found = bridge_candidates("Where was Ada Lind born?", texts, ["Ada Lind"])
-    assert found == ("Tromsø", "University of Oslo", "Bergen")
+    titles = ["Ada Lind", "Northern Norway", "Ada Lind"]
+    assert bridge_candidates("Where was Ada Lind born?", texts, titles) == ("Tromsø", "Bergen", "University of Oslo")
+    # the span in the passage that matches the question outranks one that more (unrelated) passages name
+    texts = ["Sable River floods.", "Ansel Travine was born in Velmark.", "Boats on the Sable River."]
+    assert bridge_candidates("Where was Ansel Travine born?", texts, ["Rivers", "Ansel Travine", "Boats"])[:2] == (
+        "Velmark", "Sable River")
+    with pytest.raises(ValueError, match="titles"):
+        bridge_candidates("q", texts, ["only one"])
 
 
 def test_align_snippets_and_clean_answer():
@@ -389,20 +403,26 @@ SMALL = DynaKragConfig(retrieval_cap=2, max_steps=3, passage_chars=120, gap_toke
 
 @pytest.mark.slow
 def test_sufficiency_and_compression_with_the_embedded_lm(demo, corpus, bm25, backend):
-    """Threshold 1.0: never sufficient, so the gap is written (2 LM calls); threshold 0.0: always sufficient, no gap
-    (1 call). Compression returns only real sentences of the evidence."""
+    """Threshold 1.0: never sufficient, so a gap is recorded: with gap_source "lm" the LM writes it (2 LM calls);
+    with "uncovered" it is the question's words no passage contains (1 call), or the LM's when there are none.
+    Threshold 0.0: always sufficient, no gap (1 call). Compression returns only real sentences of the evidence."""
     from evorag_core.methods.dynakrag import EvidenceLM
-    from evorag_core.methods.dynakrag.lm import uncovered_terms
 
     q = demo.questions[0].question
     s = execute(initial_state(q), "retrieve_more", make_ctx(corpus, bm25, SMALL))
-    no = execute(s, "sufficiency_check", make_ctx(corpus, bm25, replace(SMALL, sufficiency_threshold=1.0),
-                                                  EvidenceLM(backend, replace(SMALL, sufficiency_threshold=1.0))))
-    assert no.sufficient is False and no.missing and no.lm_calls == 2 and no.probed_at == 3
-    assert 0.0 <= no.p_sufficient < 1.0 and no.prompt_tokens > 100
-    if no.completion_tokens == 0:  # the LM stopped at once: the observable fallback gap is used
-        assert no.missing in (uncovered_terms(q, s.passages), q)
-    assert "sufficiency_check" not in valid_actions(no, SMALL) and "gap_query" in valid_actions(no, SMALL)
+    uncovered = uncovered_terms(q, s.passages)
+    for source in ("lm", "uncovered"):
+        cfg1 = replace(SMALL, sufficiency_threshold=1.0, gap_source=source)
+        no = execute(s, "sufficiency_check", make_ctx(corpus, bm25, cfg1, EvidenceLM(backend, cfg1)))
+        assert no.sufficient is False and no.missing and no.probed_at == 3
+        assert 0.0 <= no.p_sufficient < 1.0 and no.prompt_tokens > 100
+        if source == "uncovered" and uncovered:
+            assert no.missing == uncovered and no.lm_calls == 1 and no.completion_tokens == 0
+        else:
+            assert no.lm_calls == 2
+            if no.completion_tokens == 0:  # the LM stopped at once: the observable fallback gap is used
+                assert no.missing in (uncovered, q)
+        assert "sufficiency_check" not in valid_actions(no, SMALL) and "gap_query" in valid_actions(no, SMALL)
     cfg0 = replace(SMALL, sufficiency_threshold=0.0)
     yes = execute(s, "sufficiency_check", make_ctx(corpus, bm25, cfg0, EvidenceLM(backend, cfg0)))
     assert yes.sufficient is True and yes.missing == "" and yes.lm_calls == 1
@@ -436,7 +456,6 @@ def test_method_on_two_demo_questions(demo, corpus, bm25, backend):
 
 def test_uncovered_terms_is_the_gap_fallback():
     """'river' and 'birthplace' occur in no passage; 'chemist', 'ansel', 'travine' do."""
-    from evorag_core.methods.dynakrag.lm import uncovered_terms
 
     p = Passage("a", "Ansel Travine", "A chemist born in Mirrow.")
     assert uncovered_terms("On which river is the birthplace of the chemist Ansel Travine?", [p]) == "river birthplace"

@@ -11,15 +11,17 @@ Mirrow). Detection is lexical and deterministic:
    expanded, or, for one-word spans, when it is a function word, a month or weekday, a demonym/language
    ("Ostrevian", "French", "Canadian-American"), shorter than three letters, or only ever seen as the first word
    of a sentence ("Previously", "Located"). A possessive "'s" is dropped.
-3. Candidates are ranked by the number of passages that mention them, then by where they first occur (earlier
-   passage, then earlier position): the first candidate is the one `bridge_entity_expand` searches for.
+3. Candidates are ranked by how well the best passage that mentions them matches the question (the share of the
+   question's content terms in its title and text: the first hop's passage matches the question, and the bridge
+   entity is named in it), then by the number of passages that mention them, then by where they first occur
+   (earlier passage, then earlier position): the first candidate is the one `bridge_entity_expand` searches for.
 """
 from __future__ import annotations
 
 import re
 from typing import Iterable, Sequence
 
-from .text import STOPWORDS, title_key, words
+from .text import STOPWORDS, term_overlap, title_key, words
 
 __all__ = ["capitalized_spans", "bridge_candidates"]
 
@@ -104,10 +106,14 @@ def _keep(span: str, question_words: set[str], titles: set[str], expanded: set[s
     return len(span_words) > 1 or not (len(w) < 3 or w.isdigit() or w in STOPWORDS or w in _LEADING or w in _CALENDAR)
 
 
-def bridge_candidates(question: str, texts: Sequence[str], titles: Iterable[str], expanded: Iterable[str] = ()) -> tuple[str, ...]:
-    """Ranked bridge-entity candidates found in `texts` (see the module docstring)."""
+def bridge_candidates(question: str, texts: Sequence[str], titles: Sequence[str], expanded: Iterable[str] = ()) -> tuple[str, ...]:
+    """Ranked bridge-entity candidates found in `texts` (see the module docstring); `titles[i]` is the title of
+    the passage whose text is `texts[i]`."""
+    if len(titles) != len(texts):
+        raise ValueError(f"bridge_candidates: {len(texts)} texts but {len(titles)} titles")
     question_words = set(words(question))
     title_keys = {title_key(t) for t in titles}
+    match = [term_overlap(question, f"{title} {text}") for title, text in zip(titles, texts)]
     done = {title_key(e) for e in expanded}
     docs: dict[str, set[int]] = {}
     first: dict[str, tuple[int, int]] = {}
@@ -124,5 +130,6 @@ def bridge_candidates(question: str, texts: Sequence[str], titles: Iterable[str]
             if not initial:
                 mid_sentence.add(key)
     # a one-word span seen only at the start of sentences ("Previously", "Located") is not taken for a name
-    ranked = sorted((k for k in docs if " " in k or k in mid_sentence), key=lambda k: (-len(docs[k]), first[k]))
+    ranked = sorted((k for k in docs if " " in k or k in mid_sentence),
+                    key=lambda k: (-max(match[d] for d in docs[k]), -len(docs[k]), first[k]))
     return tuple(surface[k] for k in ranked)
