@@ -5,6 +5,7 @@ questions when those eval methods exist. Writes one JSON file.
 
     python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--eval-from N] [--caps 1,2,3,4]
                              [--sweep-eval N] [--ablation-eval N] [--threads 2] [--compress-tokens 96]
+                             [--config FILE] [--set SECTION.KEY=VALUE ...]
                              [--out bench/results/dynakrag.json]
 
 Split: the first --train questions of each file train the controller; --eval questions from --eval-from (default:
@@ -26,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.config import home_dir, load_config  # noqa: E402
+from evorag_core.commands.common import config_from_args  # noqa: E402
+from evorag_core.config import home_dir  # noqa: E402
 from evorag_core.datasets import load_dataset  # noqa: E402
 from evorag_core.errors import EvoRagError  # noqa: E402
 from evorag_core.evaluation import evaluate  # noqa: E402
@@ -61,11 +63,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-rollouts", type=int, default=None, help="default: [dynakrag] train_rollouts")
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--home", type=Path, default=None)
+    p.add_argument("--config", type=Path, default=None, help="TOML config (default configs/default.toml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config value, as on the evorag CLI (e.g. policy.model=ID policy.device=cuda "
+                        "for a larger generator); the flags above win for the keys they set")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dynakrag.json")
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--no-baselines", action="store_true")
     return p.parse_args(argv)
+
+
+def bench_config(args: argparse.Namespace):
+    """configs/default.toml (or --config) with --set, then the bench's own flags."""
+    return config_from_args(args, {"policy.threads": args.threads, "dynakrag.compress_tokens": args.compress_tokens,
+                                   "dynakrag.answer_tokens": args.answer_tokens, "dynakrag.gap_tokens": args.gap_tokens,
+                                   "dynakrag.train_rollouts": args.train_rollouts})
 
 
 def log(msg: str) -> None:
@@ -120,11 +133,7 @@ class Bench:
             raise SystemExit(f"--eval-from {start} overlaps the {args.train} training questions")
         self.eval_qs = ds.questions[start: start + args.eval]
         self.sweep_qs = self.eval_qs[: args.sweep_eval] if args.sweep_eval else self.eval_qs
-        overrides = {"policy.threads": args.threads, "dynakrag.compress_tokens": args.compress_tokens,
-                     "dynakrag.answer_tokens": args.answer_tokens, "dynakrag.gap_tokens": args.gap_tokens}
-        if args.train_rollouts is not None:
-            overrides["dynakrag.train_rollouts"] = args.train_rollouts
-        self.cfg = load_config(None, overrides)
+        self.cfg = bench_config(args)
         self.dk = self.cfg.dynakrag
         self.rt = Runtime(self.cfg, home, ds)
         self.dataset, self.backend = ds, backend
@@ -204,11 +213,11 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from evorag_core.policy import TransformersBackend
+    from evorag_core.methods.agent import policy_backend
 
     home = (args.home or home_dir()).resolve()
-    cfg = load_config(None, {"policy.threads": args.threads})
-    backend = TransformersBackend(cfg.policy, home)
+    cfg = bench_config(args)
+    backend = policy_backend(cfg.policy, home)
     stem = args.out.with_suffix("")
     start = time.perf_counter()
     benches = [Bench(name, args, backend, home, stem) for name in args.datasets.split(",") if name]

@@ -477,3 +477,24 @@ def test_studio_trace_view_escapes_and_lists_scores():
     page = trace_html(trace)
     assert "&lt;b&gt;q&lt;/b&gt;" in page and "A &amp; B" in page and "<b>stop_answer</b>" in page
     assert trace_html([]) == "<p>No DynaKrag steps.</p>"
+
+
+def test_eval_and_training_load_the_configured_backend(demo, tmp_path):
+    """`policy.backend = "vllm"` reaches DynaKrag's eval method and its training (they built a transformers model
+    whatever the setting said). Without vLLM installed both stop with the backend's own error, before any work."""
+    import argparse
+    import importlib.util
+
+    from evorag_core.methods.dynakrag.method import build_dynakrag_method
+    from evorag_core.methods.dynakrag.training import train_dynakrag
+    from evorag_core.runtime import Runtime
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: the backend would load")
+    cfg = load_config(None, {"policy.backend": "vllm", "dynakrag.controller": "uniform"})
+    rt = Runtime(cfg, tmp_path, demo)
+    with pytest.raises(ModelLoadError, match="vLLM"):
+        build_dynakrag_method(argparse.Namespace(), rt)
+    with pytest.raises(ModelLoadError, match="vLLM"):
+        train_dynakrag(demo, rt, cfg.dynakrag, tmp_path / "controller")
+    assert not (tmp_path / "controller").exists()

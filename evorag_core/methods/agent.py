@@ -8,7 +8,7 @@ from ..state import AgentView
 from ..types import Question
 from .base import EpisodeMethod
 
-__all__ = ["AgentPolicy", "agent_on", "build_agent_method", "load_backend"]
+__all__ = ["AgentPolicy", "agent_on", "build_agent_method", "load_backend", "policy_backend"]
 
 
 class AgentPolicy:
@@ -40,16 +40,20 @@ class AgentPolicy:
         return d.action, info
 
 
-def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
-    """The configured policy backend (transformers by default), with `adapter` (store name or folder) loaded."""
-    from ..policy import TransformersBackend
-
-    if rt.cfg.policy.backend == "vllm":
+def policy_backend(cfg: Any, home: Any) -> Any:
+    """The backend `cfg.backend` names (a PolicyConfig): transformers (default) or vLLM."""
+    if cfg.backend == "vllm":
         from ..policy.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(rt.cfg.policy, rt.home)
-    else:
-        backend = TransformersBackend(rt.cfg.policy, rt.home)
+        return VLLMBackend(cfg, home)
+    from ..policy import TransformersBackend
+
+    return TransformersBackend(cfg, home)
+
+
+def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
+    """The configured policy backend (`policy_backend`), with `adapter` (store name or folder) loaded."""
+    backend = policy_backend(rt.cfg.policy, rt.home)
     name = None
     if adapter:
         from ..policy.resolve import resolve_adapter

@@ -171,13 +171,13 @@ def make_context_factory(rt, cfg: DynaKragConfig, lm: EvidenceLM | None) -> Call
 
 def build_dynakrag_method(args: Any, rt: Any, backend: Any = None) -> DynaKragMethod:
     """`evorag eval --method dynakrag`: `[dynakrag]` settings (ablations with --set), the policy LM of `[policy]`
-    (greedy), the trained controller in `home/<model_dir>` unless `controller = "uniform"`."""
+    (greedy; `policy.backend` picks transformers or vLLM), the trained controller in `home/<model_dir>` unless `controller = "uniform"`."""
     cfg = rt.cfg.dynakrag
     controller = _controller(cfg, rt.home)  # fail on a missing model before loading the LM
     if backend is None:
-        from ...policy import TransformersBackend
+        from ..agent import policy_backend
 
-        backend = TransformersBackend(rt.cfg.policy, rt.home)
+        backend = policy_backend(rt.cfg.policy, rt.home)
     lm = EvidenceLM(backend, cfg)
     return DynaKragMethod(cfg, controller, make_context_factory(rt, cfg, lm),
                           lambda q: rt.corpus_for(q).gold_for(q))

@@ -216,12 +216,12 @@ def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir:
                    holdout: float = 0.2, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Explore `dataset.questions` (the training split) with `runtime`'s corpus and retrievers, fit the action-value
     and continuation forests, save them to `out_dir` (joblib + controller.json, transitions.jsonl) and return the
-    training metrics. `backend`: the generator (default: `runtime.cfg.policy`'s TransformersBackend)."""
+    training metrics. `backend`: the generator (default: the backend `runtime.cfg.policy` names)."""
     start = time.perf_counter()
     if backend is None:
-        from ...policy import TransformersBackend
+        from ..agent import policy_backend
 
-        backend = TransformersBackend(runtime.cfg.policy, runtime.home)
+        backend = policy_backend(runtime.cfg.policy, runtime.home)
     context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg))
     transitions, prefixes, info = collect(dataset.questions, context_for, lambda q: runtime.corpus_for(q).gold_for(q),
                                           cfg, on_progress)
