@@ -30,6 +30,24 @@ def _tiny_llama(seed: int = 0):
     return LlamaForCausalLM(cfg).eval()
 
 
+def _assert_same_greedy_or_near_tie(exact, prompt: str, got, want, tolerance: float) -> None:
+    """`got` (approximate weights) and `want` (exact weights) are greedy continuations of `prompt`. They must have the
+    same tokens, or diverge only where the exact model itself finds the two tokens within `tolerance` nat of each
+    other: a near-tie that weight rounding may break either way (e.g. " flows" / " runs" on a Thames query on an
+    AMX-BF16 Xeon). Anything else is drift that changes a decision, and fails."""
+    if got.token_ids == want.token_ids:
+        return
+    i = next((k for k, (a, b) in enumerate(zip(got.token_ids, want.token_ids)) if a != b),
+             min(len(got.token_ids), len(want.token_ids)))
+    assert i < len(got.token_ids) and i < len(want.token_ids), ("one continuation stopped early", got, want)
+    ids = torch.tensor([exact.encode(prompt) + list(want.token_ids[:i])])
+    with torch.inference_mode():
+        logprobs = torch.log_softmax(exact.model(input_ids=ids).logits[0, -1].float(), dim=-1)
+    a, b = float(logprobs[got.token_ids[i]]), float(logprobs[want.token_ids[i]])
+    assert b - a < tolerance, (f"token {i}: {exact.tokenizer.decode([got.token_ids[i]])!r} scores {a:.3f}, "
+                               f"the exact greedy {exact.tokenizer.decode([want.token_ids[i]])!r} {b:.3f}")
+
+
 def test_enable_converts_every_linear_and_changes_nothing_outside_the_context():
     """2 layers x (q, k, v, o, gate, up, down) + the LM head = 15 linears. Outside `half_decode` the logits are bit
     for bit those of the unconverted model, and no copy is made."""
@@ -188,14 +206,15 @@ def test_lora_wraps_a_converted_model():
 @pytest.mark.slow
 def test_embedded_model_decodes_faster_weights_with_bounded_drift(session_home):
     """SmolLM2-135M, a 40-token greedy continuation: the fp16-decode backend (default half_decode_rows) produces the
-    same tokens as the exact one (half_decode_rows=0), and its summed log-prob is within 0.02 of the fp32 score of
-    the same text (measured ~3e-3). Both prefill in fp32 here; the next test bounds bf16 prefill."""
+    same tokens as the exact one (half_decode_rows=0), or first differs at a near-tie (0.02 nat), and its summed
+    log-prob is within 0.02 of the fp32 score of the same text (measured ~3e-3). Both prefill in fp32 here; the
+    next test bounds bf16 prefill."""
     fast = TransformersBackend(PolicyConfig(device="cpu", prefill_dtype="float32"), session_home)
     exact = TransformersBackend(PolicyConfig(device="cpu", half_decode_rows=0, prefill_dtype="float32"), session_home)
     assert fast.half_decode_linears == 211 and exact.half_decode_linears == 0
     prompt = fast.chat_prompt("You are a helpful assistant.", "Describe the river Thames in a few sentences.")
     got, want = fast.generate(prompt, 40)[0], exact.generate(prompt, 40)[0]
-    assert got.token_ids == want.token_ids
+    _assert_same_greedy_or_near_tie(exact, prompt, got, want, tolerance=0.02)
     assert got.logprob == pytest.approx(exact.sequence_logprob(prompt, got.text), abs=0.02)
     assert want.logprob == pytest.approx(exact.sequence_logprob(prompt, want.text), abs=2e-3)
 
@@ -204,7 +223,8 @@ def test_embedded_model_decodes_faster_weights_with_bounded_drift(session_home):
 def test_embedded_model_bf16_prefill_keeps_the_agent_decisions(session_home):
     """SmolLM2-135M, agent prompts with 1-3 hops of passages: with bf16 prefill (the 210 block linears; the LM head
     stays fp32) the four action labels score within 0.15 nat of fp32 prefill (measured up to 0.07) with the same best
-    label (at 3 hops SEARCH and ANSWER are 0.05 apart), and the greedy 16-token query is the same text."""
+    label (at 3 hops SEARCH and ANSWER are 0.05 apart), and the greedy 16-token query is the same text or first differs
+    at a token the fp32 model itself finds within 0.15 nat of its own choice."""
     from evorag_core.policy import LMPolicy
     from evorag_core.policy.prompts import LABELS
     from evorag_core.state import AgentView, Hop
@@ -227,4 +247,5 @@ def test_embedded_model_bf16_prefill_keeps_the_agent_decisions(session_home):
         assert max(abs(a - b) for a, b in zip(got, want)) < 0.15, (got, want)
         assert max(range(4), key=got.__getitem__) == max(range(4), key=want.__getitem__)
         query = prompt + "SEARCH:"
-        assert bf16.generate(query, 16, stop=("\n",))[0].text == fp32.generate(query, 16, stop=("\n",))[0].text
+        _assert_same_greedy_or_near_tie(fp32, query, bf16.generate(query, 16, stop=("\n",))[0],
+                                        fp32.generate(query, 16, stop=("\n",))[0], tolerance=0.15)
