@@ -5,7 +5,7 @@ questions when those eval methods exist. Writes one JSON file.
 
     python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--eval-from N] [--caps 1,2,3,4]
                              [--sweep-eval N] [--ablation-eval N] [--threads 2] [--compress-tokens 96]
-                             [--config FILE] [--set SECTION.KEY=VALUE ...]
+                             [--config FILE] [--set SECTION.KEY=VALUE ...] [--phases train,learned_vs_uniform,...]
                              [--out bench/results/dynakrag.json]
 
 Split: the first --train questions of each file train the controller; --eval questions from --eval-from (default:
@@ -43,6 +43,7 @@ from evorag_core.types import Dataset  # noqa: E402
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
 BASELINES = ("fixed-k", "ircot")
+PHASES = ("train", "learned_vs_uniform", "ablations", "cap_sweep", "baselines")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,6 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--retrain", action="store_true")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--no-baselines", action="store_true")
+    p.add_argument("--phases", default=",".join(PHASES),
+                   help="phases to run, in this order: " + ", ".join(PHASES) + " (train always runs or loads)")
     return p.parse_args(argv)
 
 
@@ -94,9 +97,10 @@ def run(method, questions, path: Path, fresh: bool):
     return summary, results
 
 
-def bootstrap(a, b, resamples: int) -> dict:
+def bootstrap(a, b, resamples: int, key: str = "f1") -> dict:
+    """Paired bootstrap of a - b on the per-question `key` (f1, support_recall, ...) over shared question ids."""
     by_id = {r.question_id: r for r in b}
-    pairs = [(r.f1, by_id[r.question_id].f1) for r in a if r.question_id in by_id]
+    pairs = [(getattr(r, key), getattr(by_id[r.question_id], key)) for r in a if r.question_id in by_id]
     res = paired_bootstrap([x for x, _ in pairs], [y for _, y in pairs], resamples, seed=0)
     return asdict(res)
 
@@ -171,8 +175,10 @@ class Bench:
         runs = self.report.setdefault("runs", {})
         for key, m in (("learned", learned), ("uniform", uniform)):
             runs[key], self.results[key] = run(m, self.eval_qs, self.folder / f"{key}.jsonl", self.args.fresh)
-        self.report.setdefault("comparisons", {})["learned_vs_uniform_f1"] = bootstrap(
-            self.results["learned"], self.results["uniform"], self.args.resamples)
+        comparisons = self.report.setdefault("comparisons", {})
+        for key in ("f1", "support_recall"):  # the answer, and what the controller is trained for (Eq. 1)
+            comparisons[f"learned_vs_uniform_{key}"] = bootstrap(
+                self.results["learned"], self.results["uniform"], self.args.resamples, key)
 
     def baselines(self) -> None:
         base = baselines(self.rt, self.eval_qs, self.folder, self.args.fresh)
@@ -210,6 +216,16 @@ def write(report: dict, out: Path) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    wanted = {"train", *(x for x in args.phases.split(",") if x)}
+    if unknown := wanted - set(PHASES):
+        raise SystemExit(f"unknown phase(s) {', '.join(sorted(unknown))}; choose from {', '.join(PHASES)}")
+    if args.no_baselines:
+        wanted.discard("baselines")
+    if wanted & {"ablations", "baselines"} and "learned_vs_uniform" not in wanted:
+        raise SystemExit("the ablations and baselines are paired with the learned run: add learned_vs_uniform")
+    steps = {"train": Bench.train, "learned_vs_uniform": Bench.main_runs, "ablations": Bench.ablations,
+             "cap_sweep": Bench.sweep, "baselines": Bench.baselines}
+    phases = [(name, steps[name]) for name in PHASES if name in wanted]
     import torch
 
     torch.set_num_threads(args.threads)
@@ -227,10 +243,6 @@ def main(argv=None) -> int:
                            "pairing": "per question (same question ids); F1 of learned minus the other method",
                            "load_average_start": os.getloadavg()},
               "datasets": {b.name: b.report for b in benches}, "phases_done": []}
-    phases = [("train", Bench.train), ("learned_vs_uniform", Bench.main_runs), ("ablations", Bench.ablations),
-              ("cap_sweep", Bench.sweep)]
-    if not args.no_baselines:
-        phases.append(("baselines", Bench.baselines))
     for phase, fn in phases:
         for b in benches:
             fn(b)

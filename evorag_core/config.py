@@ -18,6 +18,7 @@ from .errors import ConfigError
 __all__ = [
     "ANSWERERS",
     "GAP_SOURCES",
+    "CONTINUATION_TARGETS",
     "PREFILL_DTYPES",
     "EnvConfig",
     "RewardConfig",
@@ -89,6 +90,9 @@ PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 # DynaKrag's recorded gap (what gap_query searches): "uncovered" = the question's content words that no evidence
 # passage contains (the LM writes a description only when every word is covered); "lm" = the LM's description
 GAP_SOURCES: tuple[str, ...] = ("uncovered", "lm")
+# DynaKrag's continuation model target u(s_final) - u(s): "answer" = token F1 of the generator's direct answer from
+# the state's documents (the paper: "the answer utility of continuing"); "support" = support recall SR(s)
+CONTINUATION_TARGETS: tuple[str, ...] = ("answer", "support")
 
 
 @dataclass(frozen=True)
@@ -202,7 +206,8 @@ class DynaKragConfig:
     sufficiency: bool = True  # false: the no-sufficiency-check ablation
     compression: bool = True  # false: no terminal compress_answer_evidence
     continuation: bool = True  # learned controller: the continuation model may suppress stop_answer
-    continuation_threshold: float = 0.02  # suppress stop when predicted support gain of continuing exceeds this
+    continuation_threshold: float = 0.02  # suppress stop when the predicted gain of continuing exceeds this
+    continuation_target: str = "answer"  # what that gain is measured in, one of CONTINUATION_TARGETS
     cost_weight: float = 0.0  # lambda in argmax v(s,a) - lambda c(s,a)
     model_dir: str = "dynakrag"  # trained controller folder, relative to the home folder unless absolute
     sufficiency_threshold: float = 0.5  # P(yes) / (P(yes) + P(no)) at or above this: sufficient

@@ -23,7 +23,9 @@ from evorag_core.methods.dynakrag.controller import make_forest
 from evorag_core.methods.dynakrag.entities import bridge_candidates
 from evorag_core.methods.dynakrag.lm import align_snippets, clean_answer, uncovered_terms
 from evorag_core.methods.dynakrag.ops import rewrite_query_text
-from evorag_core.methods.dynakrag.training import explore_question, fit_models, target
+from evorag_core.methods.dynakrag.training import (
+    collect, continuation_utility, explore_question, fit_models, state_support_recall, target,
+)
 from evorag_core.types import Dataset, Passage
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
@@ -378,6 +380,18 @@ def test_explore_question_labels_every_valid_action(demo, corpus, bm25):
     assert models.metrics["transitions"] == 3 * len(transitions)
 
 
+def test_continuation_target_is_checked_and_support_is_recall(demo, corpus, bm25):
+    """"support": U(s) = SR(s). An unknown target, or "answer" without a generator, is a ConfigError."""
+    q = demo.questions[0]
+    gold = corpus.gold_for(q)
+    s1 = execute(initial_state(q.question), "retrieve_more", make_ctx(corpus, bm25))
+    support = continuation_utility(q, make_ctx(corpus, bm25, DynaKragConfig(continuation_target="support")), gold)
+    assert support(s1) == state_support_recall(s1, gold)
+    with pytest.raises(ConfigError, match="continuation_target must be one of"):
+        continuation_utility(q, make_ctx(corpus, bm25, DynaKragConfig(continuation_target="em")), gold)
+    with pytest.raises(ConfigError, match="needs the generator"):
+        continuation_utility(q, make_ctx(corpus, bm25, DynaKragConfig(continuation_target="answer")), gold)
+
 def test_eval_method_is_registered():
     from evorag_core.commands.eval import METHODS
 
@@ -453,6 +467,34 @@ def test_method_on_two_demo_questions(demo, corpus, bm25, backend):
         assert m["retrieval_calls"] <= SMALL.retrieval_cap and r.steps <= SMALL.max_steps
         assert m["n_stop_answer"] == 1 and m["n_compress_answer_evidence"] == 1 and m["context_docs"] <= 12
 
+
+@pytest.mark.slow
+def test_answer_continuation_targets_with_the_embedded_lm(demo, corpus, bm25, backend):
+    """continuation_target "answer": each prefix target is F1(answer at the rollout's end) - F1(answer at the prefix),
+    the answers being the generator's direct ones (recomputed here without the memo); each distinct evidence set is
+    answered once, and the action-value targets are still Eq. 1's support recall."""
+    from evorag_core.methods.base import score
+    from evorag_core.methods.dynakrag import EvidenceLM
+    from evorag_core.methods.dynakrag.ops import final_context
+
+    cfg = replace(SMALL, sufficiency=False, train_rollouts=1, continuation_target="answer")
+    lm = EvidenceLM(backend, cfg)
+    q = demo.questions[0]
+    ctx = make_ctx(corpus, bm25, cfg, lm)
+    transitions, prefixes, info = collect([q], lambda _: ctx, corpus.gold_for, cfg)
+    assert info["lm_calls"] == 0 and info["continuation_answer_calls"] == len(prefixes)  # states all differ
+
+    def f1(state):
+        return score(q, lm.answer(q.question, final_context(state, cfg), None)[0])[1]
+
+    _, _, final = explore_question(q.id, q.question, corpus.gold_for(q), make_ctx(corpus, bm25, cfg), 0)
+    states, state = [initial_state(q.question)], initial_state(q.question)
+    for action in final.history:
+        state = execute(state, action, make_ctx(corpus, bm25, cfg))
+        states.append(state)
+    assert [p.target for p in prefixes] == pytest.approx([f1(final) - f1(s) for s in states[:-1]] + [0.0])
+    sr = [t for t in transitions if t.action == "stop_answer"]
+    assert sr and all(t.target == t.sr_before for t in sr)
 
 def test_uncovered_terms_is_the_gap_fallback():
     """'river' and 'birthplace' occur in no passage; 'chemist', 'ansel', 'travine' do."""

@@ -2,8 +2,9 @@
 
 - `LearnedController`: a random-forest action-value model v(s, a) (300 trees, min leaf 8, seed 13), selection
   argmax_a v(s, a) - lambda c(s, a); ties go to the earlier action in `SCORED` order. An optional continuation
-  model u(s) (a random forest on state features, trained to predict the support gain of continuing) removes
-  stop_answer from the candidates when u(s) > `continuation_threshold` and something else is valid.
+  model u(s) (a random forest on state features, trained to predict the gain of continuing: answer F1 or support
+  recall, per `continuation_target`; see `training`) removes stop_answer from the candidates when
+  u(s) > `continuation_threshold` and something else is valid.
 - `UniformController`: the uniform-valid ablation: a seeded uniform choice among the valid actions (no
   continuation). The draw depends only on (seed, question, step), not on the order questions are run in.
 `save_models` / `load_models` write and read `value.joblib`, `continuation.joblib` and `controller.json`

@@ -7,9 +7,14 @@ current state is executed (stop_answer needs no execution) and labelled
     v(s, a) = SR(s)            for stop_answer
 where SR is the support recall of the state's documents against the question's gold passages. The rollout then
 continues along one executed non-stop action drawn uniformly (seeded), until only stop_answer is valid. Each
-visited state also gives a continuation example: u(s) = SR(s_final) - SR(s).
-Gold passages are used for these targets only; the features come from `features` and never see them.
-Sufficiency judgments are memoised per (question, evidence) within a question (both rollouts share s_1).
+visited state also gives a continuation example, the gain of continuing to the end of the rollout,
+    g(s) = U(s_final) - U(s),
+with U set by `continuation_target`: "answer" (default) = token F1 of the generator's direct answer from the
+state's documents against the gold answers - the paper trains the continuation model "to estimate the answer
+utility of continuing" - or "support" = SR(s). The answer is the one `EvidenceLM.answer` gives without
+compression (compression is outside Eq. 1's target too), so U costs one LM call per distinct evidence set.
+Gold passages and answers are used for these targets only; the features come from `features` and never see them.
+LM judgments, gaps and answers are memoised per (question, evidence) within a question (both rollouts share s_1).
 """
 from __future__ import annotations
 
@@ -23,18 +28,21 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...config import REPO_ROOT, Config, DynaKragConfig
+from ...config import CONTINUATION_TARGETS, REPO_ROOT, Config, DynaKragConfig
+from ...errors import ConfigError
 from ...types import Dataset, Passage, Question
 from .controller import ValueModels, make_forest, model_folder, save_models
 from .features import action_features, state_features
 from .lm import EvidenceLM, Usage
+from ..base import score
 from .method import make_context_factory
-from .ops import OpContext, execute
+from .ops import OpContext, execute, final_context
 from .state import ACQUISITION, SCORED, EvidenceState, initial_state
 from .validity import valid_actions
 
-__all__ = ["Transition", "Prefix", "state_support_recall", "target", "explore_question", "collect", "fit_models",
-           "train_dynakrag", "train_command"]
+__all__ = ["Transition", "Prefix", "state_support_recall", "target", "check_continuation_target", "continuation_utility",
+           "explore_question",
+           "collect", "fit_models", "train_dynakrag", "train_command"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class Transition:
 class Prefix:
     question_id: str
     features: tuple[float, ...]
-    target: float  # SR(final) - SR(s)
+    target: float  # U(final) - U(s), U per `continuation_target`
 
 
 def state_support_recall(state: EvidenceState, gold: frozenset[str]) -> float:
@@ -73,12 +81,15 @@ def target(action: str, sr_before: float, sr_after: float) -> float:
 
 
 class _MemoLM:
-    """EvidenceLM with judge / missing_info memoised by evidence; a memo hit costs no call."""
+    """EvidenceLM with judge / missing_info / direct answers memoised by evidence; a memo hit costs no call.
+    `answer_calls` counts the answers actually generated."""
 
     def __init__(self, lm: EvidenceLM):
         self.lm, self.cfg = lm, lm.cfg
         self._judge: dict[tuple, tuple[bool, float]] = {}
         self._missing: dict[tuple, str] = {}
+        self._answer: dict[tuple, str] = {}
+        self.answer_calls = 0
 
     def judge(self, question: str, passages: Sequence[Passage]) -> tuple[bool, float, Usage]:
         key = (question, tuple(p.pid for p in passages))
@@ -96,20 +107,56 @@ class _MemoLM:
         self._missing[key] = text
         return text, usage
 
+    def answer(self, question: str, passages: Sequence[Passage], snippets: Sequence[str] | None) -> tuple[str, Usage]:
+        if snippets:
+            return self.lm.answer(question, passages, snippets)
+        key = (question, tuple(p.pid for p in passages))
+        if key in self._answer:
+            return self._answer[key], Usage()
+        text, usage = self.lm.answer(question, passages, None)
+        self._answer[key] = text
+        self.answer_calls += 1
+        return text, usage
+
+
+def check_continuation_target(cfg: DynaKragConfig) -> str:
+    if cfg.continuation_target not in CONTINUATION_TARGETS:
+        raise ConfigError(f"dynakrag.continuation_target must be one of {', '.join(CONTINUATION_TARGETS)}, "
+                          f"got {cfg.continuation_target!r}")
+    return cfg.continuation_target
+
+
+def continuation_utility(question: Question, ctx: OpContext, gold: frozenset[str]) -> Callable[[EvidenceState], float]:
+    """U(s) of the continuation target (module docstring); gold answers and passages are read here only."""
+    kind = check_continuation_target(ctx.cfg)
+    if kind == "support":
+        return lambda state: state_support_recall(state, gold)
+    if ctx.lm is None:
+        raise ConfigError("dynakrag.continuation_target = 'answer' needs the generator to answer (OpContext.lm)")
+
+    def answer_f1(state: EvidenceState) -> float:
+        text, _ = ctx.lm.answer(question.question, final_context(state, ctx.cfg), None)
+        return score(question, text)[1]
+
+    return answer_f1
+
 
 def _rng(seed: int, qid: str, rollout: int) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(f"{seed}\x00{qid}\x00{rollout}".encode()).digest()[:8], "big"))
 
 
-def explore_question(qid: str, question: str, gold: frozenset[str], ctx: OpContext, rollout: int
+def explore_question(qid: str, question: str, gold: frozenset[str], ctx: OpContext, rollout: int,
+                     utility: Callable[[EvidenceState], float] | None = None
                      ) -> tuple[list[Transition], list[Prefix], EvidenceState]:
-    """One exploration rollout (see the module docstring); returns its transitions, prefixes and final state."""
+    """One exploration rollout (see the module docstring); returns its transitions, prefixes and final state.
+    `utility`: U(s) for the continuation targets (default SR(s); see `continuation_utility`)."""
     cfg, rng = ctx.cfg, _rng(ctx.cfg.seed, qid, rollout)
+    utility = utility or (lambda s: state_support_recall(s, gold))
     state, transitions, visited = initial_state(question), [], []
     while True:
         valid = [a for a in valid_actions(state, cfg) if a in SCORED]
         base, sr = state_features(state, cfg), state_support_recall(state, gold)
-        visited.append((base, sr))
+        visited.append((base, utility(state)))
         successors: list[EvidenceState] = []
         for action in valid:
             nxt = state if action == "stop_answer" else execute(state, action, ctx)
@@ -122,8 +169,8 @@ def explore_question(qid: str, question: str, gold: frozenset[str], ctx: OpConte
         if not successors:
             break
         state = rng.choice(successors)
-    final_sr = state_support_recall(state, gold)
-    prefixes = [Prefix(qid, tuple(f), final_sr - sr) for f, sr in visited]
+    final = utility(state)
+    prefixes = [Prefix(qid, tuple(f), final - u) for f, u in visited]
     return transitions, prefixes, state
 
 
@@ -132,22 +179,26 @@ def collect(questions: Sequence[Question], context_for: Callable[[Question], OpC
             on_progress: Callable[[int, int], None] | None = None) -> tuple[list[Transition], list[Prefix], dict]:
     transitions: list[Transition] = []
     prefixes: list[Prefix] = []
-    lm_calls = skipped = 0
+    lm_calls = answer_calls = skipped = 0
     for i, q in enumerate(questions, start=1):
         gold = gold_for(q)
         if not gold:
             skipped += 1
             continue
         ctx = context_for(q)
-        ctx = replace(ctx, lm=_MemoLM(ctx.lm)) if ctx.lm is not None else ctx
+        memo = _MemoLM(ctx.lm) if ctx.lm is not None else None
+        ctx = replace(ctx, lm=memo) if memo is not None else ctx
+        utility = continuation_utility(q, ctx, gold)
         for r in range(cfg.train_rollouts):
-            t, p, final = explore_question(q.id, q.question, gold, ctx, r)
+            t, p, final = explore_question(q.id, q.question, gold, ctx, r, utility)
             transitions += t
             prefixes += p
             lm_calls += final.lm_calls
+        answer_calls += memo.answer_calls if memo is not None else 0
         if on_progress is not None:
             on_progress(i, len(questions))
-    return transitions, prefixes, {"questions_without_gold": skipped, "lm_calls": lm_calls}
+    return transitions, prefixes, {"questions_without_gold": skipped, "lm_calls": lm_calls,
+                                   "continuation_answer_calls": answer_calls}
 
 
 def _xy(rows) -> tuple[np.ndarray, np.ndarray]:
@@ -197,6 +248,11 @@ def fit_models(transitions: Sequence[Transition], prefixes: Sequence[Prefix], cf
     metrics["per_action"] = {a: {"n": sum(1 for t in transitions if t.action == a),
                                  "mean_target": float(np.mean([t.target for t in transitions if t.action == a] or [0]))}
                              for a in SCORED}
+    gains = np.asarray([p.target for p in prefixes])
+    metrics["continuation_targets"] = {
+        "target": cfg.continuation_target, "mean": float(gains.mean()) if len(gains) else 0.0,
+        "above_threshold": float(np.mean(gains > cfg.continuation_threshold)) if len(gains) else 0.0,
+        "below_zero": float(np.mean(gains < 0)) if len(gains) else 0.0}
     if held:
         train = [t for t in transitions if t.question_id not in held]
         test = [t for t in transitions if t.question_id in held]
@@ -218,6 +274,7 @@ def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir:
     and continuation forests, save them to `out_dir` (joblib + controller.json, transitions.jsonl) and return the
     training metrics. `backend`: the generator (default: the backend `runtime.cfg.policy` names)."""
     start = time.perf_counter()
+    check_continuation_target(cfg)  # before the generator loads
     if backend is None:
         from ..agent import policy_backend
 
