@@ -1,5 +1,6 @@
 """Studio rendering of a DynaKrag episode's action trace: per step the valid set, the controller's score for each
-valid action, the chosen action and the evidence state before it.
+valid action (and, when the continuation model was consulted, its predicted gain of continuing and whether it
+suppressed stop_answer), the chosen action and the evidence state before it.
 
 Pure functions of the trace (`QuestionResult.trace` of the `dynakrag` method, or `StepTrace.to_dict()` rows):
 `trace_rows` gives headers and string cells (for a `gr.Dataframe`), `trace_html` an escaped HTML table. Every
@@ -21,9 +22,11 @@ def _scores(step: Mapping[str, Any]) -> str:
     for action in step.get("valid", []):
         val = scores.get(action)
         parts.append(f"{action} ({val:.3f})" if isinstance(val, (int, float)) else f"{action} (-)")
-    note = ""
+    note, gain = "", step.get("continuation")
     if step.get("stop_suppressed"):
-        note = f"; stop suppressed (continuation {step.get('continuation', 0.0):.3f})"
+        note = f"; stop suppressed (continuation gain {gain or 0.0:.3f})"
+    elif isinstance(gain, (int, float)):  # the continuation model was asked and let stop_answer compete
+        note = f"; stop allowed (continuation gain {gain:.3f})"
     return ", ".join(parts) + note
 
 

@@ -515,6 +515,11 @@ def test_studio_trace_view_escapes_and_lists_scores():
     headers, rows = trace_rows(trace)
     assert headers == list(TRACE_HEADERS) and len(rows) == 2
     assert rows[1][1] == "rewrite_query (0.100), stop_answer (0.500)"
+    allowed = trace_rows([{**trace[1], "continuation": -0.0412}])[1][0][1]
+    assert allowed.endswith("; stop allowed (continuation gain -0.041)")
+    vetoed = trace_rows([{**trace[1], "valid": ["rewrite_query", "stop_answer"], "scores": {"rewrite_query": 0.1},
+                          "continuation": 0.3, "stop_suppressed": True}])[1][0][1]
+    assert vetoed == "rewrite_query (0.100), stop_answer (-); stop suppressed (continuation gain 0.300)"
     assert "1 docs: A & B" in rows[1][5] and "frontier 3/30" in rows[1][5] and "gap: x" in rows[1][5]
     page = trace_html(trace)
     assert "&lt;b&gt;q&lt;/b&gt;" in page and "A &amp; B" in page and "<b>stop_answer</b>" in page
