@@ -40,9 +40,8 @@ from .ops import OpContext, execute, final_context
 from .state import ACQUISITION, SCORED, EvidenceState, initial_state
 from .validity import valid_actions
 
-__all__ = ["Transition", "Prefix", "state_support_recall", "target", "check_continuation_target", "continuation_utility",
-           "explore_question",
-           "collect", "fit_models", "train_dynakrag", "train_command"]
+__all__ = ["Transition", "Prefix", "state_support_recall", "target", "check_continuation_target",
+           "continuation_utility", "explore_question", "collect", "fit_models", "train_dynakrag", "train_command"]
 
 
 @dataclass(frozen=True)
@@ -81,42 +80,38 @@ def target(action: str, sr_before: float, sr_after: float) -> float:
 
 
 class _MemoLM:
-    """EvidenceLM with judge / missing_info / direct answers memoised by evidence; a memo hit costs no call.
-    `answer_calls` counts the answers actually generated."""
+    """EvidenceLM with judge / missing_info / direct answers memoised by (job, question, evidence pids); a memo hit
+    costs no call. `answer_calls` counts the answers actually generated."""
 
     def __init__(self, lm: EvidenceLM):
         self.lm, self.cfg = lm, lm.cfg
-        self._judge: dict[tuple, tuple[bool, float]] = {}
-        self._missing: dict[tuple, str] = {}
-        self._answer: dict[tuple, str] = {}
+        self._memo: dict[tuple, tuple] = {}
         self.answer_calls = 0
 
+    def _call(self, job: str, question: str, passages: Sequence[Passage], run: Callable[[], tuple]) -> tuple:
+        """`run()` returns (*values, usage); a memo hit returns the same values with an empty Usage."""
+        key = (job, question, tuple(p.pid for p in passages))
+        if key not in self._memo:
+            *values, usage = run()
+            self._memo[key] = tuple(values)
+            return (*values, usage)
+        return (*self._memo[key], Usage())
+
     def judge(self, question: str, passages: Sequence[Passage]) -> tuple[bool, float, Usage]:
-        key = (question, tuple(p.pid for p in passages))
-        if key in self._judge:
-            return (*self._judge[key], Usage())
-        ok, p, usage = self.lm.judge(question, passages)
-        self._judge[key] = (ok, p)
-        return ok, p, usage
+        return self._call("judge", question, passages, lambda: self.lm.judge(question, passages))
 
     def missing_info(self, question: str, passages: Sequence[Passage]) -> tuple[str, Usage]:
-        key = (question, tuple(p.pid for p in passages))
-        if key in self._missing:
-            return self._missing[key], Usage()
-        text, usage = self.lm.missing_info(question, passages)
-        self._missing[key] = text
-        return text, usage
+        return self._call("missing", question, passages, lambda: self.lm.missing_info(question, passages))
 
     def answer(self, question: str, passages: Sequence[Passage], snippets: Sequence[str] | None) -> tuple[str, Usage]:
         if snippets:
             return self.lm.answer(question, passages, snippets)
-        key = (question, tuple(p.pid for p in passages))
-        if key in self._answer:
-            return self._answer[key], Usage()
-        text, usage = self.lm.answer(question, passages, None)
-        self._answer[key] = text
-        self.answer_calls += 1
-        return text, usage
+
+        def run() -> tuple[str, Usage]:
+            self.answer_calls += 1
+            return self.lm.answer(question, passages, None)
+
+        return self._call("answer", question, passages, run)
 
 
 def check_continuation_target(cfg: DynaKragConfig) -> str:
@@ -169,7 +164,7 @@ def explore_question(qid: str, question: str, gold: frozenset[str], ctx: OpConte
         if not successors:
             break
         state = rng.choice(successors)
-    final = utility(state)
+    final = visited[-1][1]  # the loop ends on the final state, already visited
     prefixes = [Prefix(qid, tuple(f), final - u) for f, u in visited]
     return transitions, prefixes, state
 
@@ -248,11 +243,10 @@ def fit_models(transitions: Sequence[Transition], prefixes: Sequence[Prefix], cf
     metrics["per_action"] = {a: {"n": sum(1 for t in transitions if t.action == a),
                                  "mean_target": float(np.mean([t.target for t in transitions if t.action == a] or [0]))}
                              for a in SCORED}
-    gains = np.asarray([p.target for p in prefixes])
-    metrics["continuation_targets"] = {
-        "target": cfg.continuation_target, "mean": float(gains.mean()) if len(gains) else 0.0,
-        "above_threshold": float(np.mean(gains > cfg.continuation_threshold)) if len(gains) else 0.0,
-        "below_zero": float(np.mean(gains < 0)) if len(gains) else 0.0}
+    gains = np.asarray([p.target for p in prefixes] or [0.0])
+    metrics["continuation_targets"] = {"target": cfg.continuation_target, "mean": float(gains.mean()),
+                                       "above_threshold": float(np.mean(gains > cfg.continuation_threshold)),
+                                       "below_zero": float(np.mean(gains < 0))}
     if held:
         train = [t for t in transitions if t.question_id not in held]
         test = [t for t in transitions if t.question_id in held]
