@@ -11,7 +11,7 @@
    Discovery stage by default (`--stage`), into a SQLite store (resumable: questions already rolled
    out by the same policy are skipped). Throughput = pairs stored / wall minutes of this run, with the CPU time
    and the load average recorded (the machine is shared).
-2. Encoder choice: pooled hidden states of several layers x {mean, last} are computed in one pass per state
+2. Encoder choice: pooled hidden states of several layers x {mean, last, probe} are computed in one pass per state
    (cached); each is scored by the held-out overall pairwise accuracy of the full model.
 3. The full model (seven heads) at the chosen layer/pooling, single-signal ablations (one head trained at a time,
    the paper's Table 5 shape: that head's eval accuracy/loss and the overall accuracy when ranking by it alone),
@@ -23,7 +23,10 @@
    `head_accuracy_by_conflict`: each head's held-out accuracy where ret's direction disagrees with act's or dup's,
    and where it does not. `lexical_baseline`: the overall accuracy of a logistic regression on hand-made
    question/candidate overlap features instead of the LM's hidden states (is the overall direction predictable
-   from the state and candidate at all?).
+   from the state and candidate at all?). `head_accuracy_ci95_by_question`: each head's held-out accuracy with a 95%
+   interval from a bootstrap over held-out questions (pairs of one question are not independent), and
+   `head_accuracy_grouped_cv_train`: each head's accuracy over the 5 grouped folds of the training split (every
+   training pair scored by heads fitted without its question; ~4x the questions of the eval split).
 """
 from __future__ import annotations
 
@@ -113,6 +116,27 @@ def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
     return float(sum(accs) / len(accs)) if accs else float("nan")
 
 
+def _cv_head_accuracy(xc, xr, examples, cfg, folds: int = 5) -> dict:
+    """Each head's accuracy pooled over the grouped folds of the training split (every pair is scored once, by heads
+    fitted without its question), with the question-bootstrap interval of `_head_accuracy_ci`: a second held-out
+    estimate, over ~4x the questions of the fixed eval split."""
+    from evorag_core.preference import fit_preference_model
+
+    groups = sorted({e.group for e in examples})
+    scored: dict[str, tuple[list, list]] = {}
+    for f in range(folds):
+        held = set(groups[f::folds])
+        tr = [i for i, e in enumerate(examples) if e.group not in held]
+        te = [i for i, e in enumerate(examples) if e.group in held]
+        if not tr or not te:
+            continue
+        model = fit_preference_model(xc[tr], xr[tr], [examples[i] for i in tr], cfg)
+        for head, (right, qs) in _head_right(model, xc[te], xr[te], [examples[i] for i in te]).items():
+            scored.setdefault(head, ([], []))[0].extend(right)
+            scored[head][1].extend(qs)
+    return {head: _clustered_accuracy(right, qs) for head, (right, qs) in scored.items()}
+
+
 def _true_signs(examples):
     import numpy as np
 
@@ -181,6 +205,50 @@ def _head_accuracy_by_conflict(model, chosen, rejected, evals) -> dict:
                 row[head] = {"pairs": int(mask.sum()), "accuracy": round(_pair_accuracy(z), 4)}
         out[name] = row
     return out
+
+
+def _head_right(model, chosen, rejected, examples) -> dict:
+    """{head: (1 / 0.5 / 0 per pair whose signal varies: right, tie, wrong; the pairs' questions)}."""
+    import numpy as np
+    import torch
+
+    from evorag_core.signals import SIGNAL_NAMES
+
+    signs, _ = _true_signs(examples)
+    with torch.no_grad():
+        diff = (model(torch.as_tensor(chosen)) - model(torch.as_tensor(rejected))).numpy()
+    out = {}
+    for k, head in enumerate(model.heads_names):
+        mask = signs[:, k] != 0 if head in SIGNAL_NAMES else np.zeros(len(examples), bool)
+        if mask.any():
+            z = signs[mask, k] * diff[mask, k]
+            out[head] = (list((z > 0) + 0.5 * (z == 0)), [e.group for e, m in zip(examples, mask) if m])
+    return out
+
+
+def _clustered_accuracy(right, questions, resamples: int = 10_000, seed: int = 0) -> dict:
+    """Accuracy with a 95% interval from a bootstrap over *questions*: a question's pairs share its state and its
+    answers, so they are not independent draws, and resampling pairs would understate the spread."""
+    import numpy as np
+
+    names = sorted(set(questions))
+    index = {g: i for i, g in enumerate(names)}
+    gid = np.array([index[g] for g in questions])
+    right = np.asarray(right, dtype=float)
+    hits = np.bincount(gid, weights=right, minlength=len(names))  # per question: right pairs, pairs
+    count = np.bincount(gid, minlength=len(names)).astype(float)
+    draws = np.random.default_rng(seed).integers(0, len(names), size=(resamples, len(names)))
+    h, c = hits[draws].sum(1), count[draws].sum(1)
+    acc = h[c > 0] / c[c > 0]
+    return {"pairs": int(len(right)), "questions": len(names), "accuracy": round(float(right.mean()), 4),
+            "ci95": [round(float(np.quantile(acc, 0.025)), 4), round(float(np.quantile(acc, 0.975)), 4)]}
+
+
+def _head_accuracy_ci(model, chosen, rejected, evals) -> dict:
+    """Each head's held-out accuracy with a 95% interval from a bootstrap over held-out questions (a tie counts
+    half, as in the accuracy itself)."""
+    return {head: _clustered_accuracy(right, qs) for head, (right, qs) in _head_right(model, chosen, rejected,
+                                                                                       evals).items()}
 
 
 _STOP = frozenset("a an the of in on at to for and or is was were are be by with from as that which who what when "
@@ -259,7 +327,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
 
     from evorag_core.config import PolicyConfig, PreferenceConfig
     from evorag_core.policy import TransformersBackend
-    from evorag_core.preference import (FeatureCache, PrefixEncoder, encode_examples, examples_from_pairs,
+    from evorag_core.preference import (POOLINGS, FeatureCache, PrefixEncoder, encode_examples, examples_from_pairs,
                                         fit_preference_model, metrics_for, split_examples)
     from evorag_core.signals import SIGNAL_NAMES
     from evorag_core.store import open_store
@@ -278,7 +346,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
         raise SystemExit(f"only {len(examples)} pairs with margin >= {margin}; roll out more questions first")
     train, evals = split_examples(examples, 0.2, 0)
     layers = [int(x) for x in args.layers.split(",")]
-    specs = [(layer, pooling) for layer in layers for pooling in ("mean", "last")]
+    specs = [(layer, pooling) for layer in layers for pooling in POOLINGS]
     backend = TransformersBackend(PolicyConfig(device="cpu", threads=args.threads), args.home)
     encoder = PrefixEncoder.from_backend(backend, specs)
     cache = FeatureCache(args.home / "cache" / "preference_features.safetensors")
@@ -366,6 +434,8 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
                                         "eval_loss": round(total.overall_loss, 4)},
         "overall_from_true_head_signs": _sign_ceiling(train, evals),
         "head_accuracy_by_conflict": _head_accuracy_by_conflict(full_model, *X[1], evals),
+        "head_accuracy_ci95_by_question": _head_accuracy_ci(full_model, *X[1], evals),
+        "head_accuracy_grouped_cv_train": _cv_head_accuracy(*X[0], train, cfg),
         "lexical_baseline": _lexical_baseline(train, evals),
         "targets": {
             "every_varying_head_above_50": all((full.heads[k].accuracy or 0) > 0.5 for k in varying),

@@ -144,8 +144,8 @@ class RolloutConfig:
 class PreferenceConfig:
     """The multi-head preference model (evorag_core/preference.py)."""
 
-    layer: int = 20  # hidden-state layer of the frozen policy LM (0 = embeddings, 30 = last for SmolLM2-135M)
-    pooling: str = "mean"  # mean (over the completion tokens) | last (the completion's last token)
+    layer: int = 16  # hidden-state layer of the frozen policy LM (0 = embeddings, 30 = last for SmolLM2-135M)
+    pooling: str = "probe"  # mean (over the completion) | last (its last token) | probe (the question asked after it)
     hidden: int = 0  # a shared trainable tanh layer of this width under the heads (0 = linear heads on the features)
     head_margin: float = 0.001  # a head is trained on the pairs whose per-signal returns differ by at least this
     l2: float = 0.1  # L2 penalty on the head (and shared layer) weights, added to the mean pairwise loss

@@ -10,13 +10,21 @@ computed at inference (`RankedPolicy` previews each SEARCH candidate's results i
 alone. Its feature is a hidden state of the policy LM itself (frozen, base weights, LoRA adapters switched off),
 pooled over the candidate's tokens (the "completion" below: reply and observation): the prompt is run once per state
 (its KV cache is shared by the state's candidates) and each completion is run on top of it, so every completion
-token attends to the whole state. Default: layer 20 of 30, mean over the completion tokens
-(`PreferenceConfig.layer/pooling`); the prompt's own positions are identical for the two sides of a pair and would
-cancel in f(x+) - f(x-), so only completion positions are pooled. A prompt longer than 6,000 tokens keeps its last
-6,000. Switching the backend's adapter off and on drops the policy's prefix cache, so with an adapter active each
-encoded state costs the policy one extra prompt pass. bench/preference.py compares layers
-{6, ..., 30} x {mean, last} by grouped cross-validation: on the 2026-11-24 pooled-corpus pairs mean pooling beat
-last-token pooling at every layer (CV 0.69-0.75 vs 0.60-0.63), with layer 12 best (0.75) and the default 20 at 0.73.
+token attends to the whole state. Poolings (`PreferenceConfig.layer/pooling`): "mean" over the completion tokens,
+"last" (the completion's last token), or "probe": the question is asked again after the candidate (`probe_text`: 'Does
+this answer the question "<question>"?') and the hidden states of those probe tokens are averaged. A causal LM's
+completion tokens only see the question from far back in the prompt; the probe's tokens see the question and the
+candidate's reply and passages together, so their states can carry whether what the candidate retrieved (or answered)
+bears on the question, which the answer signal depends on and a mean over ~150 passage tokens dilutes. The probe runs
+in the same forward as the completion, after it, so mean/last features are unchanged. The prompt's own positions are
+identical for the two sides of a pair and would cancel in f(x+) - f(x-), so they are never pooled. A prompt longer
+than 6,000 tokens keeps its last 6,000. Switching the backend's adapter off and on drops the policy's prefix cache, so
+with an adapter active each encoded state costs the policy one extra prompt pass. bench/preference.py compares layers
+{6, ..., 30} x {mean, last, probe} by grouped cross-validation on the training questions: on 1,850 pooled-corpus
+HotpotQA pairs of 192 questions (2026-11-25) probe pooling beat mean pooling at every layer (CV overall accuracy
+0.70-0.73 vs 0.66-0.70; last 0.66-0.68); layer 16 with probe is the best and the default. At layer 16 it raised the
+ret and ans heads (CV 0.75 -> 0.77, 0.65 -> 0.68) and lowered dup, step and act (0.78 -> 0.70, 0.84 -> 0.79,
+0.81 -> 0.77): the probe reads relevance better and the candidate's own surface less.
 Features are cached on disk (`FeatureCache`, safetensors) under a key of (model, layer, pooling, prompt,
 completion): the encoder is frozen, so retraining never re-runs the LM.
 
@@ -70,6 +78,7 @@ from .signals import SIGNAL_NAMES
 __all__ = [
     "PreferenceExample",
     "candidate_text",
+    "probe_text",
     "examples_from_pairs",
     "split_examples",
     "PrefixEncoder",
@@ -88,7 +97,21 @@ __all__ = [
     "ranked_policy_from_path",
 ]
 
-POOLINGS = ("mean", "last")
+POOLINGS = ("mean", "last", "probe")
+# "probe" pooling: the question is asked again after the candidate and the hidden states of that suffix are averaged
+# (module docstring, "Encoder"). The template is part of the feature-cache key, so editing it re-encodes.
+PROBE_TEMPLATE = '\nDoes this answer the question "{question}"?'
+_PROBE_GENERIC = "\nDoes this answer the question?"
+
+
+def probe_text(prompt: str) -> str:
+    """The probe suffix for a state's prompt: PROBE_TEMPLATE with the prompt's last `Question: ...` line (the agent
+    prompt has exactly one; few-shot demonstrations come before it), or a generic probe for a prompt without one."""
+    line = prompt.rsplit("Question: ", 1)
+    if len(line) < 2:
+        return _PROBE_GENERIC
+    question = line[1].split("\n", 1)[0].strip()
+    return PROBE_TEMPLATE.format(question=question) if question else _PROBE_GENERIC
 
 
 # -- data --------------------------------------------------------------------------------------------------------
@@ -200,24 +223,31 @@ class PrefixEncoder:
         from transformers.cache_utils import DynamicCache
 
         from .policy.base import encode_pair
+        from .policy.kv_cache import cache_kwargs
 
         out = np.zeros((len(completions), len(self.specs), self.dim), dtype=np.float32)
         if not completions:
             return out
         prompt_ids = encode_pair(self.tokenizer, prompt, "")[0][-self.max_prompt_tokens :]
+        # the probe follows the completion in the same forward; causal attention keeps the completion's own
+        # positions (mean / last pooling) exactly what they are without it
+        probe = (encode_pair(self.tokenizer, "", probe_text(prompt))[1]
+                 if any(pooling == "probe" for _, pooling in self.specs) else [])
         body = getattr(self.model, "model", self.model)
         device = next(self.model.parameters()).device
         with self._base_weights():
             cache = DynamicCache(config=self.model.config)
-            body(input_ids=torch.tensor([prompt_ids], device=device), past_key_values=cache, use_cache=True)
+            body(input_ids=torch.tensor([prompt_ids], device=device), **cache_kwargs(body, cache), use_cache=True)
             for i, completion in enumerate(completions):
                 ids = encode_pair(self.tokenizer, "", completion)[1] or [self.tokenizer.eos_token_id]
-                hidden = body(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
-                              output_hidden_states=True).hidden_states
-                cache.crop(-len(ids))
+                hidden = body(input_ids=torch.tensor([ids + probe], device=device), **cache_kwargs(body, cache),
+                              use_cache=True, output_hidden_states=True).hidden_states
+                cache.crop(-(len(ids) + len(probe)))
+                n = len(ids)
                 for j, (layer, pooling) in enumerate(self.specs):
                     h = hidden[layer][0].float()
-                    out[i, j] = (h.mean(0) if pooling == "mean" else h[-1]).cpu().numpy()
+                    pooled = h[:n].mean(0) if pooling == "mean" else h[n - 1] if pooling == "last" else h[n:].mean(0)
+                    out[i, j] = pooled.cpu().numpy()
         return out
 
 
@@ -235,6 +265,8 @@ class FeatureCache:
 
     @staticmethod
     def key(model_id: str, layer: int, pooling: str, prompt: str, completion: str) -> str:
+        if pooling == "probe":
+            pooling = f"probe:{PROBE_TEMPLATE}"
         return hashlib.sha1("\0".join((model_id, str(layer), pooling, prompt, completion)).encode()).hexdigest()
 
     def get(self, key: str) -> np.ndarray | None:

@@ -184,7 +184,7 @@ class KeywordEncoder:
     dim = 6
 
     def __init__(self):
-        self.specs = ((20, "mean"),)
+        self.specs = ((PreferenceConfig().layer, PreferenceConfig().pooling),)  # what the default config asks for
         self.calls = 0
 
     def encode(self, prompt, completions):
@@ -254,6 +254,35 @@ def test_encoder_matches_a_full_forward_and_is_cached(backend, tmp_path):
     assert len(again.items) == 4  # 2 completions x 2 specs
     c2, r2 = encode_examples(enc, ex, again)
     assert np.array_equal(c1, c2) and np.array_equal(r1, r2)
+
+
+@pytest.mark.slow
+def test_probe_pooling_reads_the_question_asked_after_the_candidate(backend, tmp_path):
+    """"probe" = mean over the hidden states of the question re-asked after the completion (one forward of prompt +
+    completion + probe); the completion's own mean/last features are the same with or without a probe spec."""
+    from evorag_core.policy.base import encode_pair
+    from evorag_core.preference import probe_text
+
+    prompt = backend.chat_prompt("You answer questions.", "Question: Who wrote Hamlet?\nStep 1 of 5. Your action:")
+    assert probe_text(prompt) == '\nDoes this answer the question "Who wrote Hamlet?"?'
+    assert probe_text("no question line here") == "\nDoes this answer the question?"
+    completions = ["SEARCH: Hamlet author\nFound:\n[1] Hamlet: a tragedy by William Shakespeare", "REFUSE"]
+    both = PrefixEncoder.from_backend(backend, ((12, "probe"), (20, "mean"), (30, "last"))).encode(prompt, completions)
+    plain = PrefixEncoder.from_backend(backend, ((20, "mean"), (30, "last"))).encode(prompt, completions)
+    assert np.allclose(both[:, 1:], plain, atol=1e-4)
+    probe_ids = encode_pair(backend.tokenizer, "", probe_text(prompt))[1]
+    for i, c in enumerate(completions):
+        p_ids, c_ids = encode_pair(backend.tokenizer, prompt, c)
+        with torch.no_grad():
+            hs = backend.model.model(input_ids=torch.tensor([p_ids + c_ids + probe_ids]),
+                                     output_hidden_states=True).hidden_states
+        assert np.allclose(both[i, 0], hs[12][0, -len(probe_ids):].mean(0).numpy(), atol=1e-3)
+    assert not np.allclose(both[0, 0], both[1, 0], atol=1e-3)  # the probe sees what each candidate retrieved
+    other = prompt.replace("Who wrote Hamlet?", "Who painted the Mona Lisa?")
+    moved = PrefixEncoder.from_backend(backend, ((12, "probe"),)).encode(other, completions[1:])
+    assert not np.allclose(moved[0, 0], both[1, 0], atol=1e-3)
+    # the cache key depends on the probe template, so features of another probe are never reused
+    assert FeatureCache.key("m", 12, "probe", prompt, "x") != FeatureCache.key("m", 12, "mean", prompt, "x")
 
 
 @pytest.mark.slow
