@@ -30,8 +30,8 @@ from ..errors import ConfigError
 from .base import Generation, encode_pair
 from .half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
 from .cascade import shared_prefix_attention, supports_cascade
-from .kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, common_prefix_length, fork_cache, growing_cache,
-                       shared_prefix_cache)
+from .kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, cache_kwargs, common_prefix_length, fork_cache,
+                       growing_cache, shared_prefix_cache)
 from .loading import load_model
 from .lora import AdapterSet
 
@@ -124,7 +124,7 @@ class TransformersBackend:
     def _forward(self, ids: torch.Tensor, cache, *, keep: int = 0, positions=None, mask=None) -> torch.Tensor:
         out = self.model(
             input_ids=ids.to(self.model.device),
-            past_key_values=cache,
+            **cache_kwargs(self.model, cache),
             use_cache=True,
             position_ids=positions,
             attention_mask=mask,

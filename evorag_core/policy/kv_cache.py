@@ -14,9 +14,25 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 __all__ = ["GrowingLayer", "SharedPrefixLayer", "growing_cache", "fork_cache", "shared_prefix_cache", "PrefixCache",
-           "PrefixPool", "common_prefix_length"]
+           "PrefixPool", "common_prefix_length", "cache_kwargs"]
 
 _MIN_ROOM = 256
+
+
+def cache_kwargs(model, cache) -> dict:
+    """`{name: cache}` for a model's forward: transformers 5.24 renamed `past_key_values` to `cache` (the old name
+    warns and goes in 5.40); older releases (>= 4.56 is supported) only know `past_key_values`."""
+    import inspect
+
+    forward = type(model).forward
+    name = getattr(forward, "_evorag_cache_kwarg", None)
+    if name is None:
+        name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+        try:
+            forward._evorag_cache_kwarg = name
+        except AttributeError:  # a bound or builtin forward: look it up every time
+            pass
+    return {name: cache}
 
 
 class GrowingLayer(DynamicLayer):
