@@ -99,20 +99,26 @@ def run_rollouts(args: argparse.Namespace, db: str) -> dict:
     }
 
 
-def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
-    """Mean overall accuracy over grouped folds of the training split (the encoder choice never sees eval pairs)."""
-    from evorag_core.preference import evaluate, fit_preference_model
+def _grouped_folds(xc, xr, examples, cfg, folds: int = 5):
+    """For each of `folds` folds of the examples' questions: (model fitted without them, their feature rows and
+    examples); the encoder choice and the out-of-fold figures never see the eval split."""
+    from evorag_core.preference import fit_preference_model
 
     groups = sorted({e.group for e in examples})
-    accs = []
     for f in range(folds):
         held = set(groups[f::folds])
         tr = [i for i, e in enumerate(examples) if e.group not in held]
         te = [i for i, e in enumerate(examples) if e.group in held]
-        if not tr or not te:
-            continue
-        model = fit_preference_model(xc[tr], xr[tr], [examples[i] for i in tr], cfg)
-        accs.append(evaluate(model, xc[te], xr[te], [examples[i] for i in te])[1])
+        if tr and te:
+            model = fit_preference_model(xc[tr], xr[tr], [examples[i] for i in tr], cfg)
+            yield model, xc[te], xr[te], [examples[i] for i in te]
+
+
+def _cv_accuracy(xc, xr, examples, cfg, folds: int = 5) -> float:
+    """Mean overall accuracy over grouped folds of the training split."""
+    from evorag_core.preference import evaluate
+
+    accs = [evaluate(model, c, r, ex)[1] for model, c, r, ex in _grouped_folds(xc, xr, examples, cfg, folds)]
     return float(sum(accs) / len(accs)) if accs else float("nan")
 
 
@@ -120,18 +126,9 @@ def _cv_head_accuracy(xc, xr, examples, cfg, folds: int = 5) -> dict:
     """Each head's accuracy pooled over the grouped folds of the training split (every pair is scored once, by heads
     fitted without its question), with the question-bootstrap interval of `_head_accuracy_ci`: a second held-out
     estimate, over ~4x the questions of the fixed eval split."""
-    from evorag_core.preference import fit_preference_model
-
-    groups = sorted({e.group for e in examples})
     scored: dict[str, tuple[list, list]] = {}
-    for f in range(folds):
-        held = set(groups[f::folds])
-        tr = [i for i, e in enumerate(examples) if e.group not in held]
-        te = [i for i, e in enumerate(examples) if e.group in held]
-        if not tr or not te:
-            continue
-        model = fit_preference_model(xc[tr], xr[tr], [examples[i] for i in tr], cfg)
-        for head, (right, qs) in _head_right(model, xc[te], xr[te], [examples[i] for i in te]).items():
+    for model, c, r, ex in _grouped_folds(xc, xr, examples, cfg, folds):
+        for head, (right, qs) in _head_right(model, c, r, ex).items():
             scored.setdefault(head, ([], []))[0].extend(right)
             scored[head][1].extend(qs)
     return {head: _clustered_accuracy(right, qs) for head, (right, qs) in scored.items()}
