@@ -393,10 +393,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["ok"] else 1
 
 
+def demo_rollouts(runtime: Runtime, lm: LMPolicy, backend, store, cfg: Config, questions: int) -> tuple[list, dict]:
+    """Discovery-stage sibling rollouts of the first `questions` demo questions into `store`; returns the queued pairs
+    and the figures (rollout stats, pairs queued, seconds, generated tokens)."""
+    from evorag_core.rollout import PairSelector, run_rollouts
+
+    selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
+    start, tokens0 = time.perf_counter(), backend.tokens_generated
+    stats = run_rollouts(runtime.dataset.questions[:questions], runtime.make_env, lm, store, cfg.rollout, selector,
+                         policy_name=f"lm:{backend.model_id}", stage="discovery")
+    selector.finish()
+    _sync()
+    pairs = store.list_pairs(status="queued", limit=None)
+    return pairs, {**stats.as_dict(), "pairs_queued": len(pairs), "seconds": round(time.perf_counter() - start, 2),
+                   "generated_tokens": backend.tokens_generated - tokens0}
+
+
 def train_and_swap(args, cfg: Config, home: Path, runtime: Runtime, backend, store, report: dict[str, Any],
                    overrides: dict[str, Any], model: str, attempt, save) -> None:
     """Rollouts into the store, then per training dtype a DPO, GRPO and PPO round, each adapter hot-swapped in."""
-    from evorag_core.rollout import PairSelector, run_rollouts
     from training.job import job_config
 
     watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
@@ -404,16 +419,7 @@ def train_and_swap(args, cfg: Config, home: Path, runtime: Runtime, backend, sto
     policy = PinnedPolicy(lm, watcher)
 
     def rollouts() -> list[Any]:
-        selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
-        start, tokens0 = time.perf_counter(), backend.tokens_generated
-        stats = run_rollouts(runtime.dataset.questions[: args.questions], runtime.make_env, lm, store, cfg.rollout,
-                             selector, policy_name=f"lm:{backend.model_id}", stage="discovery")
-        selector.finish()
-        _sync()
-        pairs = store.list_pairs(status="queued", limit=None)
-        report["rollouts"] = {**stats.as_dict(), "pairs_queued": len(pairs),
-                              "seconds": round(time.perf_counter() - start, 2),
-                              "generated_tokens": backend.tokens_generated - tokens0}
+        pairs, report["rollouts"] = demo_rollouts(runtime, lm, backend, store, cfg, args.questions)
         print(json.dumps(report["rollouts"]), flush=True)
         save()
         return pairs

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_check  # noqa: E402  (bench/gpu_check.py: HashEmbedder, demo_view, _timed, run_round, environment)
 from evorag_core.actions import action_name  # noqa: E402
+from evorag_core.checksum import sha256_file  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
 from evorag_core.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.base import run_episode  # noqa: E402
@@ -76,14 +77,6 @@ def source_commit() -> str | None:
         pass
     marker = ROOT / ".source-commit"
     return marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def convert(gguf: Path, home: Path) -> tuple[Path, float]:
@@ -277,7 +270,6 @@ def speed(cfg: Config, home: Path, runtime: Runtime, backend: TransformersBacken
 def rounds(args, cfg: Config, home: Path, runtime: Runtime, backend: TransformersBackend, report: dict, save) -> None:
     """Rollouts, then a GRPO round (and a DPO round when pairs were queued), each hot-swapped into `backend`."""
     from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
-    from evorag_core.rollout import PairSelector, run_rollouts
     from evorag_core.store import open_store
     from training.job import job_config
     from training.worker import quiet_progress_bars
@@ -288,15 +280,8 @@ def rounds(args, cfg: Config, home: Path, runtime: Runtime, backend: Transformer
         watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
         lm = LMPolicy(backend, round_cfg.policy)
         policy = PinnedPolicy(lm, watcher)
-        selector = PairSelector(balance_ratio=round_cfg.rollout.balance_ratio)
-        start, tokens0 = time.perf_counter(), backend.tokens_generated
-        stats = run_rollouts(runtime.dataset.questions[: args.round_questions], runtime.make_env, lm, store,
-                             round_cfg.rollout, selector, policy_name=f"lm:{backend.model_id}", stage="discovery")
-        selector.finish()
-        pairs = store.list_pairs(status="queued", limit=None)
-        report["rollouts"] = {**stats.as_dict(), "pairs_queued": len(pairs),
-                              "seconds": round(time.perf_counter() - start, 2),
-                              "generated_tokens": backend.tokens_generated - tokens0}
+        pairs, report["rollouts"] = gpu_check.demo_rollouts(runtime, lm, backend, store, round_cfg,
+                                                            args.round_questions)
         print(json.dumps(report["rollouts"]), flush=True)
         save()
         probe, probe_view = pairs[:8], gpu_check.demo_view(runtime, hops=1)

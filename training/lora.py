@@ -7,7 +7,6 @@ into a temporary sibling folder and renamed into place, so a crash never leaves 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from evorag_core.checksum import sha256_file
 from evorag_core.config import TrainConfig
 from evorag_core.errors import AdapterError
 
@@ -65,14 +65,6 @@ def attach_lora(model: nn.Module, cfg: TrainConfig) -> PeftModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         return get_peft_model(model, lora_config(cfg))
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_adapter(

@@ -8,6 +8,8 @@ a few of them, so that interleaved prompt families (the agent's prompt and the j
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -19,20 +21,16 @@ __all__ = ["GrowingLayer", "SharedPrefixLayer", "growing_cache", "fork_cache", "
 _MIN_ROOM = 256
 
 
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def cache_kwargs(model, cache) -> dict:
     """`{name: cache}` for a model's forward: transformers 5.24 renamed `past_key_values` to `cache` (the old name
-    warns and goes in 5.40); older releases (>= 4.56 is supported) only know `past_key_values`."""
-    import inspect
-
-    forward = type(model).forward
-    name = getattr(forward, "_evorag_cache_kwarg", None)
-    if name is None:
-        name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-        try:
-            forward._evorag_cache_kwarg = name
-        except AttributeError:  # a bound or builtin forward: look it up every time
-            pass
-    return {name: cache}
+    warns and goes in 5.40); older releases (>= 4.56 is supported) only know `past_key_values`. Looked up once per
+    model class."""
+    return {_cache_keyword(type(model)): cache}
 
 
 class GrowingLayer(DynamicLayer):

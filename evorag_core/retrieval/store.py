@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
+from ..checksum import sha256_file
 from ..errors import RetrievalError
 from ..types import Passage
 
@@ -43,14 +44,6 @@ def _feed(h: Any, text: str) -> None:  # h: a hashlib object
     h.update(data)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 class IndexFolder:
     def __init__(self, root: Path, key: str):
         self.root, self.key = Path(root), key
@@ -76,7 +69,7 @@ class IndexFolder:
             raise RetrievalError(f"{self.path}: the manifest lists no files")
         for rel, expect in files.items():
             path = self.path / rel
-            if not path.is_file() or path.stat().st_size != expect["size"] or _sha256(path) != expect["sha256"]:
+            if not path.is_file() or path.stat().st_size != expect["size"] or sha256_file(path) != expect["sha256"]:
                 raise RetrievalError(f"{self.path}: {rel} is missing or does not match its manifest entry")
         return data
 
@@ -99,7 +92,7 @@ class IndexFolder:
         try:
             tmp.mkdir()
             writer(tmp)
-            files = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+            files = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
                      for p in sorted(tmp.rglob("*")) if p.is_file()}
             manifest = {"format": FORMAT_VERSION, "key": self.key, "files": files, **meta}
             (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
