@@ -429,8 +429,8 @@ class DynaKragConfig(_Checked):
 
     RULES: ClassVar[Rules] = {
         "docs_per_op": POSITIVE,
-        "max_steps": POSITIVE,
-        "retrieval_cap": POSITIVE,
+        "max_steps": NON_NEGATIVE,  # 0 (either cap): stop_answer at once, from no evidence
+        "retrieval_cap": NON_NEGATIVE,
         "max_context_docs": POSITIVE,
         "frontier_depth": POSITIVE,
         "initial_retriever": one_of(RETRIEVERS),
