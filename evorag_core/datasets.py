@@ -231,7 +231,10 @@ def _wiki_question(raw: _WikiRecord, dataset: str) -> Question:
 def _wiki_questions(path: str, recs: Iterable[_Rec]) -> Iterator[tuple[_Rec, Question]]:
     raws = [raw for _, raw in _each(recs, _parse_wiki)]  # the flavour (rule 3) needs every record
     dataset = _wiki_flavour(path, raws)
-    return ((raw.rec, _wiki_question(raw, dataset)) for raw in raws)
+    raws.reverse()
+    while raws:  # each parsed record is let go as its question is built
+        raw = raws.pop()
+        yield raw.rec, _wiki_question(raw, dataset)
 
 
 # --- Bamboogle CSV -------------------------------------------------------------------------------
