@@ -10,7 +10,8 @@ less the resident memory before it ("added"), with the seconds taken and the out
 checkout (label "after"): the same files, seed and sizes; each label's figures are kept in the --out file.
 
 Cases: a valid file (loaded), the same file with its last record bad (rejected at the end) and with its second
-record bad (rejected at once), for both formats.
+record bad (rejected at once), for both formats; and JSON lines of many short fields (40 passages of 1-20
+characters per question: the most Python objects per byte of file) with the last record bad.
 """
 from __future__ import annotations
 
@@ -55,6 +56,13 @@ def common_record(rng: random.Random, vocab: list[str], i: int) -> dict:
             "type": "bridge", "passages": passages, "hops": 2}
 
 
+def small_fields_record(rng: random.Random, i: int) -> dict:
+    """Many short fields (40 passages of 1-20 characters): per byte of file, the most Python objects."""
+    passages = [{"pid": f"s:{i}:{j}", "title": "t", "text": "x" * rng.randint(1, 20), "gold": j == 0} for j in range(40)]
+    return {"id": f"s{i}", "dataset": "syn", "question": "q?", "answers": ["a"], "type": None, "hops": 1,
+            "passages": passages}
+
+
 def hotpot_record(rng: random.Random, vocab: list[str], i: int) -> dict:
     context = [[f"T{i}-{j} " + _words(rng, vocab, 2), [" " + _words(rng, vocab, 16) + "." for _ in range(3)]]
                for j in range(10)]
@@ -64,7 +72,7 @@ def hotpot_record(rng: random.Random, vocab: list[str], i: int) -> dict:
 
 
 def write_files(folder: Path, mb: float, seed: int) -> dict[str, Path]:
-    """The five files of the module docstring; returns name -> path."""
+    """The files of the module docstring; returns name -> path."""
     rng = random.Random(seed)
     vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(3000)]
     target = int(mb * 1024 * 1024)
@@ -78,6 +86,11 @@ def write_files(folder: Path, mb: float, seed: int) -> dict[str, Path]:
     while size < target:
         items.append(json.dumps(hotpot_record(rng, vocab, len(items))))
         size += len(items[-1]) + 2
+    small: list[str] = []
+    size = 0
+    while size < target:
+        small.append(json.dumps(small_fields_record(rng, len(small))) + "\n")
+        size += len(small[-1])
     bad_line = json.dumps({**json.loads(lines[-1]), "answers": []}) + "\n"
     second_bad = json.dumps({**json.loads(lines[1]), "answers": []}) + "\n"
     bad_item = json.dumps({k: v for k, v in json.loads(items[-1]).items() if k != "answer"})
@@ -85,6 +98,7 @@ def write_files(folder: Path, mb: float, seed: int) -> dict[str, Path]:
         "jsonl_valid": "".join(lines),
         "jsonl_bad_last": "".join(lines[:-1]) + bad_line,
         "jsonl_bad_second": lines[0] + second_bad + "".join(lines[2:]),
+        "jsonl_small_fields_bad_last": "".join(small[:-1]) + json.dumps({**json.loads(small[-1]), "answers": []}) + "\n",
         "json_list_valid": "[" + ",\n".join(items) + "]\n",
         "json_list_bad_last": "[" + ",\n".join(items[:-1] + [bad_item]) + "]\n",
     }
@@ -110,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", type=Path, default=REPO, help="checkout whose evorag_core is measured")
     ap.add_argument("--label", default="after")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--note", default="", help="what --repo holds (e.g. the commit it was exported from)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "dataset_memory.json")
     args = ap.parse_args(argv)
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -117,18 +132,18 @@ def main(argv: list[str] | None = None) -> int:
         files = write_files(Path(tmp), args.mb, args.seed)
         cases = {}
         print(f"{args.label} ({args.repo}):")
-        print(f"{'case':20} {'file MB':>8} {'peak MB':>8} {'added MB':>9} {'x file':>7} {'s':>6}  outcome")
+        print(f"{'case':28} {'file MB':>8} {'peak MB':>8} {'added MB':>9} {'x file':>7} {'s':>6}  outcome")
         for name, path in files.items():
             file_mb = path.stat().st_size / 2**20
             row = {"file_mb": round(file_mb, 1), **measure(args.repo, path)}
             if "added_mb" in row:
                 row["added_per_file_mb"] = round(row["added_mb"] / file_mb, 2)
-                print(f"{name:20} {file_mb:8.1f} {row['peak_mb']:8.1f} {row['added_mb']:9.1f} "
+                print(f"{name:28} {file_mb:8.1f} {row['peak_mb']:8.1f} {row['added_mb']:9.1f} "
                       f"{row['added_per_file_mb']:7.2f} {row['seconds']:6.2f}  {row['outcome']}")
             else:
-                print(f"{name:20} {file_mb:8.1f}  failed: {row['error']}")
+                print(f"{name:28} {file_mb:8.1f}  failed: {row['error']}")
             cases[name] = row
-    results[args.label] = {"repo": str(args.repo), "mb": args.mb, "seed": args.seed, "python": platform.python_version(),
+    results[args.label] = {"repo": str(args.repo), "note": args.note, "mb": args.mb, "seed": args.seed, "python": platform.python_version(),
                            "load_average": os.getloadavg()[0], "cases": cases}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
