@@ -2,16 +2,22 @@
 
 `load_config(path, overrides)` reads `configs/default.toml` (or any other file) and applies
 `section.key=value` overrides (the CLI's flags end up here). Unknown sections or keys raise
-`ConfigError`; values are checked against the field's type.
+`ConfigError`. Every section checks its values as it is built (from the file, an override or code): the field's
+type (floats finite: no NaN or inf), then the rule its `RULES` names (a range or a set of choices); a bad value is a
+ConfigError naming the key, the value and what is allowed. Limits that need runtime context (a preference layer
+beyond the loaded model's depth, CUDA on a machine without it) are checked where that context exists.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, get_args, get_origin, get_type_hints
+from typing import Any, Callable, ClassVar, Mapping, get_args, get_origin, get_type_hints
 
 from .errors import ConfigError
 
@@ -19,6 +25,9 @@ __all__ = [
     "ANSWERERS",
     "GAP_SOURCES",
     "CONTINUATION_TARGETS",
+    "RETRIEVERS",
+    "Allowed",
+    "check_section",
     "PREFILL_DTYPES",
     "EnvConfig",
     "RewardConfig",
@@ -42,15 +51,107 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# --- what each setting allows ------------------------------------------------------------------------------------
+# Every section lists a rule per field in `RULES`; building a section (load_config, an override, or code) checks
+# each value's type (floats must be finite) and then its rule, and raises ConfigError naming key, value and rule.
+
+
 @dataclass(frozen=True)
-class EnvConfig:
+class Allowed:
+    """One setting's rule: `ok(value)` says whether the value is allowed, `what` says so in words."""
+
+    what: str
+    ok: Callable[[Any], bool]
+    choices: tuple[str, ...] = ()
+
+
+def at_least(lo: float) -> Allowed:
+    return Allowed(f">= {lo}", lambda v: v >= lo)
+
+
+def above(lo: float) -> Allowed:
+    return Allowed(f"> {lo}", lambda v: v > lo)
+
+
+def within(lo: float, hi: float) -> Allowed:
+    return Allowed(f"in [{lo}, {hi}]", lambda v: lo <= v <= hi)
+
+
+def one_of(choices: tuple[str, ...]) -> Allowed:
+    return Allowed(f"one of {', '.join(choices)}", lambda v: v in choices, tuple(choices))
+
+
+def matching(pattern: str, what: str) -> Allowed:
+    return Allowed(what, lambda v: re.fullmatch(pattern, v) is not None)
+
+
+POSITIVE = at_least(1)  # counts, sizes and token budgets where 0 means nothing would happen
+NON_NEGATIVE = at_least(0)
+PROBABILITY = within(0, 1)
+SEED = NON_NEGATIVE  # numpy refuses negative seeds
+TEXT = Allowed("a non-empty string", lambda v: bool(v.strip()))
+FLAG = Allowed("true or false", lambda v: True)  # the type check already refused anything else
+Rules = Mapping[str, Allowed]
+
+_TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
+
+
+def _type_ok(value: Any, typ: Any) -> bool:
+    if typ is bool:
+        return isinstance(value, bool)
+    if typ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if typ is str:
+        return isinstance(value, str)
+    return True
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+@functools.cache
+def _section_name(cls: type) -> str:
+    return next((name for name, hint in _hints(Config).items() if hint is cls), cls.__name__)
+
+
+def check_section(section: Any) -> None:
+    """Raise ConfigError for the first field of `section` whose value has the wrong type or breaks its rule."""
+    cls = type(section)
+    hints, rules = _hints(cls), cls.RULES
+    for f in fields(cls):
+        value, where = getattr(section, f.name), f"{_section_name(cls)}.{f.name}"
+        typ = hints[f.name]
+        if not _type_ok(value, typ):
+            raise ConfigError(f"{where} must be {_TYPE_WORDS.get(typ, typ)}, got {value!r}")
+        rule = rules.get(f.name)
+        if rule is not None and not rule.ok(value):
+            raise ConfigError(f"{where} must be {rule.what}, got {value!r}")
+
+
+class _Checked:
+    """Mixin of the section dataclasses: values are checked as the section is built."""
+
+    RULES: ClassVar[Rules] = {}
+
+    def __post_init__(self) -> None:
+        check_section(self)
+
+
+@dataclass(frozen=True)
+class EnvConfig(_Checked):
     t_max: int = 20
     top_k: int = 5
     corpus: str = "pooled"  # pooled | per-question
 
+    RULES: ClassVar[Rules] = {"t_max": POSITIVE, "top_k": POSITIVE, "corpus": one_of(("pooled", "per-question"))}
+
 
 @dataclass(frozen=True)
-class RewardConfig:
+class RewardConfig(_Checked):
     stage: str = "discovery"  # discovery | refinement
     schedule: str = "time-dynamic"  # time-dynamic | two-stage | no-reward
     preset: str = "full"  # full | best2 | best3 | exploration-heavy | efficiency-heavy
@@ -58,17 +159,28 @@ class RewardConfig:
     redundancy_threshold: float = 0.0
     act_progress: float = 0.3  # `act` applies only when p(t) >= this
 
+    RULES: ClassVar[Rules] = {
+        "stage": one_of(("discovery", "refinement")),
+        "schedule": one_of(("time-dynamic", "two-stage", "no-reward")),
+        "preset": one_of(("full", "best2", "best3", "exploration-heavy", "efficiency-heavy")),
+        "redundancy_threshold": within(-1, 1),  # compared with a cosine similarity
+        "act_progress": PROBABILITY,  # compared with p(t) in [0, 1]
+    }
+
 
 @dataclass(frozen=True)
-class CurriculumConfig:
+class CurriculumConfig(_Checked):
     ema_alpha: float = 0.5
     epsilon: float = 0.01
     patience: int = 2
     max_rounds: int = 6
 
+    RULES: ClassVar[Rules] = {"ema_alpha": Allowed("in (0, 1]", lambda v: 0 < v <= 1), "epsilon": NON_NEGATIVE,
+                              "patience": POSITIVE, "max_rounds": POSITIVE}
+
 
 @dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(_Checked):
     bm25_backend: str = "bm25s"  # bm25s | rank-bm25
     bm25_method: str = "lucene"  # lucene | robertson | atire (BM25 idf variant, both backends)
     dense_model: str = "embedded"  # "embedded" (all-MiniLM-L6-v2 from PyPI) or a local path / HF id
@@ -79,6 +191,19 @@ class RetrievalConfig:
     batch_size: int = 64
     stopwords: str = "en_plus"  # BM25 stopword list: en (33 words) | en_plus (179) | none
     stemmer: bool = True  # BM25: Snowball English stemming (PyStemmer)
+
+    RULES: ClassVar[Rules] = {
+        "bm25_backend": one_of(("bm25s", "rank-bm25")),
+        "bm25_method": one_of(("lucene", "robertson", "atire")),
+        "dense_model": TEXT,
+        "rrf_k": NON_NEGATIVE,
+        "fusion_depth": POSITIVE,
+        "max_seq_length": POSITIVE,
+        "dtype": one_of(("float32", "bfloat16")),
+        "batch_size": POSITIVE,
+        "stopwords": one_of(("en", "en_plus", "none")),
+        "stemmer": FLAG,
+    }
 
 
 # PolicyConfig.answer_with: who writes the LM agent's ANSWER text - the reader prompt over the chain's passages,
@@ -93,10 +218,12 @@ GAP_SOURCES: tuple[str, ...] = ("uncovered", "lm")
 # DynaKrag's continuation model target u(s_final) - u(s): "answer" = token F1 of the generator's direct answer from
 # the state's documents (the paper: "the answer utility of continuing"); "support" = support recall SR(s)
 CONTINUATION_TARGETS: tuple[str, ...] = ("answer", "support")
+# DynaKrag's and R2AG's retrievers (a RetrievalService name)
+RETRIEVERS: tuple[str, ...] = ("bm25", "dense", "rrf")
 
 
 @dataclass(frozen=True)
-class PolicyConfig:
+class PolicyConfig(_Checked):
     backend: str = "transformers"  # transformers | vllm
     model: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct from PyPI) or a local path / HF id
     device: str = "auto"  # auto | cpu | cuda
@@ -118,15 +245,40 @@ class PolicyConfig:
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)
 
+    RULES: ClassVar[Rules] = {
+        "backend": one_of(("transformers", "vllm")),
+        "model": TEXT,
+        "device": matching(r"auto|cpu|mps|cuda(:\d+)?", "auto, cpu, mps, cuda or cuda:N"),
+        "dtype": one_of(("float32", "bfloat16", "float16")),
+        "max_query_tokens": POSITIVE,
+        "max_answer_tokens": POSITIVE,
+        "temperature": NON_NEGATIVE,  # 0 = greedy
+        "siblings": POSITIVE,
+        "passage_chars": NON_NEGATIVE,  # ARENA's prompt reads 0 as the full text
+        "seed": SEED,
+        "threads": NON_NEGATIVE,
+        "constrain_actions": FLAG,
+        "max_searches": NON_NEGATIVE,
+        "answer_with": one_of(ANSWERERS),
+        "arena_tokens": POSITIVE,
+        "reader_passages": NON_NEGATIVE,  # 0 = every passage of the chain
+        "first_query": one_of(("question", "generate")),
+        "half_decode_rows": NON_NEGATIVE,
+        "prefill_dtype": one_of(PREFILL_DTYPES),
+        "shared_prefix_siblings": FLAG,
+    }
+
 
 @dataclass(frozen=True)
-class JudgeConfig:
+class JudgeConfig(_Checked):
     kind: str = "gold"  # gold | llm
     threshold: float = 0.5  # llm judge: P(yes) / (P(yes)+P(no)) >= threshold -> enough evidence
 
+    RULES: ClassVar[Rules] = {"kind": one_of(("gold", "llm")), "threshold": PROBABILITY}
+
 
 @dataclass(frozen=True)
-class RolloutConfig:
+class RolloutConfig(_Checked):
     """Sibling-branch rollouts (evorag_core/rollout.py explains each bound and its default)."""
 
     siblings: int = 4  # K candidates sampled per branch state
@@ -139,9 +291,21 @@ class RolloutConfig:
     balance_ratio: float = 1.0  # greedy-chosen vs greedy-rejected pairs: majority <= ratio * minority + 1 (0 = off)
     seed: int = 0
 
+    RULES: ClassVar[Rules] = {
+        "siblings": at_least(2),  # a pair needs two different candidates
+        "temperature": above(0),  # greedy siblings would all be the same completion
+        "t_max": NON_NEGATIVE,
+        "max_states": POSITIVE,
+        "max_branch_steps": NON_NEGATIVE,
+        "policy_margin": NON_NEGATIVE,
+        "preference_margin": NON_NEGATIVE,
+        "balance_ratio": NON_NEGATIVE,
+        "seed": SEED,
+    }
+
 
 @dataclass(frozen=True)
-class PreferenceConfig:
+class PreferenceConfig(_Checked):
     """The multi-head preference model (evorag_core/preference.py)."""
 
     layer: int = 16  # hidden-state layer of the frozen policy LM (0 = embeddings, 30 = last for SmolLM2-135M)
@@ -156,9 +320,23 @@ class PreferenceConfig:
     combine_nonnegative: bool = True  # combiner weights >= 0 (each head scores "better on its signal")
     observation: bool = True  # x = the reply line + what a SEARCH candidate retrieved (else the reply line alone)
 
+    RULES: ClassVar[Rules] = {
+        "layer": NON_NEGATIVE,  # the upper bound depends on the model: checked when it loads
+        "pooling": one_of(("mean", "last", "probe")),
+        "hidden": NON_NEGATIVE,
+        "head_margin": NON_NEGATIVE,
+        "l2": NON_NEGATIVE,
+        "max_iter": POSITIVE,
+        "holdout": Allowed("in (0, 1)", lambda v: 0 < v < 1),
+        "seed": SEED,
+        "combine_folds": NON_NEGATIVE,
+        "combine_nonnegative": FLAG,
+        "observation": FLAG,
+    }
+
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(_Checked):
     objective: str = "dpo"  # dpo | grpo | ppo
     epochs: int = 1
     lr: float = 5e-5
@@ -180,19 +358,46 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     seed: int = 0
     lease_seconds: int = 60
-    retry_failed: bool = False
+    max_attempts: int = 2  # a round whose worker died (lease expired) is queued again until this many claims
+
+    RULES: ClassVar[Rules] = {
+        "objective": one_of(("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo", "dynakrag")),
+        "epochs": POSITIVE,
+        "lr": above(0),
+        "beta": above(0),
+        "kl": one_of(("k2", "k3")),
+        "kl_coef": NON_NEGATIVE,
+        "clip_eps": NON_NEGATIVE,
+        "clip_eps_high": NON_NEGATIVE,
+        "value_clip": NON_NEGATIVE,
+        "gamma": PROBABILITY,
+        "gae_lambda": PROBABILITY,
+        "lora_r": POSITIVE,
+        "lora_alpha": POSITIVE,
+        "lora_dropout": Allowed("in [0, 1)", lambda v: 0 <= v < 1),
+        "max_length": POSITIVE,
+        "batch_size": POSITIVE,
+        "grad_accum": POSITIVE,
+        "dtype": one_of(("float32", "bfloat16")),
+        "gradient_checkpointing": FLAG,
+        "seed": SEED,
+        "lease_seconds": POSITIVE,
+        "max_attempts": POSITIVE,
+    }
 
 
 @dataclass(frozen=True)
-class StudioConfig:
+class StudioConfig(_Checked):
     host: str = "127.0.0.1"
     port: int = 7860
     start_worker: bool = True
     prepare_next: bool = True  # compute the next greedy LM decision while the person reads a step (app/session.py)
 
+    RULES: ClassVar[Rules] = {"host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG}
+
 
 @dataclass(frozen=True)
-class DynaKragConfig:
+class DynaKragConfig(_Checked):
     """DynaKrag evidence control (SPEC §7); ablations are flags here (`--set dynakrag.KEY=VALUE`)."""
 
     docs_per_op: int = 3  # new documents added by one retrieval operation
@@ -222,9 +427,38 @@ class DynaKragConfig:
     min_samples_leaf: int = 8
     seed: int = 13
 
+    RULES: ClassVar[Rules] = {
+        "docs_per_op": POSITIVE,
+        "max_steps": NON_NEGATIVE,  # 0 (either cap): stop_answer at once, from no evidence
+        "retrieval_cap": NON_NEGATIVE,
+        "max_context_docs": POSITIVE,
+        "frontier_depth": POSITIVE,
+        "initial_retriever": one_of(RETRIEVERS),
+        "targeted_retriever": one_of(RETRIEVERS),
+        "controller": one_of(("learned", "uniform")),
+        "sufficiency": FLAG,
+        "compression": FLAG,
+        "continuation": FLAG,
+        "continuation_threshold": NON_NEGATIVE,
+        "continuation_target": one_of(CONTINUATION_TARGETS),
+        "cost_weight": NON_NEGATIVE,
+        "model_dir": TEXT,
+        "sufficiency_threshold": PROBABILITY,
+        "gap_source": one_of(GAP_SOURCES),
+        "passage_chars": POSITIVE,
+        "gap_tokens": POSITIVE,
+        "max_snippets": POSITIVE,
+        "compress_tokens": POSITIVE,
+        "answer_tokens": POSITIVE,
+        "train_rollouts": POSITIVE,
+        "n_estimators": POSITIVE,
+        "min_samples_leaf": POSITIVE,
+        "seed": SEED,
+    }
+
 
 @dataclass(frozen=True)
-class R2agConfig:
+class R2agConfig(_Checked):
     """R²AG retrieval tree (SPEC §7, seed 002); rewards use the paper's coefficients (`--set r2ag.KEY=VALUE`)."""
 
     steering: str = "lm"  # lm | scripted (deterministic entity/title heuristic, no LM)
@@ -247,6 +481,29 @@ class R2agConfig:
     omega: float = 1.0  # format reward weight
     format_per_query: float = 0.01  # R_f per well-formed base/predicted segment after a think block
     format_max: float = 0.02  # cap of omega * R_f
+
+    RULES: ClassVar[Rules] = {
+        "steering": one_of(("lm", "scripted")),
+        "max_iterations": POSITIVE,
+        "top_t_base": NON_NEGATIVE,
+        "top_t_predicted": NON_NEGATIVE,
+        "top_k": POSITIVE,
+        "max_queries": POSITIVE,
+        "max_frontier": POSITIVE,
+        "retriever": one_of(RETRIEVERS),
+        "temperature": NON_NEGATIVE,  # 0 = greedy
+        "max_new_tokens": POSITIVE,
+        "passage_chars": NON_NEGATIVE,  # 0 = the full text
+        "demo": FLAG,
+        "answer_docs": POSITIVE,
+        "alpha": NON_NEGATIVE,
+        "beta": NON_NEGATIVE,
+        "gamma": NON_NEGATIVE,
+        "ell": NON_NEGATIVE,
+        "omega": NON_NEGATIVE,
+        "format_per_query": NON_NEGATIVE,
+        "format_max": NON_NEGATIVE,
+    }
 
 
 @dataclass(frozen=True)

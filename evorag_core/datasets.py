@@ -18,16 +18,23 @@ Conversion follows the README's rules; pids are ``<dataset>:<id>:<index>`` (MuSi
 Any malformed record fails the whole load with a `DatasetFormatError` naming the file, the record
 (``"line N"`` for JSON lines, the 0-based index for a JSON list, ``"row N (line M)"`` for CSV) and
 the field. `Dataset.name` is the questions' ``dataset`` value (several joined with ``+``).
+
+The file is streamed: JSON lines and CSV rows are decoded line by line, a JSON list element by element
+(`_ListReader`), and each record is checked and converted as it arrives, so a bad record fails the load
+without the rest of the file being read and the raw records are never held together (only the questions
+built so far; HotpotQA/2Wiki keep their parsed records until rule 3 has seen them all). A value nested
+deeper than Python's recursion limit is the record's `DatasetFormatError`, not a RecursionError.
 """
 from __future__ import annotations
 
+import codecs
 import csv
-import io
+import itertools
 import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
 from .corpus import CORPUS_MODES, build_corpus
 from .errors import DatasetFormatError
@@ -35,6 +42,7 @@ from .types import Dataset, Passage, Question
 
 __all__ = ["load_dataset", "write_jsonl", "dataset_stats", "build_corpus", "CORPUS_MODES"]
 
+T = TypeVar("T")
 _TWOWIKI_TYPES = frozenset({"compositional", "inference", "bridge_comparison"})
 _KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
           str: "a string", list: "a list", dict: "an object"}
@@ -165,7 +173,9 @@ def _musique_question(rec: _Rec) -> Question:
 
 @dataclass(frozen=True)
 class _WikiRecord:
-    rec: _Rec
+    rec: _Rec  # without its raw data (the file's records are not held while the rest is read)
+    has_evidences: bool
+    has_level: bool
     qid: str
     question: str
     answer: str
@@ -190,14 +200,15 @@ def _parse_wiki(rec: _Rec) -> _WikiRecord:
             raise rec.error(f"supporting_facts[{i}]", f"expected [title, sentence index], got {fact!r:.60}")
         if fact[0] not in support:
             support.append(fact[0])
-    return _WikiRecord(rec, _text(rec, obj, "_id"), _text(rec, obj, "question"), _text(rec, obj, "answer"),
-                       _optional_text(rec, obj, "type"), tuple(paragraphs), tuple(support))
+    return _WikiRecord(_Rec(rec.path, rec.label, None), "evidences" in obj, "level" in obj, _text(rec, obj, "_id"),
+                       _text(rec, obj, "question"), _text(rec, obj, "answer"), _optional_text(rec, obj, "type"),
+                       tuple(paragraphs), tuple(support))
 
 
 def _wiki_flavour(path: str, records: list[_WikiRecord]) -> str:
     """'hotpotqa' or '2wiki' by the module docstring's rule 3."""
-    wiki = next((r for r in records if "evidences" in r.rec.data or r.type in _TWOWIKI_TYPES), None)
-    hotpot = next((r for r in records if "level" in r.rec.data or r.type == "bridge"), None)
+    wiki = next((r for r in records if r.has_evidences or r.type in _TWOWIKI_TYPES), None)
+    hotpot = next((r for r in records if r.has_level or r.type == "bridge"), None)
     if wiki and hotpot:
         raise DatasetFormatError(path, None, None, "mixes 2WikiMultiHopQA records (e.g. record "
                                  f"{wiki.rec.label}) with HotpotQA records (e.g. record {hotpot.rec.label})")
@@ -217,23 +228,26 @@ def _wiki_question(raw: _WikiRecord, dataset: str) -> Question:
                     type=raw.type, hops=len(raw.support) or None, passages=passages, gold_pids=gold)
 
 
-def _wiki_questions(path: str, recs: list[_Rec]) -> list[tuple[_Rec, Question]]:
-    raws = [_parse_wiki(rec) for rec in recs]
+def _wiki_questions(path: str, recs: Iterable[_Rec]) -> Iterator[tuple[_Rec, Question]]:
+    raws = [raw for _, raw in _each(recs, _parse_wiki)]  # the flavour (rule 3) needs every record
     dataset = _wiki_flavour(path, raws)
-    return [(raw.rec, _wiki_question(raw, dataset)) for raw in raws]
+    raws.reverse()
+    while raws:  # each parsed record is let go as its question is built
+        raw = raws.pop()
+        yield raw.rec, _wiki_question(raw, dataset)
 
 
 # --- Bamboogle CSV -------------------------------------------------------------------------------
 
-def _bamboogle_questions(path: str, text: str) -> list[tuple[_Rec, Question]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
+def _bamboogle_questions(path: str, f: IO[bytes]) -> Iterator[tuple[_Rec, Question]]:
+    reader = csv.reader(line for _, line in _lines(path, f))
     try:
         header = [name.strip() for name in next(reader)]
         columns = {name.lower(): i for i, name in reversed(list(enumerate(header)))}
         if "question" not in columns or "answer" not in columns:
             raise DatasetFormatError(path, None, None, _unrecognised(f"CSV header {header!r:.80}"))
         qcol, acol = columns["question"], columns["answer"]
-        out, row_no = [], 0
+        row_no = 0
         for row in reader:
             if not any(cell.strip() for cell in row):
                 continue
@@ -245,12 +259,11 @@ def _bamboogle_questions(path: str, text: str) -> list[tuple[_Rec, Question]]:
                     raise rec.error(key, "missing value")
                 if not value.strip():
                     raise rec.error(key, "must not be empty")
-            out.append((rec, Question(id=f"bamboogle_{row_no:03d}", dataset="bamboogle",
-                                      question=values["Question"], answers=(values["Answer"],))))
+            yield rec, Question(id=f"bamboogle_{row_no:03d}", dataset="bamboogle",
+                                question=values["Question"], answers=(values["Answer"],))
             row_no += 1
     except csv.Error as exc:
         raise DatasetFormatError(path, f"line {reader.line_num}", None, f"invalid CSV: {exc}") from exc
-    return out
 
 
 # --- reading, detection, checks ------------------------------------------------------------------
@@ -260,76 +273,205 @@ def _unrecognised(found: str) -> str:
             f"2WikiMultiHopQA, MuSiQue) or a CSV with Question and Answer columns (Bamboogle); found {found}")
 
 
-def _json_records(path: str, text: str) -> list[_Rec]:
-    if text.lstrip().startswith("["):
+_CHUNK = 1 << 20  # bytes read at a time from a JSON list
+_TOO_DEEP = "nested too deeply (deeper than Python's recursion limit allows)"
+
+
+def _parse_line(path: str, label: str, line: str) -> _Rec:
+    try:
+        return _Rec(path, label, json.loads(line))
+    except json.JSONDecodeError as exc:
+        raise DatasetFormatError(path, label, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
+    except RecursionError:
+        raise DatasetFormatError(path, label, None, _TOO_DEEP) from None
+
+
+def _lines(path: str, f: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """(line number, text) as the file is read, split at b"\\n" only (U+2028 may sit in a JSON string)."""
+    offset = 0
+    for n, raw in enumerate(f, start=1):
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DatasetFormatError(path, f"line {exc.lineno}", None,
-                                     f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
-        return [_Rec(path, i, item) for i, item in enumerate(data)]
-    records = []
-    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028 may sit in a string
-        if not line.strip():
-            continue
-        try:
-            records.append(_Rec(path, f"line {n}", json.loads(line)))
-        except json.JSONDecodeError as exc:
+            yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
             raise DatasetFormatError(path, f"line {n}", None,
-                                     f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
-    return records
+                                     f"not UTF-8 text (byte {offset + exc.start}: {exc.reason})") from exc
+        offset += len(raw)
 
 
-def _json_questions(path: str, text: str) -> list[tuple[_Rec, Question]]:
-    recs = _json_records(path, text)
+def _jsonl_records(path: str, f: IO[bytes]) -> Iterator[_Rec]:
+    """One record per line, parsed as it is read."""
+    for n, line in _lines(path, f):
+        if line.strip():
+            yield _parse_line(path, f"line {n}", line)
+
+
+def _definite(exc: json.JSONDecodeError, end: int) -> bool:
+    """Whether a decoding error is in the text, not an element cut short by the end of the text read so far: a
+    character well before that end that cannot go there (an unterminated string may still end later)."""
+    return exc.pos < end - 16 and not exc.msg.startswith("Unterminated string")
+
+
+class _ListReader:
+    """The elements of a JSON list, decoded one at a time from reads of `_CHUNK` bytes: the text kept is the
+    unread rest of the current read (or one element, when it is larger), never the whole list."""
+
+    def __init__(self, path: str, f: IO[bytes]):
+        self.path, self.f = path, f
+        self.utf8 = codecs.getincrementaldecoder("utf-8-sig")()
+        self.buf, self.pos, self.line, self.eof = "", 0, 1, False  # line: the file line at buf[0]
+        self.not_utf8: str | None = None  # the decoder's complaint, raised once the text before it is used up
+
+    def _more(self, at_least: int = 0) -> bool:
+        """Drop the text before `pos`, then read at least `at_least` more bytes; False at the end of the file."""
+        if self.not_utf8 is not None:
+            raise DatasetFormatError(self.path, f"line {self._line_at(len(self.buf))}", None,
+                                     f"not UTF-8 text ({self.not_utf8})")
+        if self.eof:
+            return False
+        self.line += self.buf.count("\n", 0, self.pos)
+        self.buf, self.pos = self.buf[self.pos:], 0
+        chunk = self.f.read(max(at_least, _CHUNK))
+        try:
+            self.buf += self.utf8.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:  # keep the text before the bad bytes: an earlier bad record comes first
+            self.buf += chunk[:exc.start].decode("utf-8", errors="ignore")
+            self.not_utf8 = exc.reason
+        self.eof = not chunk
+        return True
+
+    def _line_at(self, pos: int) -> int:
+        return self.line + self.buf.count("\n", 0, pos)
+
+    def _invalid(self, msg: str, pos: int) -> DatasetFormatError:
+        column = pos - self.buf.rfind("\n", 0, pos)
+        return DatasetFormatError(self.path, f"line {self._line_at(pos)}", None, f"invalid JSON: {msg} (column {column})")
+
+    def _peek(self) -> str:
+        """The next non-whitespace character ("" at the end of the file)."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < len(self.buf) or not self._more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def _value(self, index: int) -> Any:
+        decoder = json.JSONDecoder()
+        while True:
+            try:
+                value, end = decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                if not _definite(exc, len(self.buf)) and self._more(len(self.buf)):
+                    continue  # perhaps an element cut by the read: read as much again, then retry
+                raise self._invalid(exc.msg, exc.pos) from exc
+            except RecursionError:
+                raise DatasetFormatError(self.path, index, None, _TOO_DEEP) from None
+            if end < len(self.buf) or not self._more(len(self.buf)):  # a number may go on after the read
+                self.pos = end
+                return value
+
+    def __iter__(self) -> Iterator[_Rec]:
+        self._peek()
+        self.pos += 1  # the "[" that load_dataset saw
+        for index in itertools.count():
+            char = self._peek()
+            if char == "]":
+                break
+            if index:
+                if char != ",":
+                    raise self._invalid("Expecting ',' delimiter" if char else "the list is not closed", self.pos)
+                self.pos += 1
+                self._peek()
+            yield _Rec(self.path, index, self._value(index))
+        self.pos += 1
+        if self._peek():
+            raise self._invalid("Extra data", self.pos)
+
+
+def _each(recs: Iterable[_Rec], convert: Callable[[_Rec], T]) -> Iterator[tuple[_Rec, T]]:
+    """`convert` each record (a JSON object) as it arrives; a value too deep to print is the record's error."""
     for rec in recs:
         _object(rec, rec.data, None)
-    if not recs:
-        return []
-    keys = recs[0].data.keys()
-    if "paragraphs" in keys:
-        return [(rec, _musique_question(rec)) for rec in recs]
+        try:
+            yield rec, convert(rec)
+        except RecursionError:
+            raise rec.error(None, _TOO_DEEP) from None
+
+
+def _json_questions(path: str, recs: Iterator[_Rec]) -> Iterator[tuple[_Rec, Question]]:
+    """The first record's keys pick the format (module docstring, rule 2); each record is converted as it is read."""
+    first = next(recs, None)
+    if first is None:
+        return iter(())
+    keys = _object(first, first.data, None).keys()
+    recs = itertools.chain([first], recs)
     if "context" in keys:
         return _wiki_questions(path, recs)
+    if "paragraphs" in keys:
+        return _each(recs, _musique_question)
     if keys & {"passages", "answers", "dataset"}:
-        return [(rec, _common_question(rec)) for rec in recs]
-    raise recs[0].error(None, _unrecognised(f"a record with keys {sorted(keys)!r:.120}"))
+        return _each(recs, _common_question)
+    raise first.error(None, _unrecognised(f"a record with keys {sorted(keys)!r:.120}"))
 
 
-def _check_unique(pairs: list[tuple[_Rec, Question]]) -> None:
-    seen_ids: dict[str, _Rec] = {}
-    seen_pids: dict[str, _Rec] = {}
-    for rec, q in pairs:
-        if q.id in seen_ids:
-            raise rec.error("id", f"duplicate question id {q.id!r} (first at record {seen_ids[q.id].label})")
-        seen_ids[q.id] = rec
+class _Unique:
+    """Question ids and passage ids seen so far, with the record that had each first."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, str | int] = {}
+        self.pids: dict[str, str | int] = {}
+
+    def add(self, rec: _Rec, q: Question) -> None:
+        if q.id in self.ids:
+            raise rec.error("id", f"duplicate question id {q.id!r} (first at record {self.ids[q.id]})")
+        self.ids[q.id] = rec.label
         for i, p in enumerate(q.passages):
-            if p.pid in seen_pids:
-                first = seen_pids[p.pid].label
-                raise rec.error(f"passages[{i}].pid", f"duplicate passage id {p.pid!r} (first at record {first})")
-            seen_pids[p.pid] = rec
+            if p.pid in self.pids:
+                raise rec.error(f"passages[{i}].pid", f"duplicate passage id {p.pid!r} (first at record {self.pids[p.pid]})")
+            self.pids[p.pid] = rec.label
+
+
+def _first_char(f: IO[bytes]) -> str:
+    """The first character after a byte-order mark and whitespace ("" for a blank file); rewinds `f`."""
+    head = f.read(3)
+    if head != codecs.BOM_UTF8:
+        f.seek(0)
+    while block := f.read(1 << 16):
+        rest = block.lstrip(b" \t\r\n")
+        if rest:
+            f.seek(0)
+            return chr(rest[0]) if rest[0] < 128 else "?"
+    f.seek(0)
+    return ""
+
+
+def _questions(path: str, f: IO[bytes]) -> Iterator[tuple[_Rec, Question]]:
+    first = _first_char(f)
+    if not first:
+        raise DatasetFormatError(path, None, None, "the file is empty")
+    if first == "[":
+        return _json_questions(path, iter(_ListReader(path, f)))
+    if first == "{":
+        return _json_questions(path, _jsonl_records(path, f))
+    return _bamboogle_questions(path, f)
 
 
 def load_dataset(path: str | Path) -> Dataset:
-    """Read a data file in any supported format (see the module docstring); all or nothing."""
+    """Read a data file in any supported format (see the module docstring); all or nothing. Records are parsed and
+    checked one at a time as the file is read: a bad record fails the load before the rest is read."""
     where = str(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
+        f = open(path, "rb")
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         raise DatasetFormatError(where, None, None, f"cannot read the file ({exc.strerror or exc})") from exc
-    except UnicodeDecodeError as exc:
-        raise DatasetFormatError(where, None, None, f"not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-    if not text.strip():
-        raise DatasetFormatError(where, None, None, "the file is empty")
-    reader: Callable[[str, str], list[tuple[_Rec, Question]]]
-    reader = _json_questions if text.lstrip()[0] in "[{" else _bamboogle_questions
-    pairs = reader(where, text)
-    if not pairs:
+    unique, questions = _Unique(), []
+    with f:
+        for rec, q in _questions(where, f):
+            unique.add(rec, q)
+            questions.append(q)
+    if not questions:
         raise DatasetFormatError(where, None, None, "the file holds no questions")
-    _check_unique(pairs)
-    questions = tuple(q for _, q in pairs)
     name = "+".join(dict.fromkeys(q.dataset for q in questions))
-    return Dataset(name=name, path=where, questions=questions)
+    return Dataset(name=name, path=where, questions=tuple(questions))
 
 
 # --- writing and statistics ----------------------------------------------------------------------

@@ -193,7 +193,12 @@ def _without(key: str) -> dict:
 MALFORMED = [
     # (case, file name, content, record, field, words in the message)
     ("invalid json line 2", "a.jsonl", _jsonl(GOOD) + '{"id": "b", "question": \n', "line 2", None, "invalid JSON"),
-    ("invalid json list", "a.json", '[\n {"_id": 1},\n {"_id" 2}\n]', "line 3", None, "invalid JSON"),
+    ("invalid json list", "h.json", "[\n" + json.dumps(json.loads(HOTPOT.read_text())[0]) + ',\n {"_id" 2}\n]',
+     "line 3", None, "invalid JSON"),
+    ("json list not closed", "h.json", "[\n" + json.dumps(json.loads(HOTPOT.read_text())[0]) + "\n", "line 3", None,
+     "not closed"),
+    ("json list extra data", "h.json", "[\n" + json.dumps(json.loads(HOTPOT.read_text())[0]) + "\n] []", "line 3",
+     None, "Extra data"),
     ("missing answers", "a.jsonl", _jsonl(GOOD, _without("answers")), "line 2", "answers", "missing required"),
     ("missing passages", "a.jsonl", _jsonl(GOOD, _without("passages")), "line 2", "passages", "missing required"),
     ("missing passage text", "a.jsonl",
@@ -223,7 +228,18 @@ MALFORMED = [
     ("unknown csv", "a.csv", "query,gold\nQ?,A\n", None, None, "unrecognised format"),
     ("prose", "a.txt", "just some text\n", None, None, "unrecognised format"),
     ("list of numbers", "a.json", "[1, 2]", 0, None, "expected an object, got a number"),
-    ("not utf-8", "a.jsonl", b'{"id": "\xff"}\n', None, None, "not UTF-8"),
+    ("not utf-8", "a.jsonl", b'{"id": "\xff"}\n', "line 1", None, "not UTF-8 text (byte 8"),
+    ("not utf-8 line 2", "a.jsonl", (_jsonl(GOOD) + '{"id": "').encode() + b'\xff"}\n', "line 2", None, "not UTF-8"),
+    ("not utf-8 list", "h.json", b'[\n{"_id": "\xff"}]', "line 2", None, "not UTF-8"),
+    ("not utf-8 csv", "a.csv", b"Question,Answer\nQ?,\xff\n", "line 2", None, "not UTF-8"),
+    # values nested deeper than json decodes (it raises RecursionError) and one it decodes
+    ("nested 100000 deep", "a.jsonl", _jsonl(GOOD) + '{"answers": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+     "line 2", None, "nested too deeply"),
+    ("nested 100000 deep in a list", "h.json", "[" + json.dumps(json.loads(HOTPOT.read_text())[0]) + ", "
+     + "[" * 100_000 + "]" * 100_000 + "]", 1, None, "nested too deeply"),
+    ("nested 100000 deep list", "h.json", "[" * 100_000 + "]" * 100_000, 0, None, "nested too deeply"),
+    ("nested answer", "a.jsonl", json.dumps(_good(answers=["A", "DEEP"])).replace('"DEEP"', "[" * 900 + "]" * 900),
+     "line 1", "answers[1]", "expected a non-empty string, got [[[["),
     ("csv empty question", "a.csv", "Question,Answer\nQ?,A\n ,B\n", "row 1 (line 3)", "Question", "must not be empty"),
     ("csv missing answer", "a.csv", "Question,Answer\nQ?\n", "row 0 (line 2)", "Answer", "missing value"),
     ("hotpot missing answer", "h.json", json.dumps([{k: v for k, v in r.items() if k != "answer"}
@@ -262,6 +278,49 @@ def test_unicode_line_separator_and_bom(tmp_path):
     record = {**GOOD, "question": "Line\u2028separated?"}
     path = _write(tmp_path, "u.jsonl", b"\xef\xbb\xbf" + (json.dumps(record, ensure_ascii=False) + "\n").encode())
     assert load_dataset(path).questions[0].question == "Line\u2028separated?"
+
+
+def test_the_first_bad_record_fails_before_the_rest_is_read(tmp_path, monkeypatch):
+    """Records are checked as they are read: line 2's empty answers fail the load before line 3 (not even UTF-8)
+    is read; in a list, element 1's missing answer fails before the broken element 2, and broken JSON in element 1
+    fails before the bytes after it (not UTF-8) are read, also when the list is read 64 bytes at a time."""
+    from evorag_core import datasets
+
+    not_utf8 = b"\xff\xfe" * 1000 + b"\n"
+    path = _write(tmp_path, "a.jsonl", _jsonl(GOOD, _good(answers=[])).encode() + not_utf8)
+    with pytest.raises(DatasetFormatError) as info:
+        load_dataset(path)
+    assert (info.value.record, info.value.field) == ("line 2", "answers")
+    hotpot = json.loads(HOTPOT.read_text())
+    broken = "[" + json.dumps(hotpot[0]) + ", " + json.dumps({k: v for k, v in hotpot[1].items() if k != "answer"})
+    with pytest.raises(DatasetFormatError) as info:
+        load_dataset(_write(tmp_path, "h.json", broken + ", {oops"))
+    assert (info.value.record, info.value.field) == (1, "answer")
+    for chunk in (datasets._CHUNK, 64):
+        monkeypatch.setattr(datasets, "_CHUNK", chunk)
+        bad_json = "[\n" + json.dumps(hotpot[0]) + ',\n{"_id": "x" "question": "?"},\n'
+        with pytest.raises(DatasetFormatError) as info:
+            load_dataset(_write(tmp_path, "b.json", bad_json.encode() + not_utf8))
+        assert info.value.record == "line 3" and "Expecting ',' delimiter" in info.value.problem
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_json_lists_read_in_small_pieces_load_the_same(tmp_path, monkeypatch, chunk):
+    """The list reader decodes one element at a time from reads of `_CHUNK` bytes: elements (and numbers, which
+    could go on after a read) cut by a read are read whole, and errors keep their line numbers."""
+    from evorag_core import datasets
+
+    whole = {p: load_dataset(p) for p in (HOTPOT, TWOWIKI)}
+    musique = _write(tmp_path, "m.json", "\ufeff [\n" + ",\n".join(MUSIQUE.read_text().splitlines()) + "\n]\n")
+    whole[musique] = replace(load_dataset(MUSIQUE), path=str(musique))
+    monkeypatch.setattr(datasets, "_CHUNK", chunk)
+    for path, expected in whole.items():
+        assert load_dataset(path) == expected
+    with pytest.raises(DatasetFormatError, match="record 3: expected an object, got a number"):
+        load_dataset(_write(tmp_path, "n.json", HOTPOT.read_text().rstrip()[:-1] + ", 12345]"))
+    with pytest.raises(DatasetFormatError) as info:
+        load_dataset(_write(tmp_path, "bad.json", "[\n" + json.dumps(json.loads(HOTPOT.read_text())[0]) + ",\n\n x]"))
+    assert info.value.record == "line 4" and "invalid JSON" in info.value.problem
 
 
 # --- corpus modes -----------------------------------------------------------------------------------

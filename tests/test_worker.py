@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,11 @@ from evorag_core.cli import main as cli_main
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import TrainingError
 from evorag_core.store import NewPair, open_store
+from evorag_core.store.base import utcnow
 from training.worker import WorkerOptions, process_one
 
 REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "data" / "demo" / "demo.jsonl"
 PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
 LEASE_S = 3.0
 SETTINGS = {"policy.device": "cpu", "policy.threads": 1, "train.max_length": 96, "train.lr": 1e-3,
@@ -140,6 +143,38 @@ def test_heartbeat_writes_progress_and_a_cancelled_round_stops(world):
     assert seen[0]["eta"] == round(0.01 * step / step * (100 - step), 1)
 
 
+def test_a_round_whose_worker_died_is_retried_once_by_default_and_then_fails(world):
+    """Default config (train.max_attempts = 2) and a round queued from the studio. A worker claims it with its 8 pairs
+    and dies: once its lease is past, the reaper queues the round again ("queued to retry (attempt 2/2)") with the
+    pairs released. The next claim is attempt 2, which the studio's round table and progress label show as
+    "retrying (attempt 2/2)". That worker dies too: the round ends failed, its pairs queued again."""
+    from app.handlers.training import launch_round, training_view
+    from app.services import Services
+
+    home, url, store, cfg = world
+    svc = Services(cfg, home, data_path=DEMO, db_url=url)
+    try:
+        _, rid = launch_round(svc, "dpo", 8, 1, 1e-3, "k3")
+        assert store.get_round(rid).max_attempts == 2
+        for attempt in (1, 2):
+            claimed = store.claim_round(f"dies-{attempt}", 30)
+            assert (claimed.id, claimed.attempts) == (rid, attempt) and len(store.claim_pairs(rid, 8)) == 8
+            if attempt == 2:
+                assert claimed.status_label == "retrying (attempt 2/2)"
+                view = training_view(svc)
+                assert "retrying (attempt 2/2)" in view.rounds and "retrying (attempt 2/2)" in view.progress
+            report = store.expire_leases(now=utcnow() + timedelta(seconds=60))
+            assert store.count_pairs("status") == {"queued": 8}
+            if attempt == 1:
+                assert report.requeued == (rid,) and not report.failed
+                assert store.get_round(rid).status_label == "queued to retry (attempt 2/2)"
+        assert report.failed == (rid,) and not report.requeued
+        failed = store.get_round(rid)
+        assert failed.status_label == "failed" and failed.error.startswith("attempt 2: the lease of worker 'dies-2'")
+    finally:
+        svc.close()
+
+
 # -- slow: real worker processes --------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -190,11 +225,15 @@ def test_train_wait_follows_a_real_worker_and_adapters_cli(world, tiny, capsys):
 
 @pytest.mark.slow
 def test_sigkill_mid_round_then_the_lease_expires_and_the_round_is_retried(world, tiny):
-    """max_attempts 2 (train.retry_failed): the worker process is killed mid-round with its 8 pairs claimed. Until
-    the lease runs out nothing changes; then the next worker (the same code, in this process) reaps the round back
-    into the queue, its pairs released, claims it again (attempt 2) and finishes it: all 8 pairs consumed once."""
+    """`evorag train` with the default config (train.max_attempts = 2): the worker process is killed mid-round with
+    its 8 pairs claimed. Until the lease runs out nothing changes; then the next worker (the same code, in this
+    process) reaps the round back into the queue, its pairs released, claims it again ("retrying (attempt 2/2)")
+    and finishes it: all 8 pairs consumed once."""
+    from training.rounds import run_round
+
     home, url, store, cfg = world
-    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6}, max_attempts=2)
+    assert cli_main(["train", "--objective", "dpo", "--pairs", "8", "--epochs", "6", *cli_args(home, url, tiny)]) == 0
+    rid = store.list_rounds()[0].id
     worker = Worker(home, url, tiny)
     try:
         kill_mid_round(store, rid, worker)
@@ -202,8 +241,15 @@ def test_sigkill_mid_round_then_the_lease_expires_and_the_round_is_retried(world
         worker.stop()
     assert store.get_round(rid).status == "running" and store.count_pairs("status") == {"claimed": 8}
     time.sleep(LEASE_S + 0.5)
-    done = process_one(store, cfg, home, "second-worker", WorkerOptions(lease_s=30))
+    labels = []
+
+    def run(job, st, on_progress):
+        labels.append(st.get_round(job.round_id).status_label)
+        return run_round(job, st, on_progress)
+
+    done = process_one(store, cfg, home, "second-worker", WorkerOptions(lease_s=30), run)
     assert done.id == rid and done.status == "succeeded" and done.attempts == 2, done.error
+    assert labels == ["retrying (attempt 2/2)"]
     assert store.count_pairs("status") == {"consumed": 8}
     assert sorted(done.metrics["pair_ids"]) == sorted(p.id for p in store.list_pairs(status="consumed"))
     assert [a.name for a in store.list_adapters()] == [f"r{rid}-dpo"]

@@ -59,7 +59,7 @@ def _policy_round(store, cfg: Config, home: Path, objective: str, values: dict[s
     from .worker import WorkerOptions, new_worker_id, process_one
 
     rid = store.enqueue_round(objective, job_config(objective, **values),
-                              max_attempts=2 if cfg.train.retry_failed else 1)
+                              max_attempts=cfg.train.max_attempts)
     worker_id = new_worker_id()
     while True:
         current = store.get_round(rid)

@@ -62,7 +62,7 @@ def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: flo
               "source": none_if_all(source), "stage": none_if_all(stage), "max_steps": max_steps or None,
               "base_model": svc.cfg.policy.model}
     config = {k: v for k, v in config.items() if v is not None}
-    round_id = store.enqueue_round(objective, config)
+    round_id = store.enqueue_round(objective, config, max_attempts=svc.cfg.train.max_attempts)
     worker = svc.worker.describe() if svc.worker is not None else "no worker process started by this studio"
     note = ""
     if objective == "dpo":
@@ -89,7 +89,8 @@ def training_view(svc: Services) -> TrainingView:
         points = svc.loss_history.setdefault(newest.id, [])
         _merge_losses(points, newest)
         phase = f" · {prog['phase']}" if newest.status == "running" and prog.get("phase") else ""
-        progress = views.progress_html(f"Round #{newest.id} ({newest.objective}){phase}", prog.get("step"),
+        retry = f" · {newest.status_label}" if newest.status_label != newest.status else ""
+        progress = views.progress_html(f"Round #{newest.id} ({newest.objective}){phase}{retry}", prog.get("step"),
                                        prog.get("total"), prog.get("eta"), newest.status)
         if newest.error:
             progress += views.message_html(newest.error, "error")
@@ -107,7 +108,7 @@ def training_view(svc: Services) -> TrainingView:
             summary = f"adapter {m['adapter']}" + (f", {summary}" if summary else "")
         took = (r.finished_at - r.started_at).total_seconds() if r.finished_at and r.started_at else None
         data_used = r.config.get("pairs", "") if r.objective == "dpo" else r.config.get("episodes", "")
-        round_rows.append([r.id, r.objective, r.status, data_used, r.config.get("epochs", ""),
+        round_rows.append([r.id, r.objective, r.status_label, data_used, r.config.get("epochs", ""),
                            r.config.get("lr", ""), r.config.get("kl", ""), took if took is not None else "",
                            short(summary, 120) if summary else (r.error or "")[:120]])
     rounds_html = views.table_html(["round", "objective", "status", "pairs / episodes", "epochs", "lr", "KL", "seconds",

@@ -4,8 +4,8 @@
     evorag train --curriculum [--rounds N] [--episodes M] [--dev D]
 
 A queued round runs in `evorag worker` (a separate process); `--wait` follows it to the end with a progress bar on
-stderr and exits 0 when it succeeded, 1 when it failed or was cancelled. With train.retry_failed a round whose worker
-died is queued once more instead of failing.
+stderr and exits 0 when it succeeded, 1 when it failed or was cancelled. A round whose worker died is queued again
+until it has had train.max_attempts attempts (default 2).
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
         max_steps=args.max_steps, base_model=args.model, data=str(args.data) if args.data else None,
     )
     with open_store(db_url_from_args(args, home)) as store:
-        round_id = store.enqueue_round(objective, config, max_attempts=2 if cfg.train.retry_failed else 1)
+        round_id = store.enqueue_round(objective, config, max_attempts=cfg.train.max_attempts)
         if not args.wait:
             if args.json:
                 print_json(round_json(store.get_round(round_id)))

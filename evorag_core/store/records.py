@@ -152,6 +152,16 @@ class Round:
     attempts: int
     max_attempts: int
 
+    @property
+    def status_label(self) -> str:
+        """The status as people read it: a round claimed again after its worker died is "retrying (attempt 2/2)";
+        one waiting for that claim is "queued to retry (attempt 2/2)"."""
+        if self.status == "running" and self.attempts > 1:
+            return f"retrying (attempt {self.attempts}/{self.max_attempts})"
+        if self.status == "queued" and self.attempts > 0:
+            return f"queued to retry (attempt {self.attempts + 1}/{self.max_attempts})"
+        return self.status
+
 
 @dataclass(frozen=True)
 class ExpiryReport:
