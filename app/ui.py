@@ -170,8 +170,8 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
                                   allow_custom_value=True, elem_id="evo-data")
             with gr.Row():
                 upload = gr.UploadButton("Upload data file", file_types=[".jsonl", ".json", ".csv", ".txt"],
-                                         size="sm", type="filepath", min_width=120)
-                load_btn = gr.Button("Load", size="sm", min_width=80)
+                                         size="sm", type="filepath", min_width=120, elem_id="evo-upload")
+                load_btn = gr.Button("Load", size="sm", min_width=80, elem_id="evo-load")
             data_info = gr.HTML(elem_id="evo-data-info")
             question_dd = gr.Dropdown(label="Question", choices=[], elem_id="evo-question")
             free_q = gr.Textbox(label="…or a free question over this file's corpus", lines=2,
