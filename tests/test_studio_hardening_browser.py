@@ -111,8 +111,7 @@ def shot(page, name: str) -> None:
     """The viewport from the top (where Gradio's toasts are) once every toast has finished fading in."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.evaluate("window.scrollTo(0, 0)")
-    page.wait_for_function("[...document.querySelectorAll('.toast-body')].every("
-                           "t => getComputedStyle(t).opacity === '1')")
+    page.wait_for_function("[...document.querySelectorAll('.toast-body')].every(t => t.getAnimations().length === 0)")
     page.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
