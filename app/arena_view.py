@@ -10,13 +10,14 @@ share a page. No Gradio import: the studio mounts the string in a `gr.HTML`.
 """
 from __future__ import annotations
 
-import html
 import re
 from typing import Iterable, Sequence
 
 from evorag_core.methods.arena_parse import PARTS, parse_arena
 from evorag_core.methods.arena_rewards import ArenaReward
 from evorag_core.types import Passage
+
+from .views import esc
 
 __all__ = ["ARENA_CSS", "render_arena_answer"]
 
@@ -72,7 +73,7 @@ def _linked_analysis(analysis: str, n: int, anchor: str) -> str:
                          else f'<span class="arena-cite-bad" title="no such reference">{i}</span>')
         return "[" + ", ".join(parts) + "]"
 
-    return _CITE.sub(link, html.escape(analysis))
+    return _CITE.sub(link, esc(analysis))
 
 
 def _rewards_table(reward: ArenaReward) -> str:
@@ -102,13 +103,13 @@ def render_arena_answer(
     verdict = '<span class="arena-ok">well-formed</span>'
     if not parsed.ok:
         part = parsed.failure.part
-        where = f"&lt;{part}&gt;" if part in PARTS else html.escape(part)
-        verdict = f'<span class="arena-bad">format fails ({where}): {html.escape(parsed.failure.reason)}</span>'
-    answer = html.escape(parsed.answer) if parsed.answer else "<em>no &lt;answer&gt; part</em>"
+        where = f"&lt;{part}&gt;" if part in PARTS else esc(part)
+        verdict = f'<span class="arena-bad">format fails ({where}): {esc(parsed.failure.reason)}</span>'
+    answer = esc(parsed.answer) if parsed.answer else "<em>no &lt;answer&gt; part</em>"
     out = [f"<style>{ARENA_CSS}</style>", f'<div class="arena-view" id="{anchor}">',
            f'<p class="arena-answer">Answer: {answer}</p>']
     if gold_answers:
-        out.append(f"<p>Gold: {html.escape(' | '.join(gold_answers))}</p>")
+        out.append(f"<p>Gold: {esc(' | '.join(gold_answers))}</p>")
     out.append(f"<p>Format: {verdict}</p>")
     if reward is not None:
         out.append(_rewards_table(reward))
@@ -119,9 +120,9 @@ def render_arena_answer(
     for i, passage in enumerate(references, start=1):
         classes = " ".join(c for c, on in (("selected", i in selected), ("gold", i in gold), ("cited", i in cited)) if on)
         out.append(f'<li class="arena-ref {classes}" id="{anchor}-ref-{i}"><span class="arena-ref-num">[{i}]</span> '
-                   f"<strong>{html.escape(passage.title)}</strong>: {html.escape(passage.text)}</li>")
+                   f"<strong>{esc(passage.title)}</strong>: {esc(passage.text)}</li>")
     out.append("</ol>")
     if not parsed.ok:
-        out.append(f"<details><summary>raw reply</summary><pre>{html.escape(text)}</pre></details>")
+        out.append(f"<details><summary>raw reply</summary><pre>{esc(text)}</pre></details>")
     out.append("</div>")
     return "\n".join(out)

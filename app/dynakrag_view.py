@@ -8,8 +8,9 @@ text taken from data or a model (titles, queries, gaps) is escaped.
 """
 from __future__ import annotations
 
-import html
 from typing import Any, Mapping, Sequence
+
+from .views import esc
 
 __all__ = ["TRACE_HEADERS", "trace_rows", "trace_html"]
 
@@ -57,10 +58,10 @@ def trace_html(trace: Sequence[Mapping[str, Any]]) -> str:
     headers, rows = trace_rows(trace)
     if not rows:
         return "<p>No DynaKrag steps.</p>"
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for row in rows:
-        cells = [html.escape(c) for c in row]
+        cells = [esc(c) for c in row]
         cells[2] = f"<b>{cells[2]}</b>"
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f"<table class='dynakrag-trace'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -10,7 +10,6 @@ Steering: "scripted" (no model) or "lm" (the studio's policy LM, base weights, u
 """
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -19,6 +18,8 @@ from evorag_core.methods.r2ag.rewards import RewardWeights
 from evorag_core.methods.r2ag.scripted import ScriptedSteering
 from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import Node, Tree, TreeSettings, expand_once, new_tree, prune
+
+from .views import esc
 
 __all__ = ["STEERING_CHOICES", "TreeSession", "TreeView", "tree_html", "rewards_html", "tree_status",
            "start_tree", "step_tree", "run_tree", "show_tree", "build_tab"]
@@ -63,9 +64,9 @@ def _node_html(tree: Tree, node: Node, children: dict[int, list[Node]], show_pru
     classes = ["r2ag-gold" if node.gold_hit and tree.gold else "", "r2ag-pruned" if show_pruning and node.pruned else ""]
     title = ", ".join(node.titles) or "nothing retrieved"
     kind = "question" if node.kind == "root" else f"{node.kind} #{node.rank}"
-    head = f"<span class='r2ag-kind'>{html.escape(kind)}</span> {html.escape(node.query)}"
+    head = f"<span class='r2ag-kind'>{esc(kind)}</span> {esc(node.query)}"
     if node.kind != "root":
-        head += f" → <i>{html.escape(title)}</i>"
+        head += f" → <i>{esc(title)}</i>"
         if not node.new_pids:
             head += " <span class='r2ag-off'>(already retrieved)</span>"
         elif not node.selected:
@@ -96,7 +97,7 @@ def rewards_html(tree: Tree) -> str:
         cells = [str(e.index + 1), str(e.iteration), str(e.node), "; ".join(p.base), "; ".join(p.predicted),
                  "yes" if p.stop else "", f"{r.total:.3f}", f"{r.multi_hit:.2f}", f"{r.joint_hit:.0f}",
                  f"{r.average_precision:.3f}", f"{r.format:.2f}", r.zeroed, str(p.malformed)]
-        rows.append("<tr>" + "".join(f"<td title='{html.escape(e.text)}'>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        rows.append("<tr>" + "".join(f"<td title='{esc(e.text)}'>{esc(c)}</td>" for c in cells) + "</tr>")
     return f"<table class='r2ag-rewards'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 

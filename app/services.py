@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evorag_core.config import REPO_ROOT, Config
-from evorag_core.errors import StoreError
+from evorag_core.errors import DataAccessError, StoreError
 from evorag_core.runtime import Runtime
 
 from .policies import FeatureUnavailable, PolicyProvider
@@ -28,6 +28,7 @@ __all__ = ["FeatureUnavailable", "Services", "WorkerProcess", "worker_command_av
 log = logging.getLogger(__name__)
 
 BENCHMARKS_DIR = REPO_ROOT.parent / "shared" / "benchmarks"
+BUNDLED_DATA_DIR = REPO_ROOT / "data"
 _MAX_RUNTIMES = 4  # data files kept loaded (each holds its corpus; indexes are cached on disk)
 
 
@@ -106,6 +107,7 @@ class Services:
         self.cfg = cfg
         self.home = Path(home)
         self.default_data = Path(data_path).resolve()
+        self.uploads_dir = self.home / "uploads"  # where uploaded data files are kept
         self.db_url = db_url or os.environ.get("EVORAG_DB_URL") or f"sqlite:///{self.home / 'evorag.db'}"
         self.auth_users = auth_users
         self.policies = PolicyProvider(cfg, self.home)
@@ -130,11 +132,28 @@ class Services:
                 self._retrieval = RetrievalService(self.cfg.retrieval, self.home)
             return self._retrieval
 
+    def data_roots(self) -> tuple[Path, ...]:
+        """The folders the studio reads data files from: the bundled data/, the benchmark samples the pickers offer,
+        the uploads folder and `studio.data_roots` (relative ones from the current folder), symlinks resolved."""
+        roots = [BUNDLED_DATA_DIR, BENCHMARKS_DIR, self.uploads_dir, *map(Path, self.cfg.studio.data_roots)]
+        return tuple(dict.fromkeys(r.expanduser().resolve() for r in roots))
+
+    def allowed_data_path(self, path: str | Path) -> Path:
+        """`path` with symlinks and `..` resolved, if it is the default data file or lies under a data root;
+        DataAccessError otherwise. The check reads nothing and says the same whether or not the file exists."""
+        resolved = Path(path).expanduser().resolve()
+        if resolved == self.default_data or any(_in(resolved, root) for root in self.data_roots()):
+            return resolved
+        folders = ", ".join(str(root) for root in self.data_roots())
+        raise DataAccessError(f"{str(path)[:200]!r} is not a data file the studio may read: it reads only from "
+                              f"{folders} (an operator adds folders with studio.data_roots); upload the file instead")
+
     def runtime(self, path: str | Path | None = None) -> Runtime:
-        """The Runtime of a data file (loaded once, then cached); the default data file when `path` is empty."""
+        """The Runtime of a data file (loaded once, then cached); the default data file when `path` is empty.
+        Only files under `data_roots()` (or the default file) are read: DataAccessError for any other path."""
         from evorag_core.datasets import load_dataset
 
-        resolved = Path(path).expanduser().resolve() if path else self.default_data
+        resolved = self.allowed_data_path(path) if path else self.default_data
         with self._lock:
             if resolved in self._runtimes:
                 self._runtimes.move_to_end(resolved)

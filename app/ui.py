@@ -166,13 +166,13 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
     with gr.Row():
         with gr.Column(scale=1, min_width=380):
             files = handlers.data_choices(svc)
-            data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file (pick, or type a path)",
+            data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file (pick, or type a path and Load)",
                                   allow_custom_value=True, elem_id="evo-data")
             with gr.Row():
                 upload = gr.UploadButton("Upload data file", file_types=[".jsonl", ".json", ".csv", ".txt"],
-                                         size="sm", type="filepath", min_width=120)
-                load_btn = gr.Button("Load", size="sm", min_width=80)
-            data_info = gr.Markdown()
+                                         size="sm", type="filepath", min_width=120, elem_id="evo-upload")
+                load_btn = gr.Button("Load", size="sm", min_width=80, elem_id="evo-load")
+            data_info = gr.HTML(elem_id="evo-data-info")
             question_dd = gr.Dropdown(label="Question", choices=[], elem_id="evo-question")
             free_q = gr.Textbox(label="…or a free question over this file's corpus", lines=2,
                                 placeholder="typed questions have no gold answer")
@@ -232,18 +232,21 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
     def on_data(path):
         info = handlers.load_data(svc, path)
         first_q = info.questions[0][1] if info.questions else None
-        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary,
+        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary_html,
                 gr.Dropdown(choices=info.questions, value=first_q))
 
     def on_upload(file):
         info = handlers.upload_data(svc, file)
         first_q = info.questions[0][1] if info.questions else None
-        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary,
+        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary_html,
                 gr.Dropdown(choices=info.questions, value=first_q))
 
+    # One load per user action: picking a listed file (select), or Load for a typed path. Not the box's `input`
+    # event: Gradio's dropdown fires it on every blur too, so typing a path and pressing Load loaded it twice
+    # (and showed its error twice), and a pick from the list fired it twice.
     data_outputs = [data_dd, data_info, question_dd]
     on(load_btn.click, on_data, data_dd, data_outputs)
-    on(data_dd.input, on_data, data_dd, data_outputs)
+    on(data_dd.select, on_data, data_dd, data_outputs)
     on(upload.upload, on_upload, upload, data_outputs)
 
     def on_reset(shown_now, *args):

@@ -392,6 +392,8 @@ class StudioConfig(_Checked):
     port: int = 7860
     start_worker: bool = True
     prepare_next: bool = True  # compute the next greedy LM decision while the person reads a step (app/session.py)
+    data_roots: tuple[str, ...] = ()  # folders the studio may read data files from, besides data/ and uploads
+    max_question_chars: int = 2000  # longest question typed in the studio
 
     RULES: ClassVar[Rules] = {"host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG}
 
@@ -542,6 +544,11 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
         if value is None:
             return None
         typ = next(a for a in get_args(typ) if a is not type(None))
+    if origin is tuple:  # tuple[str, ...]: a TOML list, or one --set string of os.pathsep-separated items
+        items = [v for v in value.split(os.pathsep) if v] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        return tuple(items)
     if typ is bool:
         if isinstance(value, bool):
             return value

@@ -12,6 +12,7 @@ __all__ = [
     "StoreError",
     "AdapterError",
     "TrainingError",
+    "DataAccessError",
 ]
 
 
@@ -62,3 +63,7 @@ class AdapterError(EvoRagError):
 
 class TrainingError(EvoRagError):
     """A training round cannot run: nothing to train on, or its inputs do not fit together."""
+
+
+class DataAccessError(EvoRagError):
+    """A data path outside the folders the studio may read (the message names none of the file's content)."""

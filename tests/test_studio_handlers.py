@@ -169,7 +169,7 @@ def test_readable_errors_for_bad_input(svc, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n', encoding="utf-8")
     with pytest.raises(Exception) as info:
-        handlers.load_data(svc, str(bad))
+        handlers.upload_data(svc, str(bad))  # a typed path outside the studio's data folders is refused
     assert "bad.jsonl" in str(info.value)
 
 

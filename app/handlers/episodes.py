@@ -42,7 +42,8 @@ __all__ = [
 class DataInfo:
     path: str
     questions: list[tuple[str, str]]  # (label, question id)
-    summary: str
+    summary: str  # plain text
+    summary_html: str  # the summary as the page shows it (escaped: file and dataset names are anyone's text)
 
 
 def data_choices(svc: Services) -> list[tuple[str, str]]:
@@ -58,13 +59,13 @@ def load_data(svc: Services, path: str | None) -> DataInfo:
     summary = f"{ds.name}: {len(ds.questions)} questions, {n_pass} passages ({Path(ds.path).name})"
     if n_pass == 0:
         summary += " — this file has no passages, so its questions cannot be searched here"
-    return DataInfo(str(Path(ds.path).resolve()), questions, summary)
+    return DataInfo(str(Path(ds.path).resolve()), questions, summary, views.message_html(summary, "info"))
 
 
 def upload_data(svc: Services, uploaded: str) -> DataInfo:
     """Keep an uploaded data file under <home>/uploads/ (Gradio's temp files are short-lived) and load it."""
     src = Path(uploaded)
-    target_dir = svc.home / "uploads"
+    target_dir = svc.uploads_dir
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / src.name
     shutil.copyfile(src, target)
@@ -97,6 +98,10 @@ def policy_options(svc: Services) -> list[tuple[str, str]]:
 
 def start_episode(svc: Services, settings: EpisodeSettings) -> tuple[EpisodeView, EpisodeSession]:
     """Reset: a new episode on the chosen question (or the typed one) with the chosen policy and schedule."""
+    limit = svc.cfg.studio.max_question_chars
+    if len(settings.free_question.strip()) > limit:
+        raise ValueError(f"the typed question has {len(settings.free_question.strip()):,} characters; questions "
+                         f"are at most {limit:,} characters long here (studio.max_question_chars)")
     rt = svc.runtime(settings.data_path or None)
     policy = svc.policies.make(settings.policy, script=settings.script, adapter_lookup=adapter_lookup(svc))
     session = EpisodeSession.start(settings, rt, policy, svc.store_or_none())
