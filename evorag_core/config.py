@@ -395,7 +395,12 @@ class StudioConfig(_Checked):
     data_roots: tuple[str, ...] = ()  # folders the studio may read data files from, besides data/ and uploads
     max_question_chars: int = 2000  # longest question typed in the studio
 
-    RULES: ClassVar[Rules] = {"host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG}
+    RULES: ClassVar[Rules] = {
+        "host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG,
+        "data_roots": Allowed("a list of non-empty folder paths",
+                              lambda v: isinstance(v, tuple) and all(isinstance(r, str) and r.strip() for r in v)),
+        "max_question_chars": POSITIVE,
+    }
 
 
 @dataclass(frozen=True)
