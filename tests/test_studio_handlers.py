@@ -17,7 +17,7 @@ from app.services import Services
 from app.session import EpisodeSettings
 from app.ui import _annotator, error_message, guard
 from evorag_core.config import load_config
-from evorag_core.errors import ActionParseError, ConfigError, EnvStateError
+from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
 from evorag_core.signals import SIGNAL_NAMES
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
@@ -222,7 +222,7 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
 
 def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     """The studio side of a round: enqueue -> (a worker claims it and reports progress) -> succeeded -> the
-    registered adapter is listed with its metrics and, once activated, is the live adapter."""
+    registered adapter is listed with its metrics; Activate verifies it first."""
     msg, rid = handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
     assert f"Round #{rid} queued" in msg
     store = svc.store()
@@ -248,9 +248,12 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     assert view.live == "base model"
     assert ("LM · adapter " + name, "lm:" + name) in handlers.policy_options(svc)
 
-    assert name in handlers.activate_adapter(svc, name)
-    assert handlers.training_view(svc).live == name
-    assert f'id="evo-live-adapter">{name}<' in handlers.header_status(svc)
+    # the stand-in registered an empty folder: Activate verifies and refuses it (a real adapter going live, and
+    # refusals of garbled ones: tests/test_studio_activation.py)
+    with pytest.raises(AdapterError, match="missing adapter_model.safetensors.*the base model stays live"):
+        handlers.activate_adapter(svc, name)
+    assert handlers.training_view(svc).live == "base model"
+    assert 'id="evo-live-adapter">base model<' in handlers.header_status(svc)
     handlers.use_base_model(svc)
     assert handlers.training_view(svc).live == "base model"
 
