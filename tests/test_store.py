@@ -454,14 +454,14 @@ def test_exactly_one_active_adapter(store: Store) -> None:
     assert store.active_adapter() is None
 
 
-def test_users_verify_with_scrypt_hashes(store: Store) -> None:
+def test_users_verify_with_argon2_hashes(store: Store) -> None:
     user = store.add_user("ada", "correct horse", role="admin")
     assert store.verify_user("ada", "correct horse") == user
     assert store.verify_user("ada", "wrong") is None
     assert store.verify_user("nobody", "correct horse") is None
     with store.engine.connect() as conn:
         stored = conn.execute(text("SELECT password_hash FROM users")).scalar_one()
-    assert stored.startswith("scrypt$16384$8$1$") and "correct horse" not in stored
+    assert stored.startswith("$argon2id$") and "correct horse" not in stored
     with pytest.raises(StoreError, match="already exists"):
         store.add_user("ada", "x")
     with pytest.raises(ValueError, match="role"):

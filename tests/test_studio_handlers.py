@@ -12,7 +12,6 @@ import gradio as gr
 import pytest
 
 from app import handlers, views
-from app.main import load_auth_file, make_auth
 from app.services import Services
 from app.session import EpisodeSettings
 from app.ui import _annotator, error_message, guard
@@ -303,24 +302,6 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     assert handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
     with pytest.raises(ValueError, match="holds no question"):
         handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
-
-
-def test_auth_from_a_file_or_the_store(svc, tmp_path):
-    good = tmp_path / "users.toml"
-    good.write_text('[users]\nalice = "s3cret"\n', encoding="utf-8")
-    assert load_auth_file(good) == {"alice": "s3cret"}
-    check = make_auth(svc, str(good))
-    assert check("alice", "s3cret") and not check("alice", "nope") and not check("bob", "s3cret")
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[users]\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="users"):
-        load_auth_file(bad)
-    assert make_auth(svc, None) is None
-    with pytest.raises(ConfigError, match="no users"):  # this module's database starts without users
-        make_auth(svc, "store")
-    svc.store().add_user("carol", "pw-carol")
-    check = make_auth(svc, "store")
-    assert check("carol", "pw-carol") and not check("carol", "wrong")
 
 
 def test_annotator_is_the_logged_in_user_when_there_is_one():
