@@ -127,6 +127,19 @@ def test_users_add_cli_reads_the_password_from_stdin_and_the_file_logs_in(tmp_pa
     assert "at least 8 characters" in capsys.readouterr().err
     monkeypatch.setattr("sys.stdin", io.StringIO("pw for ann 1\n"))
     assert cli_main(["users", "add", "ann", "--role", "annotator", "--password-stdin", "--file", str(path)]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal and no --password-stdin: nothing to prompt on
+    assert cli_main(["users", "add", "carl", "--file", str(path)]) == 2
+    assert "pass --password-stdin" in capsys.readouterr().err
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    typed = iter(["pw for carl 1", "pw for carl 2"])  # the prompt, twice, with a typo the second time
+    monkeypatch.setattr("sys.stdin", Tty())
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": next(typed))
+    assert cli_main(["users", "add", "carl", "--file", str(path)]) == 2
+    assert "the two passwords differ; nothing written" in capsys.readouterr().err
     assert cli_main(["users", "list", "--file", str(path), "--json"]) == 0
     assert capsys.readouterr().out.strip().endswith('[{"name": "alice", "role": "admin"}, '
                                                     '{"name": "ann", "role": "annotator"}]')

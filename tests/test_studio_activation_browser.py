@@ -53,7 +53,8 @@ def studio(session_home, tmp_path_factory):
     tiny = build_tiny_model(work / "tiny")
     port = _free_port()
     db_url = f"sqlite:///{work / 'studio.db'}"
-    log_path = work / "studio.log"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    log_path = SHOTS / "studio.log"
     env = dict(os.environ, EVORAG_HOME=str(session_home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
     cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
            "--home", str(session_home), "--db", db_url, "--model", str(tiny), "--no-worker",

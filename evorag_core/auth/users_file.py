@@ -80,7 +80,8 @@ def _read_table(path: Path) -> dict[str, Any]:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"users file not found: {path}") from None
+        raise ConfigError(f"users file not found: {path}; write one with `evorag users add NAME --file {path}`"
+                          ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     unknown = set(raw) - {"users"}
