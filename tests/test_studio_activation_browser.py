@@ -102,7 +102,7 @@ def page(studio):
     url, _, _ = studio
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1500, "height": 1000})
+        pg = browser.new_page(viewport={"width": 1500, "height": 2000})  # the adapter list opens below the fold
         pg.set_default_timeout(60_000)
         pg.goto(url)
         pg.wait_for_selector("#evo-reset")
