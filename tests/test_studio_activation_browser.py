@@ -136,11 +136,13 @@ def test_a_garbled_adapter_is_refused_in_the_page_and_the_previous_stays_live(pa
     weights.write_bytes(weights.read_bytes()[:-16] + b"\x00" * 16)
     choose(page, "evo-adapter-pick", "garbled")
     page.click("#evo-activate")
-    toast = page.get_by_text("not activated: adapter good stays live")
+    toast = page.locator("[data-testid=toast-body]", has_text="not activated: adapter good stays live")
     toast.wait_for()
     text = toast.inner_text()
     assert "adapter 'garbled' refused" in text and "sha256" in text
+    page.wait_for_function("el => getComputedStyle(el).opacity === '1'", arg=toast.element_handle())  # faded in
     shot(page, "activation_refused")
+    toast.screenshot(path=str(SHOTS / "activation_refused_toast.png"))
     assert live(page) == "good" and store.active_adapter().name == "good"
 
     page.get_by_role("tab", name="Episode").click()
