@@ -1,4 +1,16 @@
 # CPU image of EVO-RAG Studio: installs the project on the embedded defaults and serves the studio on port 7860.
+#
+# The studio listens on 0.0.0.0 inside the container, so it requires a login: it reads the users file mounted at
+# /run/secrets/users.toml (argon2 hashes and roles; never plain-text passwords) and refuses to start without one.
+#   docker build -t evorag .
+#   docker run --rm -it -v "$PWD:/out" evorag evorag users add alice --file /out/users.toml   # asks the password
+#   docker run -p 127.0.0.1:7860:7860 -v evorag-data:/data \
+#       -v "$PWD/users.toml:/run/secrets/users.toml:ro" evorag
+# (Docker Compose / Swarm: declare users.toml as a secret; it lands at the same path.) To log in against the users
+# kept in the store instead: `docker run ... evorag evorag studio --host 0.0.0.0 --auth store`. To serve it open,
+# e.g. behind an authenticating proxy: `... evorag evorag studio --host 0.0.0.0 --insecure-no-auth`.
+# Failed logins are limited per name and per client address; behind a reverse proxy every client shares the
+# proxy's address unless the proxy runs on the container's 127.0.0.1 (uvicorn trusts X-Forwarded-For only there).
 FROM python:3.11-slim
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -25,4 +37,4 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
 
 VOLUME ["/data"]
 EXPOSE 7860
-CMD ["evorag", "studio", "--host", "0.0.0.0", "--port", "7860"]
+CMD ["evorag", "studio", "--host", "0.0.0.0", "--port", "7860", "--auth", "/run/secrets/users.toml"]

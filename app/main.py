@@ -1,68 +1,90 @@
 """Launch the studio: build the Services, start the background worker, serve the page, stop everything on exit.
 
+A studio bound to anything but a loopback address needs a login (`--auth users.toml` or `--auth store`) unless
+`--insecure-no-auth` is passed; logins check argon2 hashes and are rate-limited (app/login.py).
+
 `run(...)` blocks until Ctrl-C or SIGTERM; the worker subprocess is stopped in either case (and, on Linux, gets
 SIGTERM by itself should the studio die without cleaning up).
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
 import time
-import tomllib
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
+from evorag_core.auth.limiter import LoginLimiter
+from evorag_core.auth.users_file import load_users
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 
+from .login import LoginGuard, file_check, login_message, threaded_check
 from .services import Services
 
-__all__ = ["load_auth_file", "make_auth", "launch", "run"]
+__all__ = ["make_auth", "check_exposure", "is_loopback", "launch", "run"]
 
 log = logging.getLogger(__name__)
 
 
-def load_auth_file(path: Path) -> dict[str, str]:
-    """Users from a TOML file: a `[users]` table of `name = "password"` entries."""
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"auth file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    users = raw.get("users")
-    if not isinstance(users, dict) or not users or not all(isinstance(v, str) and v for v in users.values()):
-        raise ConfigError(f'{path}: expected a [users] table of name = "password" entries')
-    return dict(users)
-
-
-def make_auth(svc: Services, auth: str | None) -> Callable[[str, str], bool] | None:
-    """None (no login), "store" (users kept in the store) or the path of a users TOML file."""
+def make_auth(svc: Services, auth: str | None) -> Callable[[str, str], Awaitable[bool]] | None:
+    """The password check Gradio awaits for `auth`: None (no login), "store" (the store's users) or the path of a
+    users file written by `evorag users add` (argon2 hashes; plain-text passwords are refused)."""
     if not auth:
         return None
     if auth == "store":
         store = svc.store()
         if not store.list_users():
             raise ConfigError("--auth store: the store has no users yet; add one first")
-        return lambda name, password: store.verify_user(name, password) is not None
-    users = load_auth_file(Path(auth))
-    svc.auth_users = users
-    return lambda name, password: users.get(name) == password
+        return threaded_check(lambda name, password: store.verify_user(name, password) is not None)
+    users = load_users(Path(auth))
+    svc.auth_users = {name: user.role for name, user in users.items()}  # name -> role
+    return threaded_check(file_check(users))
+
+
+def check_exposure(host: str, auth: str | None, insecure_no_auth: bool) -> None:
+    """ConfigError unless the studio is reachable only from this machine, has a login, or the person asked for an
+    open studio with --insecure-no-auth."""
+    if auth or insecure_no_auth or is_loopback(host):
+        return
+    raise ConfigError(
+        f"refusing to serve the studio on {host} without a login: anyone who reaches this address could label, "
+        "train and activate adapters. Pass --auth users.toml (write it with `evorag users add NAME --file "
+        "users.toml`) or --auth store, bind 127.0.0.1, or pass --insecure-no-auth to serve it open anyway")
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and 'localhost' (any other name counts as reachable from elsewhere)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def launch(svc: Services, *, host: str, port: int, auth: str | None = None, block: bool = True,
-           quiet: bool = False):
-    """Build the UI and serve it; returns the Blocks (with `block=False` the server runs in the background)."""
+           quiet: bool = False, limiter: LoginLimiter | None = None):
+    """Build the UI and serve it; returns the Blocks (with `block=False` the server runs in the background).
+    With `auth`, failed logins are limited per user and per client address (`limiter`, default LoginLimits())."""
+    from starlette.middleware import Middleware
+
     from .style import CSS
     from .ui import build_ui
 
     auth_fn = make_auth(svc, auth)
+    extra: dict = {}
+    if auth_fn is not None:
+        limiter = limiter or LoginLimiter()
+        extra = {"auth_message": login_message(limiter),
+                 "app_kwargs": {"middleware": [Middleware(LoginGuard, limiter=limiter)]}}
     demo = build_ui(svc)
     demo.queue(default_concurrency_limit=4)
     demo.launch(
         server_name=host, server_port=port, auth=auth_fn, prevent_thread_lock=True, show_error=False,
-        quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False,
+        quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False, **extra,
     )
     log.info("studio serving on http://%s:%d", host, port)
     if block:
@@ -88,12 +110,16 @@ def run(
     host: str | None = None,
     port: int | None = None,
     auth: str | None = None,
+    insecure_no_auth: bool = False,
     start_worker: bool | None = None,
     warm: bool = True,
 ) -> int:
-    svc = Services(cfg, home, data_path=data, db_url=db_url)
     host = host or cfg.studio.host
     port = port or cfg.studio.port
+    check_exposure(host, auth, insecure_no_auth)
+    if insecure_no_auth and not auth and not is_loopback(host):
+        log.warning("serving the studio on %s WITHOUT a login (--insecure-no-auth)", host)
+    svc = Services(cfg, home, data_path=data, db_url=db_url)
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_term(signum, frame):  # make SIGTERM behave like Ctrl-C so that the worker is stopped

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "adapters": "adapters",
     "rollout": "rollout",
     "pairs": "pairs",
+    "users": "users",
 }
 
 

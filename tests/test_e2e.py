@@ -23,6 +23,7 @@ from evorag_core.runtime import Runtime
 from evorag_core.state import AgentView
 from evorag_core.store import open_store
 from training.lora import attach_lora, save_adapter
+from training.registry import activate
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 VIEW = AgentView("On which river is the birthplace of the chemist Ansel Travine?", (), (), 1, 20)
@@ -83,14 +84,14 @@ def test_watcher_hot_swaps_and_refuses_a_corrupt_adapter(cfg, tiny, tmp_path):
             path = make_adapter(cfg, tiny, tmp_path / "adapters" / name, seed)
             store.register_adapter(name, str(path), base_model=str(tiny),
                                    checksum=json.loads((path / "evorag_adapter.json").read_text())["sha256"])
-        store.activate_adapter("a")
+        activate(store, "a", str(tiny))
         assert watcher.poll() == "a" and backend.active_adapter == "a" and backend.model is base_model
         a_lp = completion_logprob(backend)
         assert abs(a_lp - base_lp) > 1e-3
 
         weights = tmp_path / "adapters" / "b" / "adapter_model.safetensors"
         weights.write_bytes(weights.read_bytes()[:-16] + b"\x00" * 16)
-        store.activate_adapter("b")  # bypassing the CLI's check: the watcher is the second line of defence
+        store.mark_adapter_active("b")  # bypassing the registry's check: the watcher is the second line of defence
         assert watcher.poll() == "a" and backend.active_adapter == "a" and backend.list_adapters() == ["a"]
         assert "sha256" in next(iter(watcher.refused.values()))
         assert completion_logprob(backend) == pytest.approx(a_lp, rel=1e-3)
@@ -110,7 +111,8 @@ def test_an_episode_in_flight_finishes_on_the_adapter_it_started_with(cfg, tiny,
         first.begin(None)
         _, info_before = first.act(VIEW)
         path = make_adapter(cfg, tiny, tmp_path / "adapters" / "a", 1)
-        store.register_adapter("a", str(path), base_model=str(tiny), activate=True)
+        store.register_adapter("a", str(path), base_model=str(tiny))
+        activate(store, "a", str(tiny))
         second.begin(None)
         _, info_second = second.act(VIEW)
         _, info_first = first.act(VIEW)
@@ -140,7 +142,6 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
     log-prob differs from the base model's; the backend kept its base model object throughout. GRPO and PPO rounds
     train on the same stored rollouts."""
     from training.job import job_config
-    from training.registry import activate
     from training.worker import WorkerOptions, process_one
 
     home = tmp_path

@@ -438,29 +438,30 @@ def test_exactly_one_active_adapter(store: Store) -> None:
     for k in range(4):
         store.register_adapter(f"a{k}", f"/adapters/a{k}", base_model="smollm2-135m", objective="dpo")
     assert store.active_adapter() is None
-    store.activate_adapter("a1")
-    assert store.register_adapter("a9", "/adapters/a9", base_model="smollm2-135m", activate=True).active
+    store.mark_adapter_active("a1")
+    assert not store.register_adapter("a9", "/adapters/a9", base_model="smollm2-135m").active  # registered inactive
+    assert store.mark_adapter_active("a9").active
     assert [a.name for a in store.list_adapters() if a.active] == ["a9"]
-    errors = _run_threads(lambda name: [store.activate_adapter(name) for _ in range(20)],
+    errors = _run_threads(lambda name: [store.mark_adapter_active(name) for _ in range(20)],
                           [(f"a{k}",) for k in range(4)])
     assert errors == []
     assert len([a for a in store.list_adapters() if a.active]) == 1
     with pytest.raises(KeyError):
-        store.activate_adapter("missing")
+        store.mark_adapter_active("missing")
     with pytest.raises(StoreError, match="'a1'"):
         store.register_adapter("a1", "/elsewhere", base_model="x")
     assert store.deactivate_adapters() == 1
     assert store.active_adapter() is None
 
 
-def test_users_verify_with_scrypt_hashes(store: Store) -> None:
+def test_users_verify_with_argon2_hashes(store: Store) -> None:
     user = store.add_user("ada", "correct horse", role="admin")
     assert store.verify_user("ada", "correct horse") == user
     assert store.verify_user("ada", "wrong") is None
     assert store.verify_user("nobody", "correct horse") is None
     with store.engine.connect() as conn:
         stored = conn.execute(text("SELECT password_hash FROM users")).scalar_one()
-    assert stored.startswith("scrypt$16384$8$1$") and "correct horse" not in stored
+    assert stored.startswith("$argon2id$") and "correct horse" not in stored
     with pytest.raises(StoreError, match="already exists"):
         store.add_user("ada", "x")
     with pytest.raises(ValueError, match="role"):

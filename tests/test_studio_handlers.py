@@ -12,12 +12,11 @@ import gradio as gr
 import pytest
 
 from app import handlers, views
-from app.main import load_auth_file, make_auth
 from app.services import Services
 from app.session import EpisodeSettings
 from app.ui import _annotator, error_message, guard
 from evorag_core.config import load_config
-from evorag_core.errors import ActionParseError, ConfigError, EnvStateError
+from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
 from evorag_core.signals import SIGNAL_NAMES
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
@@ -222,7 +221,7 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
 
 def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     """The studio side of a round: enqueue -> (a worker claims it and reports progress) -> succeeded -> the
-    registered adapter is listed with its metrics and, once activated, is the live adapter."""
+    registered adapter is listed with its metrics; Activate verifies it first."""
     msg, rid = handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
     assert f"Round #{rid} queued" in msg
     store = svc.store()
@@ -248,9 +247,12 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     assert view.live == "base model"
     assert ("LM · adapter " + name, "lm:" + name) in handlers.policy_options(svc)
 
-    assert name in handlers.activate_adapter(svc, name)
-    assert handlers.training_view(svc).live == name
-    assert f'id="evo-live-adapter">{name}<' in handlers.header_status(svc)
+    # the stand-in registered an empty folder: Activate verifies and refuses it (a real adapter going live, and
+    # refusals of garbled ones: tests/test_studio_activation.py)
+    with pytest.raises(AdapterError, match="missing adapter_model.safetensors.*the base model stays live"):
+        handlers.activate_adapter(svc, name)
+    assert handlers.training_view(svc).live == "base model"
+    assert 'id="evo-live-adapter">base model<' in handlers.header_status(svc)
     handlers.use_base_model(svc)
     assert handlers.training_view(svc).live == "base model"
 
@@ -300,24 +302,6 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     assert handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
     with pytest.raises(ValueError, match="holds no question"):
         handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
-
-
-def test_auth_from_a_file_or_the_store(svc, tmp_path):
-    good = tmp_path / "users.toml"
-    good.write_text('[users]\nalice = "s3cret"\n', encoding="utf-8")
-    assert load_auth_file(good) == {"alice": "s3cret"}
-    check = make_auth(svc, str(good))
-    assert check("alice", "s3cret") and not check("alice", "nope") and not check("bob", "s3cret")
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[users]\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="users"):
-        load_auth_file(bad)
-    assert make_auth(svc, None) is None
-    with pytest.raises(ConfigError, match="no users"):  # this module's database starts without users
-        make_auth(svc, "store")
-    svc.store().add_user("carol", "pw-carol")
-    check = make_auth(svc, "store")
-    assert check("carol", "pw-carol") and not check("carol", "wrong")
 
 
 def test_annotator_is_the_logged_in_user_when_there_is_one():

@@ -3,7 +3,12 @@
 `verify_registered` checks the folder (`training.lora.verify_adapter`: files, sha256 against its metadata, base
 model id, LoRA shapes) and that the weights are still the ones the registry recorded (its checksum column).
 `activate` runs it before flipping the active row, so a corrupt or incompatible adapter is refused with an
-`AdapterError` and the adapter active before stays active.
+`AdapterError` (saying what stays live) and the adapter active before stays active.
+
+`activate` is the one activation path: `evorag adapters activate`, the studio's Activate button, the curriculum and
+the GPU check call it; the store's `mark_adapter_active` only flips the row. Running backends follow the active row
+through `evorag_core.policy.watcher.AdapterWatcher`, which runs `verify_registered` again before loading (the folder
+may have changed since activation).
 """
 from __future__ import annotations
 
@@ -33,9 +38,16 @@ def verify_registered(adapter: Any, base_model_id: str, model: Any | None = None
 
 
 def activate(store: Any, name: str, base_model_id: str) -> Any:
-    """Verify adapter `name`, then make it the active one; returns its row. KeyError if it is not registered."""
-    verify_registered(store.get_adapter(name), base_model_id)
-    return store.activate_adapter(name)
+    """Verify adapter `name`, then make it the active one; returns its row. KeyError if it is not registered;
+    AdapterError, naming the adapter that stays live, if it is corrupt, missing or fits another base model."""
+    row = store.get_adapter(name)
+    try:
+        verify_registered(row, base_model_id)
+    except AdapterError as exc:
+        live = store.active_adapter()
+        kept = f"adapter {live.name} stays live" if live is not None else "the base model stays live"
+        raise AdapterError(f"{exc}; not activated: {kept}") from None
+    return store.mark_adapter_active(name)
 
 
 def adapter_json(adapter: Any) -> dict[str, Any]:

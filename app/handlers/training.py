@@ -169,9 +169,15 @@ def _merge_kl(rows: list[dict[str, float]], r: Any) -> None:
 
 
 def activate_adapter(svc: Services, name: str | None) -> str:
+    """Verify adapter `name` (files, checksum, base model of the studio's policy model) and make it live, through the
+    registry's one activation path; a corrupt, missing or incompatible adapter raises AdapterError (the page shows
+    it) and the live adapter stays as it was, in the store and in the model."""
     if not name:
         raise ValueError("choose an adapter to activate")
-    a = svc.store().activate_adapter(name)
+    from training.registry import activate  # peft and safetensors: what loading an adapter imports anyway
+    from training.round_io import base_model_id
+
+    a = activate(svc.store(), name, base_model_id(svc.cfg.policy.model, svc.home))
     return f"Adapter {a.name} is live: new episodes with the 'LM · live adapter' policy use it."
 
 

@@ -1,4 +1,7 @@
-"""`evorag studio`: the browser studio (Gradio) on the embedded defaults, with its background worker."""
+"""`evorag studio`: the browser studio (Gradio) on the embedded defaults, with its background worker.
+
+Bound to a non-loopback address (e.g. `--host 0.0.0.0` in Docker) it refuses to start without `--auth` unless
+`--insecure-no-auth` is given (exit 2)."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +21,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
     add_answerer(p)
     p.add_argument("--auth", default=None, metavar="FILE|store",
-                   help="require login: a TOML file with a [users] table of name = \"password\", or 'store'")
+                   help="require login: a users file written by `evorag users add` (argon2 hashes), or 'store' "
+                        "(the store's users); failed logins are limited per user and per address")
+    p.add_argument("--insecure-no-auth", action="store_true",
+                   help="serve on a non-loopback --host without any login (refused otherwise)")
     p.add_argument("--no-worker", action="store_true", help="do not start the background training worker")
     p.add_argument("--no-warm", action="store_true",
                    help="do not pre-load the default index and the policy model after start")
@@ -33,5 +39,5 @@ def main(args: argparse.Namespace) -> int:
     db_url = args.db or None
     return run(
         cfg, home, data=Path(args.data), db_url=db_url, host=args.host, port=args.port, auth=args.auth,
-        start_worker=False if args.no_worker else None, warm=not args.no_warm,
+        insecure_no_auth=args.insecure_no_auth, start_worker=False if args.no_worker else None, warm=not args.no_warm,
     )

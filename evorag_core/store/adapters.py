@@ -1,4 +1,7 @@
-"""LoRA adapters produced by training rounds; at most one is active (also enforced by a unique partial index)."""
+"""LoRA adapters produced by training rounds; at most one is active (also enforced by a unique partial index).
+
+Rows are registered inactive; `training.registry.activate` is the one way to make one live (it verifies the folder,
+then calls `mark_adapter_active`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -26,9 +29,9 @@ class AdapterOps(StoreBase):
         objective: str | None = None,
         checksum: str | None = None,
         metrics: Mapping[str, Any] | None = None,
-        activate: bool = False,
     ) -> Adapter:
-        """Record a saved adapter (name must be new); with `activate`, it becomes the active one."""
+        """Record a saved adapter (name must be new), inactive: `training.registry.activate` verifies it and makes it
+        the active one."""
         row = {"name": name, "path": str(path), "base_model": base_model, "round_id": round_id,
                "objective": objective, "checksum": checksum, "metrics": dict(metrics or {}),
                "active": False, "created_at": utcnow()}
@@ -37,7 +40,7 @@ class AdapterOps(StoreBase):
                 conn.execute(adapters.insert().values(**row))
         except IntegrityError as exc:
             raise StoreError(f"cannot register adapter {name!r} (name taken or round unknown): {exc.orig}") from exc
-        return self.activate_adapter(name) if activate else self.get_adapter(name)
+        return self.get_adapter(name)
 
     def get_adapter(self, name: str) -> Adapter:
         with self._read() as conn:
@@ -51,8 +54,11 @@ class AdapterOps(StoreBase):
         with self._read() as conn:
             return [Adapter(**row) for row in conn.execute(select(adapters).order_by(adapters.c.id)).mappings()]
 
-    def activate_adapter(self, name: str) -> Adapter:
-        """Make `name` the only active adapter, in one transaction (all adapter rows locked on PostgreSQL)."""
+    def mark_adapter_active(self, name: str) -> Adapter:
+        """Make `name` the only active adapter, in one transaction (all adapter rows locked on PostgreSQL).
+
+        This only flips the row and checks nothing: activate through `training.registry.activate`, which verifies the
+        adapter's files, checksum and base model first (the CLI, the studio and the curriculum all do)."""
         with self._write() as conn:
             lock_all = select(adapters.c.name).order_by(adapters.c.id).with_for_update()  # id order: no deadlock
             if name not in set(conn.scalars(lock_all)):

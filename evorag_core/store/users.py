@@ -1,4 +1,7 @@
-"""Studio users (annotators and admins): name, scrypt password hash, role."""
+"""Studio users (annotators and admins): name, argon2 password hash (evorag_core/auth/passwords.py), role.
+
+Rows written before argon2 hold scrypt hashes: they still verify, and a successful login replaces the hash with an
+argon2 one."""
 from __future__ import annotations
 
 from sqlalchemy import select
@@ -6,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..errors import StoreError
 from .base import StoreBase, check_choice, utcnow
-from .passwords import check_password, hash_password
+from ..auth.passwords import check_password, check_unknown_user, hash_password, needs_rehash
 from .records import USER_ROLES, User
 from .schema import users
 
@@ -27,11 +30,19 @@ class UserOps(StoreBase):
         return User(id=int(user_id), name=name, role=role, created_at=row["created_at"])
 
     def verify_user(self, name: str, password: str) -> User | None:
-        """The user if `password` is theirs, else None (unknown name or wrong password)."""
+        """The user if `password` is theirs, else None (unknown name or wrong password; both take as long)."""
         with self._read() as conn:
             row = conn.execute(select(users).where(users.c.name == name)).mappings().first()
-        if row is None or not check_password(password, row["password_hash"]):
+        if row is None:
+            check_unknown_user(password)
             return None
+        stored = row["password_hash"]
+        if not check_password(password, stored):
+            return None
+        if needs_rehash(stored):  # a scrypt hash of an earlier version (or older argon2 parameters)
+            with self._write() as conn:
+                conn.execute(users.update().where(users.c.id == row["id"], users.c.password_hash == stored)
+                             .values(password_hash=hash_password(password)))
         return User(id=row["id"], name=row["name"], role=row["role"], created_at=row["created_at"])
 
     def list_users(self) -> list[User]:

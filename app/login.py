@@ -1,0 +1,148 @@
+"""The studio's login: the password check Gradio calls, and the failed-login limit around Gradio's POST /login.
+
+Gradio (6.x) calls `auth(username, password)` from its /login route without the request, so the client address is
+not visible there: `LoginGuard`, an ASGI middleware given to Gradio's FastAPI app, reads the form's username and the
+client address (uvicorn's: the peer, or X-Forwarded-For when the peer is a proxy on 127.0.0.1), asks the
+`LoginLimiter` first and answers 429 "too many failed logins ... wait N s" (with Retry-After) without checking the
+password once a name or an address is over its limit; Gradio's own reply (200, or 400 for wrong credentials) tells
+the limiter the outcome. The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB),
+at most two at a time, so a burst of logins neither stalls the event loop nor the machine.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Awaitable, Callable
+
+import anyio
+from starlette.requests import Request
+
+from evorag_core.auth.limiter import LoginLimiter
+from evorag_core.auth.passwords import check_password, check_unknown_user
+from evorag_core.auth.users_file import FileUser
+
+__all__ = ["LoginGuard", "threaded_check", "file_check", "login_message"]
+
+MAX_FORM_BYTES = 64 * 1024
+_CHECK_SLOTS = threading.BoundedSemaphore(2)
+
+
+def file_check(users: dict[str, FileUser]) -> Callable[[str, str], bool]:
+    """name, password -> whether they match a user of the users file (as long for an unknown name)."""
+
+    def check(name: str, password: str) -> bool:
+        user = users.get(name)
+        if user is None:
+            return check_unknown_user(password)
+        return check_password(password, user.password_hash)
+
+    return check
+
+
+def threaded_check(check: Callable[[str, str], bool]) -> Callable[[str, str], Awaitable[bool]]:
+    """`check` as the coroutine Gradio awaits, run in a worker thread, at most two checks at once."""
+
+    def run(name: str, password: str) -> bool:
+        with _CHECK_SLOTS:
+            return bool(check(name, password))
+
+    async def auth(name: str, password: str) -> bool:
+        return await anyio.to_thread.run_sync(run, name, password)
+
+    return auth
+
+
+def login_message(limiter: LoginLimiter) -> str:
+    """The note on the login page (Gradio shows only 'incorrect credentials' itself, and nothing for a 429)."""
+    lim = limiter.limits
+    return (f"After {lim.per_user} failed logins for a name, or {lim.per_address} from one address, within "
+            f"{lim.window_s / 60:g} minutes, further logins are refused for a while.")
+
+
+class LoginGuard:
+    """ASGI middleware: the failed-login limit around POST /login (see the module docstring)."""
+
+    def __init__(self, app: Any, limiter: LoginLimiter):
+        self.app = app
+        self.limiter = limiter
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not _is_login(scope):
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _reply(send, 413, "the login form is too large")
+            return
+
+        user = await _form_username(scope, _replay(body, receive))
+        address = (scope.get("client") or ("unknown",))[0]
+        wait = self.limiter.attempt(user, address)
+        if wait:
+            await _reply(send, 429, f"too many failed logins for this user or address: wait {wait:.0f} s and try "
+                                    "again", {"retry-after": f"{wait:.0f}"})
+            return
+        status: list[int] = []
+
+        async def watch(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status.append(message["status"])
+            await send(message)
+
+        await self.app(scope, _replay(body, receive), watch)
+        if status and status[0] == 200:
+            self.limiter.succeeded(user, address)
+
+
+def _is_login(scope: dict) -> bool:
+    path = scope["path"].rstrip("/")
+    return path == "/login" or path == scope.get("root_path", "").rstrip("/") + "/login"
+
+
+async def _read_body(receive: Callable) -> bytes | None:
+    """The request body, or None once it exceeds MAX_FORM_BYTES."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Callable) -> Callable[[], Awaitable[dict]]:
+    """A `receive` that hands out the buffered body once, then the real one (a disconnect, say)."""
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def _form_username(scope: dict, receive: Callable) -> str:
+    """The form's username as Gradio reads it (stripped); "" when there is none or the form is unreadable."""
+    try:
+        form = await Request(scope, receive).form()
+    except Exception:  # malformed form: Gradio answers it (422); it still counts against the address
+        return ""
+    value = form.get("username")
+    return value.strip() if isinstance(value, str) else ""
+
+
+async def _reply(send: Callable, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode("utf-8")
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
