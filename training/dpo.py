@@ -16,6 +16,7 @@ Same pairs, model and seed give a byte-identical adapter on CPU (tested on the t
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import resource
 import tempfile
@@ -40,6 +41,14 @@ __all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accu
 
 ProgressFn = Callable[[dict[str, Any]], None]
 _DTYPES = ("float32", "bfloat16")
+
+log = logging.getLogger("evorag.train")
+
+
+def log_phase(name: str) -> None:
+    """One `dpo phase NAME` log line per phase (load, reference, train, heldout, save, done): bench/memory.py reads
+    them from the worker's log to attribute its memory samples to phases."""
+    log.info("dpo phase %s", name)
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,7 @@ def train_dpo(
     else:
         policy = attach_lora(model, cfg)
     progress = _Progress(on_progress)
+    log_phase("reference")  # the trainer's setup: TRL's frozen "ref" adapter, the tokenized dataset
     with tempfile.TemporaryDirectory(prefix="evorag-dpo-") as scratch:
         trainer = DPOTrainer(
             model=policy,
@@ -177,6 +187,7 @@ def train_dpo(
         )
         trainer.remove_callback(PrinterCallback)  # progress goes through on_progress, not stdout
         started = time.perf_counter()
+        log_phase("train")
         with _compact_lm_head():
             output = trainer.train()
         wall = time.perf_counter() - started
@@ -185,6 +196,7 @@ def train_dpo(
     metrics = dict(step_logs[-1]) if step_logs else {}
     metrics.update(train_loss=float(output.training_loss), first_loss=step_logs[0]["loss"] if step_logs else math.nan)
     accuracy = margin = None
+    log_phase("heldout")
     if held_fit.pairs:
         margins = pair_margins(policy, tokenizer, held_fit.pairs, beta=cfg.beta, max_length=cfg.max_length,
                                batch_size=cfg.batch_size)
@@ -194,6 +206,7 @@ def train_dpo(
     record = {"round_id": None, "objective": "dpo", **dict(meta or {}), "base_model_id": base_id,
               "metrics": metrics, "beta": cfg.beta, "seed": cfg.seed, "n_train": len(train_fit.pairs),
               "n_heldout": len(held_fit.pairs), "reference": str(ref_adapter) if ref_adapter else "base"}
+    log_phase("save")
     checksum = save_adapter(policy, out_dir, record)
     return DpoResult(
         adapter_dir=out_dir,
