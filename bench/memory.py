@@ -170,10 +170,27 @@ def _peaks(samples: list[dict], key: str) -> dict:
     return out
 
 
+def _compare(adapter: Path, reference: Path | None) -> dict | None:
+    """Largest absolute difference between this round's LoRA weights and `reference`'s (e.g. the same round
+    trained before a change): the memory work must not change what a round trains."""
+    if reference is None:
+        return None
+    from safetensors.torch import load_file
+
+    new, old = (load_file(str(Path(d) / "adapter_model.safetensors")) for d in (adapter, reference))
+    if new.keys() != old.keys():
+        return {"reference": str(reference), "same_keys": False}
+    diff = max(float((new[k] - old[k]).abs().max()) for k in new)
+    scale = max(float(old[k].abs().max()) for k in old)
+    return {"reference": str(reference), "same_keys": True, "max_abs_diff": diff, "max_abs_weight": scale,
+            "allclose_rtol1e-4_atol1e-6": all(bool(new[k].allclose(old[k], rtol=1e-4, atol=1e-6)) for k in new)}
+
+
 def measure(args: argparse.Namespace) -> dict:
     from evorag_core.store import NewPair, open_store
 
     tmp = Path(tempfile.mkdtemp(prefix="evorag-memory-"))
+    print(f"temporary home and logs: {tmp} (kept)", file=sys.stderr)
     home = tmp / "home"
     home.mkdir()
     env = dict(os.environ, EVORAG_HOME=str(home), GRADIO_ANALYTICS_ENABLED="False",
@@ -246,6 +263,7 @@ def measure(args: argparse.Namespace) -> dict:
                               text=True).stdout.strip(),
         "command": " ".join(["python", "bench/memory.py", *sys.argv[1:]]),
         "cold_model_cache": args.cold,
+        "adapter_vs_reference": _compare(home / "adapters" / str(round_id), args.reference_adapter),
         "round": {"id": round_id, "status": row.status, "error": row.error, "steps": metrics.get("steps"),
                   "n_train": metrics.get("n_train"), "truncated_prompts": metrics.get("truncated_prompts"),
                   "final_loss": metrics.get("final_loss"), "worker_reported_peak_rss_mb":
@@ -279,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="give up on the round after this many seconds")
     p.add_argument("--cold", action="store_true", help="no model cache in the home: the GGUF is converted in the run")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "memory.json")
+    p.add_argument("--reference-adapter", type=Path, default=None,
+                   help="adapter folder of an earlier run of this bench: report the largest weight difference")
     p.add_argument("--note", default="", help="free text stored with the run (e.g. what else was running)")
     args = p.parse_args(argv)
     result = measure(args)
@@ -289,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     out.setdefault("runs", {})[args.label] = result
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    brief = {k: result[k] for k in ("label", "round", "before_round_mb", "peak_mb", "meets_target", "phase_peak_mb")}
+    brief = {k: result[k] for k in ("label", "adapter_vs_reference", "round", "before_round_mb", "peak_mb", "meets_target", "phase_peak_mb")}
     print(json.dumps(brief, indent=1))
     return 0
 
