@@ -170,6 +170,16 @@ def _peaks(samples: list[dict], key: str) -> dict:
     return out
 
 
+def thin(samples: list[dict], seconds: float = 1.0) -> list[dict]:
+    """The sample with the largest sum in each `seconds` window (the file stays small; peaks survive)."""
+    best: dict[int, dict] = {}
+    for s in samples:
+        key = int(s["t"] // seconds)
+        if key not in best or s["sum_mb"] > best[key]["sum_mb"]:
+            best[key] = s
+    return [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in best[key].items()} for key in sorted(best)]
+
+
 def _compare(adapter: Path, reference: Path | None) -> dict | None:
     """Largest absolute difference between this round's LoRA weights and `reference`'s (e.g. the same round
     trained before a change): the memory work must not change what a round trains."""
@@ -283,7 +293,7 @@ def measure(args: argparse.Namespace) -> dict:
                           "sum": _peaks(round_samples, "sum_mb")},
         "n_samples": len(round_samples), "interval_s": args.interval,
         "machine_before": machine_before, "machine_after": machine_after,
-        "samples": [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in s.items()} for s in samples],
+        "samples_per_second": thin(samples),
     }
     return result
 
