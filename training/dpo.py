@@ -16,6 +16,7 @@ Same pairs, model and seed give a byte-identical adapter on CPU (tested on the t
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import resource
 import tempfile
@@ -41,6 +42,14 @@ __all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accu
 ProgressFn = Callable[[dict[str, Any]], None]
 _DTYPES = ("float32", "bfloat16")
 
+log = logging.getLogger("evorag.train")
+
+
+def log_phase(name: str) -> None:
+    """One `dpo phase NAME` log line per phase (load, reference, train, heldout, save, done): bench/memory.py reads
+    them from the worker's log to attribute its memory samples to phases."""
+    log.info("dpo phase %s", name)
+
 
 @dataclass(frozen=True)
 class DpoResult:
@@ -60,17 +69,36 @@ class DpoResult:
     history: tuple[dict[str, float], ...] = field(repr=False, default=())
 
 
+# Pairs per forward/backward pass on the CPU. The autograd graph of one pass holds every layer's activations for its
+# 2 x pairs sequences (chosen and rejected) of up to max_length tokens: measured on SmolLM2-135M at 8 x 506 tokens
+# (batch 4), 4.3 GB of saved tensors (MLP 2.1 GB, attention q/k/v/out 1.1 GB, ...), and the worker peaked at 8.2 GB
+# RSS. An optimiser step over batch_size x grad_accum pairs is the same whether its pairs go through in one pass or
+# in several accumulated ones (the mean loss, the same pairs per step in the same order, equal within float
+# rounding; tested), so on the CPU a round runs one pair per pass. None: batch_size pairs per pass (as configured).
+CPU_MICRO_BATCH: int | None = 1
+
+
+def micro_batching(cfg: TrainConfig, *, use_cpu: bool) -> tuple[int, int]:
+    """(pairs per forward pass, passes accumulated per optimiser step) for batch_size x grad_accum pairs per step."""
+    micro = CPU_MICRO_BATCH if use_cpu else None
+    if micro is None or cfg.batch_size <= micro or cfg.batch_size % micro:
+        return cfg.batch_size, cfg.grad_accum
+    return micro, cfg.grad_accum * (cfg.batch_size // micro)
+
+
 def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool) -> DPOConfig:
-    """TRL's DPOConfig from the [train] section (logging every step, no checkpoints, no reporting)."""
+    """TRL's DPOConfig from the [train] section (logging every step, no checkpoints, no reporting); on the CPU the
+    pairs of a step go through in micro-batches (`micro_batching`)."""
     if cfg.dtype not in _DTYPES:
         raise ValueError(f"train.dtype must be one of {_DTYPES}, got {cfg.dtype!r}")
+    per_pass, passes = micro_batching(cfg, use_cpu=use_cpu)
     return DPOConfig(
         output_dir=str(output_dir),
         beta=cfg.beta,
         learning_rate=cfg.lr,
         num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
+        per_device_train_batch_size=per_pass,
+        gradient_accumulation_steps=passes,
         max_length=cfg.max_length,
         bf16=cfg.dtype == "bfloat16",
         fp16=False,
@@ -166,6 +194,7 @@ def train_dpo(
     else:
         policy = attach_lora(model, cfg)
     progress = _Progress(on_progress)
+    log_phase("reference")  # the trainer's setup: TRL's frozen "ref" adapter, the tokenized dataset
     with tempfile.TemporaryDirectory(prefix="evorag-dpo-") as scratch:
         trainer = DPOTrainer(
             model=policy,
@@ -177,6 +206,7 @@ def train_dpo(
         )
         trainer.remove_callback(PrinterCallback)  # progress goes through on_progress, not stdout
         started = time.perf_counter()
+        log_phase("train")
         with _compact_lm_head():
             output = trainer.train()
         wall = time.perf_counter() - started
@@ -185,6 +215,7 @@ def train_dpo(
     metrics = dict(step_logs[-1]) if step_logs else {}
     metrics.update(train_loss=float(output.training_loss), first_loss=step_logs[0]["loss"] if step_logs else math.nan)
     accuracy = margin = None
+    log_phase("heldout")
     if held_fit.pairs:
         margins = pair_margins(policy, tokenizer, held_fit.pairs, beta=cfg.beta, max_length=cfg.max_length,
                                batch_size=cfg.batch_size)
@@ -194,6 +225,7 @@ def train_dpo(
     record = {"round_id": None, "objective": "dpo", **dict(meta or {}), "base_model_id": base_id,
               "metrics": metrics, "beta": cfg.beta, "seed": cfg.seed, "n_train": len(train_fit.pairs),
               "n_heldout": len(held_fit.pairs), "reference": str(ref_adapter) if ref_adapter else "base"}
+    log_phase("save")
     checksum = save_adapter(policy, out_dir, record)
     return DpoResult(
         adapter_dir=out_dir,

@@ -72,7 +72,7 @@ def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
-    from .dpo import train_dpo
+    from .dpo import log_phase, train_dpo
 
     done = registered(store, job)
     if done is not None:
@@ -83,6 +83,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         if not claimed:
             raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}); "
                                 "add pairs by rollouts or annotation first")
+        log_phase("load")
         model, tokenizer, base_id = load_base(job)
         examples, skipped = pair_examples(claimed, tokenizer, job.train.max_length)
         if not examples:
@@ -115,4 +116,6 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     }
     metrics = {k: v for k, v in metrics.items() if v is not None}
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, result.checksum, base_id, metrics)
+    ref = register(store, job, out_dir, result.checksum, base_id, metrics)
+    log_phase("done")
+    return ref

@@ -14,6 +14,8 @@ Ctrl-C fail the running round ("worker stopped") before the process exits, so it
 """
 from __future__ import annotations
 
+import ctypes
+import gc
 import logging
 import os
 import signal
@@ -33,7 +35,8 @@ from evorag_core.errors import StoreError
 
 from .job import AdapterRef, ProgressFn, RoundJob, RoundLost
 
-__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars", "main"]
+__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars",
+           "tame_malloc", "release_memory", "main"]
 
 log = logging.getLogger("evorag.worker")
 
@@ -190,6 +193,8 @@ def serve(store: Any, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id
             log.error("worker %s: database error, retrying in %.1f s: %s", worker_id, opts.poll_s, exc)
             done = None
         count += done is not None
+        if done is not None:
+            release_memory()  # the round's model and activations are garbage now: hand the pages back
         if opts.once:
             break
         if done is None:
@@ -217,6 +222,7 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
 
     if cfg.policy.threads > 0:
         torch.set_num_threads(cfg.policy.threads)
+    tame_malloc()
     quiet_progress_bars()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     stop = threading.Event()
@@ -228,6 +234,36 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 1 << 20
+
+
+def _libc() -> Any | None:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (macOS, musl): leave the allocator alone
+        return None
+
+
+def tame_malloc() -> None:
+    """glibc only: blocks of >= 1 MiB (every activation tensor of a round) are mmapped and so returned to the system
+    when freed, and at most 2 malloc arenas. glibc's default raises its mmap threshold to the largest block freed
+    (up to 32 MiB), after which a training step's 10-30 MiB activations come from the heap and stay resident as
+    fragmentation (measured: the worker held 7.9 GB after a round whose live tensors were ~1 GB)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        libc.mallopt(_M_ARENA_MAX, 2)
+
+
+def release_memory() -> None:
+    """Collect garbage and return free heap pages to the system (glibc `malloc_trim`), after a round."""
+    gc.collect()
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def quiet_progress_bars() -> None:
