@@ -18,6 +18,7 @@ from .errors import ConfigError
 __all__ = [
     "ANSWERERS",
     "GAP_SOURCES",
+    "QUERY_MODES",
     "CONTINUATION_TARGETS",
     "PREFILL_DTYPES",
     "EnvConfig",
@@ -87,6 +88,10 @@ ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
 # PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt forwards on an fp32 CPU model;
 # "auto" = bfloat16 where the CPU has native bf16 matrix instructions (AVX512-BF16 / AMX), else float32
 PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+# PolicyConfig.query_mode: the SEARCH argument after the first hop - "grounded" = the best-scored of candidates built
+# from the passages read (bridge entities + uncovered question words, ...) and the model's own query
+# (evorag_core/policy/queries.py); "free" = the model's generated query as is
+QUERY_MODES: tuple[str, ...] = ("grounded", "free")
 # DynaKrag's recorded gap (what gap_query searches): "uncovered" = the question's content words that no evidence
 # passage contains (the LM writes a description only when every word is covered); "lm" = the LM's description
 GAP_SOURCES: tuple[str, ...] = ("uncovered", "lm")
@@ -114,6 +119,7 @@ class PolicyConfig:
     arena_tokens: int = 192  # answer_with="arena": token budget of the cited reply (relevance + analysis + answer)
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
+    query_mode: str = "grounded"  # later SEARCH arguments, one of QUERY_MODES (see evorag_core/policy/queries.py)
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)
