@@ -19,6 +19,7 @@ __all__ = [
     "ANSWERERS",
     "GAP_SOURCES",
     "QUERY_MODES",
+    "QUERY_SCORES",
     "CONTINUATION_TARGETS",
     "PREFILL_DTYPES",
     "EnvConfig",
@@ -92,6 +93,9 @@ PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 # from the passages read (bridge entities + uncovered question words, ...) and the model's own query
 # (evorag_core/policy/queries.py); "free" = the model's generated query as is
 QUERY_MODES: tuple[str, ...] = ("grounded", "free")
+# PolicyConfig.query_score: how grounded candidates are ranked - mean token log-prob under the agent prompt ("mean"),
+# or that minus the same under the question-only prompt ("pmi")
+QUERY_SCORES: tuple[str, ...] = ("mean", "pmi")
 # DynaKrag's recorded gap (what gap_query searches): "uncovered" = the question's content words that no evidence
 # passage contains (the LM writes a description only when every word is covered); "lm" = the LM's description
 GAP_SOURCES: tuple[str, ...] = ("uncovered", "lm")
@@ -120,6 +124,7 @@ class PolicyConfig:
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
     query_mode: str = "grounded"  # later SEARCH arguments, one of QUERY_MODES (see evorag_core/policy/queries.py)
+    query_score: str = "mean"  # grounded candidates ranked by, one of QUERY_SCORES
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)

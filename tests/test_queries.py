@@ -151,3 +151,19 @@ def test_every_candidate_filtered_keeps_the_generated_query(tiny_backend):
 def test_query_mode_is_validated():
     with pytest.raises(ConfigError, match="query_mode"):
         LMPolicy(object(), PolicyConfig(query_mode="bridges"))
+
+
+def test_pmi_score_subtracts_the_question_only_prompt(tiny_backend, search_only):
+    """query_score = "pmi": each candidate's score is its mean token log-prob after the agent prompt minus the same
+    after the question-only prompt, and the greedy query is the best by that score."""
+    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", query_score="pmi"))
+    d = policy.act(VIEW)
+    listed = d.query["candidates"]
+    texts = [c["text"] for c in listed]
+    base = policy.prompt(AgentView(QUESTION, (), (), 1, VIEW.t_max)) + LABELS["SEARCH"]
+    pmi = [a - b for a, b in zip(score_candidates(tiny_backend, d.prompt + LABELS["SEARCH"], texts),
+                                 score_candidates(tiny_backend, base, texts))]
+    assert [round(s, 4) for s in pmi] == [c["score"] for c in listed]
+    assert d.action.query == texts[max(range(len(pmi)), key=pmi.__getitem__)]
+    with pytest.raises(ConfigError, match="query_score"):
+        LMPolicy(tiny_backend, PolicyConfig(query_score="sum"))

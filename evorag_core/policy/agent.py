@@ -58,7 +58,7 @@ import torch
 
 from ..actions import Action, Answer, Backtrack, Refuse, Search
 from ..answers import clean_answer, reader_prompt
-from ..config import ANSWERERS, QUERY_MODES, PolicyConfig
+from ..config import ANSWERERS, QUERY_MODES, QUERY_SCORES, PolicyConfig
 from ..errors import ConfigError
 from ..state import AgentView
 from ..types import Passage
@@ -107,6 +107,8 @@ class LMPolicy:
             raise ConfigError(f"policy.first_query must be 'question' or 'generate', got {self.cfg.first_query!r}")
         if self.cfg.query_mode not in QUERY_MODES:
             raise ConfigError(f"policy.query_mode must be one of {', '.join(QUERY_MODES)}, got {self.cfg.query_mode!r}")
+        if self.cfg.query_score not in QUERY_SCORES:
+            raise ConfigError(f"policy.query_score must be one of {', '.join(QUERY_SCORES)}, got {self.cfg.query_score!r}")
         self.fallback_counts: Counter[str] = Counter()
         self._prepared: tuple[tuple, PolicyDecision] | None = None  # (state key, greedy decision) from prepare()
 
@@ -215,8 +217,11 @@ class LMPolicy:
         rows = [i for i in sorted(generations) if names[i] == "SEARCH"]
         if self.cfg.query_mode != "grounded" or not rows or not view.passages:
             return {}
+        baseline = None
+        if self.cfg.query_score == "pmi":
+            baseline = self.prompt(AgentView(view.question, (), (), 1, view.t_max)) + LABELS["SEARCH"]
         chosen = choose_queries(self.backend, view, prompt + LABELS["SEARCH"], [generations[i].text for i in rows],
-                                self.cfg.passage_chars, temperature, seed)
+                                self.cfg.passage_chars, temperature, seed, baseline_prompt=baseline)
         return dict(zip(rows, chosen))
 
     def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:

@@ -14,9 +14,11 @@ punctuation, to the question or an earlier query, active or dropped; a bridge en
 query counts too); "copy" (the query's words, a truncated last word aside, are a run of at least `COPY_WORDS` words of
 a passage's title + text: a passage line copied out); "loop" (a word pair occurring twice, or a word three times:
 "born 1964 in 1964 in 1964").
-Scoring (`score_candidates`): mean log-prob per token of " <query>" after the agent prompt + "SEARCH:", all
-candidates in one forward over the cached prompt (`score_choices`). The mean, not the sum: a sum prefers the
-shortest string whatever it says. Greedy takes the best; a sampled sibling draws from softmax(score / temperature)
+Scoring (`score_candidates`, `policy.query_score`): "mean" = mean log-prob per token of " <query>" after the
+agent prompt + "SEARCH:", all candidates in one forward over the cached prompt (`score_choices`); the mean, not the
+sum: a sum prefers the shortest string whatever it says. "pmi" = that mean minus the same mean after the prompt of
+the question alone (no search yet, `baseline_prompt`): what the passages read add to the query's likelihood. Under
+"mean" the 135M model prefers whatever repeats the question line of its prompt. Greedy takes the best; a sampled sibling draws from softmax(score / temperature)
 over one pool (the grounded candidates plus every sibling's own generated query), so rollouts keep exploring other
 queries while staying inside the filtered set. When every candidate is filtered the row keeps its generated query
 (reported as `fallback = "no_candidate"` in the query info, not as a policy fallback).
@@ -136,7 +138,8 @@ def score_candidates(backend: Any, prompt: str, texts: Sequence[str]) -> list[fl
 
 
 def choose_queries(backend: Any, view: AgentView, search_prompt: str, generated: Sequence[str], passage_chars: int,
-                   temperature: float, seed: int, max_bridges: int = 3) -> list[tuple[str, dict[str, Any]]]:
+                   temperature: float, seed: int, max_bridges: int = 3, baseline_prompt: str | None = None
+                   ) -> list[tuple[str, dict[str, Any]]]:
     """One query per row whose generated query is `generated[row]`: the best-scored candidate (greedy), or a draw
     from softmax(score / temperature) (sampled siblings); with the query info each decision reports (chosen
     source, candidates with scores, filter counts)."""
@@ -152,6 +155,9 @@ def choose_queries(backend: Any, view: AgentView, search_prompt: str, generated:
         info = {"mode": "grounded", "fallback": "no_candidate", "filtered": dict(filtered), "candidates": []}
         return [(g, {**info, "source": "generated"}) for g in generated]
     scores = score_candidates(backend, search_prompt, [c.text for c in pool])
+    if baseline_prompt is not None:  # "pmi": what the evidence adds to the query's likelihood
+        prior = score_candidates(backend, baseline_prompt, [c.text for c in pool])
+        scores = [s - b for s, b in zip(scores, prior)]
     listed = [{"text": c.text, "source": c.source, "score": round(s, 4)} for c, s in zip(pool, scores)]
     if temperature <= 0:
         picks = [max(range(len(pool)), key=scores.__getitem__)] * len(generated)
