@@ -48,7 +48,7 @@ def episode_queries(result, passages: dict) -> list[dict]:
     earlier = [result.question]
     seen: list = []
     out = []
-    for i, step in enumerate(s for s in steps if s["type"] == "search"):
+    for i, step in enumerate(s for s in steps if s["action"] == "SEARCH"):
         query = step["query"]
         if i > 0:
             reason = filter_reason(query, earlier, seen)
@@ -59,7 +59,7 @@ def episode_queries(result, passages: dict) -> list[dict]:
 
 
 def mode_figures(results, passages: dict, max_searches: int) -> dict:
-    searches = [sum(s["type"] == "search" for s in r.extras["episode"]["steps"]) for r in results]
+    searches = [sum(s["action"] == "SEARCH" for s in r.extras["episode"]["steps"]) for r in results]
     later = [q for r in results for q in episode_queries(r, passages)]
     reasons = Counter(q["reason"] or "ok" for q in later)
     sources, dropped, fallbacks = Counter(), Counter(), 0
