@@ -99,7 +99,7 @@ def search_only(monkeypatch):
 
 
 def test_greedy_query_is_the_best_scored_candidate(tiny_backend, search_only):
-    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded"))
+    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", query_score="mean"))
     d = policy.act(VIEW)
     assert isinstance(d.action, Search) and d.query is not None
     listed = d.query["candidates"]
