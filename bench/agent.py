@@ -2,7 +2,7 @@
 
     python bench/agent.py [--limit 40] [--sets hotpot-pooled,hotpot-per-question,2wiki,musique,bamboogle]
                           [--methods direct,fixed-k,ircot,self-ask,agent] [--adapter NAME] [--judge-limit 60]
-                          [--resume] [--out bench/results/agent.json]
+                          [--questions START:END] [--resume] [--out bench/results/agent.json]
 
 For every evaluation set and method: EM, F1, avg steps, support recall, refusal rate, format validity, fallback rate
 and seconds (the `evorag eval` summary), then the paired bootstrap (10,000 resamples) of `agent` against each
@@ -106,7 +106,7 @@ def run_sets(args, backend, adapter, overrides, home) -> dict:
     out: dict = {}
     for set_name in args.sets:
         rt = _runtime(set_name, overrides, home)
-        questions = rt.dataset.questions[: args.limit]
+        questions = rt.dataset.questions[args.questions] if args.questions else rt.dataset.questions[: args.limit]
         results, summaries, speed = {}, {}, {}
         for name in args.methods:
             method = _method(name, backend, rt, adapter)
@@ -194,9 +194,18 @@ def judge_agreement(args, backend, overrides, home) -> dict:
             "gold_yes_rate": round(p_gold, 4), "llm_yes_rate": round(p_llm, 4), "by_evidence": by_kind}
 
 
+def _span(text: str) -> slice:
+    start, sep, end = text.partition(":")
+    if not sep or not start.isdigit() or not end.isdigit() or int(start) >= int(end):
+        raise argparse.ArgumentTypeError(f"expected START:END with START < END, got {text!r}")
+    return slice(int(start), int(end))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--limit", type=int, default=40, help="first N questions of each set")
+    p.add_argument("--questions", type=_span, default=None, metavar="START:END",
+                   help="questions START..END-1 of each set instead of the first --limit")
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS))
     p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for every method")
@@ -219,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from evorag_core.methods.agent import load_backend
 
-    report: dict = {"limit": args.limit, "methods": args.methods, "adapter": args.adapter,
+    report: dict = {"limit": args.limit, "questions": args.questions and [args.questions.start, args.questions.stop],
+                    "methods": args.methods, "adapter": args.adapter,
                     "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}}
 
     def save(sets: dict) -> None:

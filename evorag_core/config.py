@@ -24,6 +24,8 @@ from .errors import ConfigError
 __all__ = [
     "ANSWERERS",
     "GAP_SOURCES",
+    "QUERY_MODES",
+    "QUERY_SCORES",
     "CONTINUATION_TARGETS",
     "RETRIEVERS",
     "Allowed",
@@ -212,6 +214,13 @@ ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
 # PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt forwards on an fp32 CPU model;
 # "auto" = bfloat16 where the CPU has native bf16 matrix instructions (AVX512-BF16 / AMX), else float32
 PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+# PolicyConfig.query_mode: the SEARCH argument after the first hop - "grounded" = the best-scored of candidates built
+# from the passages read (bridge entities + uncovered question words, ...) and the model's own query
+# (evorag_core/policy/queries.py); "free" = the model's generated query as is
+QUERY_MODES: tuple[str, ...] = ("grounded", "free")
+# PolicyConfig.query_score: how grounded candidates are ranked - mean token log-prob under the agent prompt ("mean"),
+# or that minus the same under the question-only prompt ("pmi")
+QUERY_SCORES: tuple[str, ...] = ("mean", "pmi")
 # DynaKrag's recorded gap (what gap_query searches): "uncovered" = the question's content words that no evidence
 # passage contains (the LM writes a description only when every word is covered); "lm" = the LM's description
 GAP_SOURCES: tuple[str, ...] = ("uncovered", "lm")
@@ -241,6 +250,8 @@ class PolicyConfig(_Checked):
     arena_tokens: int = 192  # answer_with="arena": token budget of the cited reply (relevance + analysis + answer)
     reader_passages: int = 5  # passages the reader sees (as fixed-k's): the hops' rankings interleaved
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
+    query_mode: str = "grounded"  # later SEARCH arguments, one of QUERY_MODES (see evorag_core/policy/queries.py)
+    query_score: str = "pmi"  # grounded candidates ranked by, one of QUERY_SCORES (pmi: +0.067 full support on dev)
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)

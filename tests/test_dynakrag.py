@@ -20,7 +20,7 @@ from evorag_core.methods.dynakrag import (
     ValueModels, action_features, execute, initial_state, load_models, save_models, state_features, valid_actions,
 )
 from evorag_core.methods.dynakrag.controller import make_forest
-from evorag_core.methods.dynakrag.entities import bridge_candidates
+from evorag_core.evidence.entities import bridge_candidates
 from evorag_core.methods.dynakrag.lm import align_snippets, clean_answer, uncovered_terms
 from evorag_core.methods.dynakrag.ops import rewrite_query_text
 from evorag_core.methods.dynakrag.training import (

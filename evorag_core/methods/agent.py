@@ -37,6 +37,8 @@ class AgentPolicy:
             info["fallback"] = d.fallback
         if d.arena is not None:
             info["arena"] = d.arena
+        if d.query is not None:
+            info["query"] = d.query
         return d.action, info
 
 

@@ -38,11 +38,14 @@ The first search (`PolicyConfig.first_query`): "question" (default) makes the GR
 itself, as IRCoT and the fixed-k baseline start; sampled siblings still generate their queries, so rollouts and the
 studio's candidates explore other openings. "generate" lets the model write the greedy one too. Measured on HotpotQA, the 135M model's first query
 is usually one entity of the question ("James Gunn" for a question about his 1996 film), which ranks the gold
-passages lower than the whole question does. Later queries are always generated.
+passages lower than the whole question does. Later queries (`PolicyConfig.query_mode`): "grounded" chooses, once
+passages have been read, the best-scored of candidates built from them (bridge entities, uncovered question words)
+and the model's own generated query, with repeats and copied passage lines filtered out (`policy/queries.py`; the
+decision's `query` field says how); "free" keeps the generated query as is.
 Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
-("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). A query equal to an earlier one is kept: the
-environment's overlap penalty handles it.
+("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). In free mode a query equal to an earlier one is
+kept: the environment's overlap penalty handles it.
 """
 from __future__ import annotations
 
@@ -55,11 +58,12 @@ import torch
 
 from ..actions import Action, Answer, Backtrack, Refuse, Search
 from ..answers import clean_answer, reader_prompt
-from ..config import ANSWERERS, PolicyConfig
+from ..config import ANSWERERS, QUERY_MODES, QUERY_SCORES, PolicyConfig
 from ..errors import ConfigError
 from ..state import AgentView
 from ..types import Passage
 from .base import Generation, PolicyBackend, encode_pair
+from .queries import choose_queries
 from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 
 __all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
@@ -78,6 +82,7 @@ class PolicyDecision:
     fallback: str | None = None  # "empty_query" | "empty_answer"
     choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
     arena: dict[str, Any] | None = None  # answer_with="arena": the cited reply (`ArenaOutput.details()`)
+    query: dict[str, Any] | None = None  # query_mode="grounded", a SEARCH after the first hop: how it was chosen
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
@@ -100,6 +105,10 @@ class LMPolicy:
             raise ConfigError(f"policy.answer_with must be one of {', '.join(ANSWERERS)}, got {self.cfg.answer_with!r}")
         if self.cfg.first_query not in ("question", "generate"):
             raise ConfigError(f"policy.first_query must be 'question' or 'generate', got {self.cfg.first_query!r}")
+        if self.cfg.query_mode not in QUERY_MODES:
+            raise ConfigError(f"policy.query_mode must be one of {', '.join(QUERY_MODES)}, got {self.cfg.query_mode!r}")
+        if self.cfg.query_score not in QUERY_SCORES:
+            raise ConfigError(f"policy.query_score must be one of {', '.join(QUERY_SCORES)}, got {self.cfg.query_score!r}")
         self.fallback_counts: Counter[str] = Counter()
         self._prepared: tuple[tuple, PolicyDecision] | None = None  # (state key, greedy decision) from prepare()
 
@@ -194,11 +203,26 @@ class LMPolicy:
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
             generations = dict(zip(wanted, outs))
-        decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i))
+        queries = self._grounded(view, prompt, generations, names, temperature, seed + 3)
+        decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i), queries.get(i))
                      for i, name in enumerate(names)]
         if count:
             self._count_fallbacks(decisions)
         return decisions
+
+    def _grounded(self, view: AgentView, prompt: str, generations: dict[int, Generation], names: list[str],
+                  temperature: float, seed: int) -> dict[int, tuple[str, dict[str, Any]]]:
+        """query_mode="grounded": the chosen query and its info for each generated SEARCH row once passages have
+        been read (`queries.choose_queries`); empty in free mode or before any passage."""
+        rows = [i for i in sorted(generations) if names[i] == "SEARCH"]
+        if self.cfg.query_mode != "grounded" or not rows or not view.passages:
+            return {}
+        baseline = None
+        if self.cfg.query_score == "pmi":
+            baseline = self.prompt(AgentView(view.question, (), (), 1, view.t_max)) + LABELS["SEARCH"]
+        chosen = choose_queries(self.backend, view, prompt + LABELS["SEARCH"], [generations[i].text for i in rows],
+                                self.cfg.passage_chars, temperature, seed, baseline_prompt=baseline)
+        return dict(zip(rows, chosen))
 
     def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
         """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
@@ -210,10 +234,16 @@ class LMPolicy:
         return ArenaGenerator(self.backend, cfg).sample(view.question, passages, n, temperature, seed=seed)
 
     def _decision(self, view, prompt, name, raw, probs, generated: Generation | None,
-                  reply: Any = None) -> PolicyDecision:
+                  reply: Any = None, query: tuple[str, dict[str, Any]] | None = None) -> PolicyDecision:
         fallback = None
         argument = ""
-        if name == "SEARCH" and generated is None:  # the first search is the question itself (first_query)
+        if query is not None:  # grounded: the chosen candidate; its log-prob is the generation's only if it is that text
+            argument = " ".join(query[0].split())
+            if argument != " ".join(generated.text.split()):
+                generated = None
+            if not argument:
+                argument, fallback = view.question.strip(), "empty_query"
+        elif name == "SEARCH" and generated is None:  # the first search is the question itself (first_query)
             argument = view.question.strip()
         elif name in ARGUMENT_ACTIONS:
             # an ARENA reply gives its <answer> part (or the lenient extraction); otherwise the generated text
@@ -232,7 +262,8 @@ class LMPolicy:
         argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
         action = _action(name, argument)
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
-                              fallback, dict(probs), reply.details() if reply is not None else None)
+                              fallback, dict(probs), reply.details() if reply is not None else None,
+                              query[1] if query is not None else None)
 
     def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
         """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary

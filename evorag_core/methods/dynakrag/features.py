@@ -12,7 +12,7 @@ import numpy as np
 from ...config import DynaKragConfig
 from .ops import estimated_cost
 from .state import CONTROL, SCORED, EvidenceState
-from .text import content_terms, term_overlap, title_key, words
+from ...evidence.text import content_terms, term_overlap, title_key, words
 
 __all__ = ["STATE_FEATURES", "FEATURE_NAMES", "state_features", "action_features", "action_matrix"]
 

@@ -16,7 +16,7 @@ from ...policy.base import PolicyBackend
 from ...policy.prompts import render_passage
 from ...answers import clean_answer
 from ...types import Passage
-from .text import content_terms, sentences
+from ...evidence.text import content_terms, sentences, uncovered_terms
 
 __all__ = ["Usage", "EvidenceLM", "align_snippets", "clean_answer", "uncovered_terms"]
 
@@ -42,12 +42,6 @@ class Usage:
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
-
-
-def uncovered_terms(question: str, passages: Sequence[Passage]) -> str:
-    """The question's content words (in order, once) that occur in no passage title or text."""
-    seen = {t for p in passages for t in content_terms(f"{p.title} {p.text}")}
-    return " ".join(t for t in dict.fromkeys(content_terms(question)) if t not in seen)
 
 
 def align_snippets(lines: Sequence[str], passages: Sequence[Passage], limit: int) -> tuple[str, ...]:

@@ -27,9 +27,9 @@ from typing import Callable, Mapping, Protocol, Sequence
 from ...config import GAP_SOURCES, DynaKragConfig
 from ...errors import ConfigError, EnvStateError
 from ...types import Passage
-from .lm import EvidenceLM, Usage, uncovered_terms
+from ...evidence.text import expansion_terms, title_key, uncovered_terms
+from .lm import EvidenceLM, Usage
 from .state import RETRIEVAL, EvidenceDoc, EvidenceState
-from .text import expansion_terms, title_key
 from .validity import check_valid
 
 __all__ = ["SearchHit", "Searcher", "OpContext", "OPS", "execute", "estimated_cost", "rewrite_query_text",

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ...types import Passage
-from .entities import bridge_candidates
-from .text import title_key
+from ...evidence.entities import bridge_candidates
+from ...evidence.text import title_key
 
 __all__ = [
     "ACQUISITION",

@@ -1,13 +1,18 @@
-"""Small text helpers shared by the DynaKrag operations and features: content terms, sentences, title keys.
+"""Small text helpers shared by DynaKrag (operations, features) and the agent's grounded queries
+(`policy/queries.py`): content terms, sentences, title keys, the question words the evidence does not cover.
 
 Everything here is a pure function of strings (no model, no gold), so features built on it stay observable.
 """
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-__all__ = ["STOPWORDS", "words", "content_terms", "title_key", "sentences", "term_overlap", "expansion_terms"]
+if TYPE_CHECKING:
+    from ..types import Passage
+
+__all__ = ["STOPWORDS", "words", "content_terms", "title_key", "sentences", "term_overlap", "expansion_terms",
+           "uncovered_terms"]
 
 STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be because been before being below
@@ -60,3 +65,9 @@ def expansion_terms(question: str, texts: Iterable[str], exclude: Iterable[str] 
                 df[term] = df.get(term, 0) + 1
     order = {t: i for i, t in enumerate(df)}
     return sorted(df, key=lambda t: (-df[t], order[t]))[:n]
+
+
+def uncovered_terms(question: str, passages: Sequence["Passage"]) -> str:
+    """The question's content words (in order, once) that occur in no passage title or text."""
+    seen = {t for p in passages for t in content_terms(f"{p.title} {p.text}")}
+    return " ".join(t for t in dict.fromkeys(content_terms(question)) if t not in seen)
