@@ -32,6 +32,9 @@ __all__ = [
     "StudioConfig",
     "DynaKragConfig",
     "R2agConfig",
+    "AnswerConfig",
+    "ANSWER_MODES",
+    "YES_NO_CALIBRATIONS",
     "Config",
     "load_config",
     "default_config_path",
@@ -249,6 +252,35 @@ class R2agConfig:
     format_max: float = 0.02  # cap of omega * R_f
 
 
+# AnswerConfig.mode: "span" = a span of the reader's passages, yes/no, or a refusal (evorag_core/span_reader.py);
+# "free" = the reader's greedy generation, cleaned (evorag_core/answers.py)
+ANSWER_MODES: tuple[str, ...] = ("span", "free")
+YES_NO_CALIBRATIONS: tuple[str, ...] = ("none", "content_free")
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    """The reader every method answers with (evorag_core/answers.py, span_reader.py); checked at load."""
+
+    mode: str = "span"  # one of ANSWER_MODES
+    passage_chars: int = 0  # span mode: passage cut in the reader prompt (0 = the method's own, e.g. policy.passage_chars)
+    length_alpha: float = 0.0  # span score = log P(span + end) / (tokens + 1) ** length_alpha
+    yes_no_calibration: str = "content_free"  # one of YES_NO_CALIBRATIONS
+    yes_bias: float = 0.0  # added to the (calibrated) log P(yes) - log P(no)
+    demos: bool = False  # short-answer demonstrations as earlier chat turns of the reader prompt
+    max_words: int = 8  # longest candidate span, in words
+    max_candidates: int = 64  # candidates scored per answer (in passage order)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ANSWER_MODES:
+            raise ConfigError(f"answer.mode must be one of {', '.join(ANSWER_MODES)}, got {self.mode!r}")
+        if self.yes_no_calibration not in YES_NO_CALIBRATIONS:
+            raise ConfigError(f"answer.yes_no_calibration must be one of {', '.join(YES_NO_CALIBRATIONS)}, "
+                              f"got {self.yes_no_calibration!r}")
+        if self.passage_chars < 0 or self.max_words < 1 or self.max_candidates < 1 or self.length_alpha < 0:
+            raise ConfigError("answer: passage_chars >= 0, max_words >= 1, max_candidates >= 1, length_alpha >= 0")
+
+
 @dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -263,6 +295,7 @@ class Config:
     studio: StudioConfig = field(default_factory=StudioConfig)
     dynakrag: DynaKragConfig = field(default_factory=DynaKragConfig)
     r2ag: R2agConfig = field(default_factory=R2agConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
 
 
 def default_config_path() -> Path:
