@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             row = {"set": key, "id": q.id, "type": q.type, "yes_no": _is_yes_no_gold(q), "answer": ans,
                    "em": exact_match(ans, q.answers) if ans else 0.0, "f1": f1_score(ans, q.answers) if ans else 0.0,
                    "grounded": ans.lower() in ("yes", "no") or span_in_passages(ans, passages, 10_000) if ans else None}
+            if acfg.mode == "span" and set(reader.span.last_scores) == {"yes", "no"}:
+                row["yes_margin"] = round(reader.span.last_scores["yes"], 4)  # calibrated, bias included
             if acfg.mode == "span":
                 cands = extract_candidates(q.question, passages, reader.span.chars, acfg.max_words,
                                            acfg.max_candidates)
@@ -122,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         out["rows"] = rows
         report["variants"][name] = out
         print(f"{name}: {json.dumps({k: v for k, v in out.items() if k != 'rows'})}", file=sys.stderr, flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")  # after every variant
     if args.timing:
         timing = {}
         for name, overrides in [("free", {"mode": "free"})] + [v for v in variants if v[1].get("mode") != "free"]:

@@ -267,7 +267,7 @@ class AnswerConfig:
     length_alpha: float = 0.0  # span score = log P(span + end) / (tokens + 1) ** length_alpha
     yes_no_calibration: str = "content_free"  # one of YES_NO_CALIBRATIONS
     yes_bias: float = 0.0  # added to the (calibrated) log P(yes) - log P(no)
-    demos: bool = False  # short-answer demonstrations as earlier chat turns of the reader prompt
+    demos: bool = True  # span mode: two short-answer demonstrations as earlier chat turns of the reader prompt
     max_words: int = 8  # longest candidate span, in words
     max_candidates: int = 64  # candidates scored per answer (in passage order)
 
