@@ -159,7 +159,7 @@ class PolicyProvider:
     def _lm_policy(self, backend):
         from evorag_core.policy import LMPolicy
 
-        return LMPolicy(backend, self.cfg.policy)
+        return LMPolicy(backend, self.cfg.policy, self.cfg.answer)
 
     def _ensure_adapter(self, backend, name: str, path: str) -> None:
         with self._lock:

@@ -1,8 +1,8 @@
 """Quality and speed of the LM agent against the pipeline baselines, and the LLM judge against the gold judge.
 
-    python bench/agent.py [--limit 40] [--sets hotpot-pooled,hotpot-per-question,2wiki,musique,bamboogle]
+    python bench/agent.py [--limit 40 | --questions START:END] [--sets hotpot-pooled,hotpot-per-question,2wiki,musique,bamboogle]
                           [--methods direct,fixed-k,ircot,self-ask,agent] [--adapter NAME] [--judge-limit 60]
-                          [--questions START:END] [--resume] [--out bench/results/agent.json]
+                          [--resume] [--out bench/results/agent.json]
 
 For every evaluation set and method: EM, F1, avg steps, support recall, refusal rate, format validity, fallback rate
 and seconds (the `evorag eval` summary), then the paired bootstrap (10,000 resamples) of `agent` against each
@@ -74,6 +74,7 @@ class _TimedPolicy:
         self.name = inner.name
         self.label = inner.label
         self.seconds: list[float] = []
+        self.answer_seconds: list[float] = []  # final decisions (ANSWER / REFUSE: label scoring + the reader)
 
     def begin(self, question) -> None:
         self.inner.begin(question)
@@ -82,6 +83,9 @@ class _TimedPolicy:
         start = time.perf_counter()
         out = self.inner.act(view)
         self.seconds.append(time.perf_counter() - start)
+        action = out[0] if isinstance(out, tuple) else out
+        if type(action).__name__ in ("Answer", "Refuse"):  # the final decision (a span refusal is a REFUSE)
+            self.answer_seconds.append(self.seconds[-1])
         return out
 
 
@@ -106,7 +110,7 @@ def run_sets(args, backend, adapter, overrides, home) -> dict:
     out: dict = {}
     for set_name in args.sets:
         rt = _runtime(set_name, overrides, home)
-        questions = rt.dataset.questions[args.questions] if args.questions else rt.dataset.questions[: args.limit]
+        questions = rt.dataset.questions[args.start: args.end]
         results, summaries, speed = {}, {}, {}
         for name in args.methods:
             method = _method(name, backend, rt, adapter)
@@ -123,7 +127,10 @@ def run_sets(args, backend, adapter, overrides, home) -> dict:
             if name == "agent":
                 per_episode = [r.seconds for r in res if r.seconds]
                 decisions = method.policy.seconds
+                answers = method.policy.answer_seconds
                 speed = {"median_decision_s": statistics.median(decisions) if decisions else None,
+                         "median_final_decision_s": statistics.median(answers) if answers else None,
+                         "final_decisions_timed": len(answers),
                          "median_step_s": statistics.median(r.seconds / r.steps for r in res if r.steps and r.seconds)
                          if per_episode else None,
                          "median_episode_s": statistics.median(per_episode) if per_episode else None,
@@ -194,18 +201,11 @@ def judge_agreement(args, backend, overrides, home) -> dict:
             "gold_yes_rate": round(p_gold, 4), "llm_yes_rate": round(p_llm, 4), "by_evidence": by_kind}
 
 
-def _span(text: str) -> slice:
-    start, sep, end = text.partition(":")
-    if not sep or not start.isdigit() or not end.isdigit() or int(start) >= int(end):
-        raise argparse.ArgumentTypeError(f"expected START:END with START < END, got {text!r}")
-    return slice(int(start), int(end))
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--limit", type=int, default=40, help="first N questions of each set")
-    p.add_argument("--questions", type=_span, default=None, metavar="START:END",
-                   help="questions START..END-1 of each set instead of the first --limit")
+    p.add_argument("--questions", default=None, metavar="START:END",
+                   help="questions START..END-1 of each set (overrides --limit; chunk a run with --resume)")
     p.add_argument("--sets", default=",".join(SETS), help="comma-separated: " + ", ".join(SETS))
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated: " + ", ".join(METHODS))
     p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for every method")
@@ -217,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]
     args.methods = [m for m in args.methods.split(",") if m]
+    args.start, args.end = 0, args.limit
+    if args.questions:
+        try:
+            args.start, args.end = (int(x) for x in args.questions.split(":"))
+        except ValueError:
+            p.error(f"--questions must be START:END, got {args.questions!r}")
     unknown = [s for s in args.sets if s not in SETS] + [m for m in args.methods if m not in METHODS]
     if unknown:
         p.error(f"unknown set or method: {', '.join(unknown)}")
@@ -228,8 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evorag_core.methods.agent import load_backend
 
-    report: dict = {"limit": args.limit, "questions": args.questions and [args.questions.start, args.questions.stop],
-                    "methods": args.methods, "adapter": args.adapter,
+    report: dict = {"limit": args.limit, "questions": [args.start, args.end], "methods": args.methods, "adapter": args.adapter,
                     "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}}
 
     def save(sets: dict) -> None:

@@ -143,7 +143,7 @@ class Bench:
         self.dataset, self.backend = ds, backend
         self.folder = stem / name
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.lm = EvidenceLM(backend, self.dk)
+        self.lm = EvidenceLM(backend, self.dk, self.cfg.answer)
         self.report: dict = {"file": str(self.path), "train_questions": len(self.train_qs),
                              "eval_questions": len(self.eval_qs), "sweep_questions": len(self.sweep_qs),
                              "eval_ids": [q.id for q in self.eval_qs]}

@@ -133,7 +133,7 @@ def rollout_part(args: argparse.Namespace, lo: int, hi: int) -> None:
             print(f"{question.id}: episode {saved.episode_id}, {saved.steps} steps, {len(saved.pair_ids)} pairs, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
 
-        run_rollouts(todo, runtime.make_env, LMPolicy(backend, cfg.policy), store, cfg.rollout, selector,
+        run_rollouts(todo, runtime.make_env, LMPolicy(backend, cfg.policy, cfg.answer), store, cfg.rollout, selector,
                      policy_name=name, stage=args.stage, on_episode=show)
         selector.finish()
 
@@ -325,7 +325,7 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
     if adapter_path:
         backend.load_adapter(name, adapter_path)
         adapter = name
-    method = EpisodeMethod(_FixedAdapter(LMPolicy(backend, cfg.policy), adapter), runtime.make_env)
+    method = EpisodeMethod(_FixedAdapter(LMPolicy(backend, cfg.policy, cfg.answer), adapter), runtime.make_env)
     evaluate(method, dataset.questions, out_path=args.home / f"learning_eval_{name}.jsonl", resume=True,
              on_result=lambda r, rs: print(f"{len(rs)}/{len(dataset.questions)} {r.question_id} em={r.em} "
                                            f"steps={r.steps}", flush=True))

@@ -1,5 +1,10 @@
-"""Answers, one place for every method: the reader prompt (a short answer from numbered passages, or closed book)
-and the clean-up of generated answer text."""
+"""Answers, one place for every method: the reader prompt (a short answer from numbered passages, or closed book),
+the clean-up of generated answer text, and `Reader`, the answer step every method shares.
+
+`Reader(backend, answer_cfg, chars, max_tokens).answer(question, passages) -> str` ("" = refusal):
+`answer.mode = "span"` gives a span of the passages, yes/no, or a refusal (`span_reader.SpanReader`, where the
+measured alternatives are); `"free"` is greedy generation from `reader_prompt`, cleaned (`clean_answer`) - the reader
+of every method before grounded answers, kept for larger models that answer well on their own."""
 from __future__ import annotations
 
 import re
@@ -7,7 +12,7 @@ from typing import Any, Sequence
 
 from .types import Passage
 
-__all__ = ["ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "clean_answer", "reader_prompt", "render_passages"]
+__all__ = ["ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "Reader", "clean_answer", "reader_prompt", "render_passages"]
 
 ANSWER_SYSTEM = "Answer the question with a short phrase (a name, a date, a number or a few words). No sentence."
 ANSWER_SYSTEM_CTX = (
@@ -42,3 +47,37 @@ def reader_prompt(backend: Any, question: str, passages: Sequence[Passage], char
         user = f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
         return backend.chat_prompt(ANSWER_SYSTEM_CTX, user)
     return backend.chat_prompt(ANSWER_SYSTEM, f"Question: {question}\nAnswer:")
+
+
+class Reader:
+    """The answer step of every method (see the module docstring). `cfg` is a `config.AnswerConfig` (None: the
+    defaults); `chars` the method's passage cut; `max_tokens` the free mode's generation budget. The span mode's
+    `SpanReader` (its refusal reasons and answer kinds counted) is `span`, None in free mode."""
+
+    def __init__(self, backend: Any, cfg: Any = None, chars: int = 300, max_tokens: int = 24) -> None:
+        from .config import AnswerConfig
+        from .span_reader import SpanReader
+
+        self.backend, self.cfg = backend, cfg if cfg is not None else AnswerConfig()
+        self.chars, self.max_tokens = chars, max_tokens
+        self.span = SpanReader(backend, self.cfg, chars) if self.cfg.mode == "span" else None
+
+    def prompt(self, question: str, passages: Sequence[Passage]) -> str:
+        """The prompt the answer is read under (the free mode's generation prompt)."""
+        if self.span is not None and passages:
+            from .span_reader import span_prompt
+
+            return span_prompt(self.backend, question, passages, self.span.chars, self.cfg.demos)
+        return reader_prompt(self.backend, question, passages, self.chars)
+
+    def answers(self, question: str, passages: Sequence[Passage], *, n: int = 1, temperature: float = 0.0,
+                seed: int | None = None) -> list[str]:
+        """`n` answers (greedy: the same one n times)."""
+        if self.span is not None:
+            return [a.text for a in self.span.read(question, passages, temperature=temperature, n=n, seed=seed)]
+        outs = self.backend.generate(reader_prompt(self.backend, question, passages, self.chars), self.max_tokens,
+                                     stop=("\n",), temperature=temperature, n=n, seed=seed)
+        return [clean_answer(o.text) for o in outs]
+
+    def answer(self, question: str, passages: Sequence[Passage]) -> str:
+        return self.answers(question, passages)[0]

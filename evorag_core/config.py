@@ -43,6 +43,9 @@ __all__ = [
     "StudioConfig",
     "DynaKragConfig",
     "R2agConfig",
+    "AnswerConfig",
+    "ANSWER_MODES",
+    "YES_NO_CALIBRATIONS",
     "Config",
     "load_config",
     "default_config_path",
@@ -277,6 +280,8 @@ class PolicyConfig(_Checked):
         "half_decode_rows": NON_NEGATIVE,
         "prefill_dtype": one_of(PREFILL_DTYPES),
         "shared_prefix_siblings": FLAG,
+        "query_mode": one_of(QUERY_MODES),
+        "query_score": one_of(QUERY_SCORES),
     }
 
 
@@ -524,6 +529,37 @@ class R2agConfig(_Checked):
     }
 
 
+# AnswerConfig.mode: "span" = a span of the reader's passages, yes/no, or a refusal (evorag_core/span_reader.py);
+# "free" = the reader's greedy generation, cleaned (evorag_core/answers.py)
+ANSWER_MODES: tuple[str, ...] = ("span", "free")
+YES_NO_CALIBRATIONS: tuple[str, ...] = ("none", "content_free")
+
+
+@dataclass(frozen=True)
+class AnswerConfig(_Checked):
+    """The reader every method answers with (evorag_core/answers.py, span_reader.py)."""
+
+    mode: str = "span"  # one of ANSWER_MODES
+    passage_chars: int = 0  # span mode: passage cut in the reader prompt (0 = the method's own, e.g. policy.passage_chars)
+    length_alpha: float = 0.0  # span score = log P(span + end) / (tokens + 1) ** length_alpha
+    yes_no_calibration: str = "content_free"  # one of YES_NO_CALIBRATIONS
+    yes_bias: float = 0.0  # added to the (calibrated) log P(yes) - log P(no)
+    demos: bool = True  # span mode: two short-answer demonstrations as earlier chat turns of the reader prompt
+    max_words: int = 8  # longest candidate span, in words
+    max_candidates: int = 64  # candidates scored per answer (in passage order)
+
+    RULES: ClassVar[Rules] = {
+        "mode": one_of(ANSWER_MODES),
+        "passage_chars": NON_NEGATIVE,
+        "length_alpha": NON_NEGATIVE,
+        "yes_no_calibration": one_of(YES_NO_CALIBRATIONS),
+        "yes_bias": Allowed("any finite number", lambda v: True),
+        "demos": FLAG,
+        "max_words": POSITIVE,
+        "max_candidates": POSITIVE,
+    }
+
+
 @dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -538,6 +574,7 @@ class Config:
     studio: StudioConfig = field(default_factory=StudioConfig)
     dynakrag: DynaKragConfig = field(default_factory=DynaKragConfig)
     r2ag: R2agConfig = field(default_factory=R2agConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
 
 
 def default_config_path() -> Path:

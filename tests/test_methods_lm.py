@@ -46,11 +46,20 @@ def test_agent_method_runs_episodes_with_logprobs(runtime):
         assert res.trace[0]["action"] == "SEARCH"
 
 
+@pytest.fixture(scope="module")
+def free_runtime(session_home, demo_path):
+    """The baselines' free-generation reader (`answer.mode = "free"`): this test counts generated tokens."""
+    cfg = apply_overrides(Config(), {"env.t_max": 3, "env.top_k": 3, "policy.max_answer_tokens": 12,
+                                     "answer.mode": "free"})
+    return Runtime(cfg, session_home, load_dataset(demo_path))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
-def test_baselines_answer_with_the_shared_backend(runtime, name):
+def test_baselines_answer_with_the_shared_backend(free_runtime, name):
     from evorag_core.commands.eval import METHODS
 
+    runtime = free_runtime
     method = METHODS[name](Namespace(adapter=None), runtime)
     method.cfg = type(method.cfg)(k=3, max_iterations=2, max_answer_tokens=12, max_thought_tokens=24)
     q = runtime.dataset.questions[0]

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import pytest
 
-from evorag_core.config import R2agConfig, load_config
+from evorag_core.config import AnswerConfig, R2agConfig, load_config
 from evorag_core.datasets import load_dataset
 from evorag_core.methods.r2ag import (
     RewardWeights,
@@ -276,7 +276,7 @@ def test_eval_method_end_to_end_with_scripted_steering(demo_rt, tmp_path):
     cfg = replace(R2agConfig(), steering="scripted", answer_docs=3)
     builder = TreeBuilder(ScriptedSteering(), cfg, demo_rt.corpus_for, demo_rt.retrieval.retriever_for)
     answerer = TitleAnswerer()
-    method = R2agMethod(builder, answerer)
+    method = R2agMethod(builder, answerer, answer_cfg=AnswerConfig(mode="free"))  # the stand-in generates text
     qs = [demo_rt.dataset.get("demo-001"), demo_rt.dataset.get("demo-002")]
     summary, results = evaluate(method, qs, out_path=tmp_path / "r2ag.jsonl")
     r = results[1]

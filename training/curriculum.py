@@ -95,7 +95,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     runtime = Runtime(cfg, home, dataset)
     backend = TransformersBackend(cfg.policy, home)
     watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
-    lm = LMPolicy(backend, cfg.policy)
+    lm = LMPolicy(backend, cfg.policy, cfg.answer)
     controller = StageSwitchController(cfg.curriculum.ema_alpha, cfg.curriculum.epsilon, cfg.curriculum.patience)
     stages_run: set[str] = set()
     out: list[dict[str, Any]] = []

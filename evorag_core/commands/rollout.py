@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
         backend.load_adapter("rollout", args.adapter)
         backend.activate("rollout")
         policy_name += f"+{args.adapter.name}"
-    policy = LMPolicy(backend, cfg.policy)
+    policy = LMPolicy(backend, cfg.policy, cfg.answer)
     store = open_store(db_url_from_args(args, home))
     if args.resume:
         questions = [q for q in questions if not store.list_episodes(question_id=q.id, policy=policy_name, limit=1)]

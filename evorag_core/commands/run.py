@@ -41,7 +41,7 @@ def make_policy(args: argparse.Namespace, rt):
         from ..policy import LMPolicy
 
         backend, adapter = load_backend(rt, args.adapter)
-        return _WithSiblings(AgentPolicy(LMPolicy(backend, rt.cfg.policy), adapter), args.siblings)
+        return _WithSiblings(AgentPolicy(LMPolicy(backend, rt.cfg.policy, rt.cfg.answer), adapter), args.siblings)
     if policy == "script":
         if args.script is None:
             raise ConfigError("--policy script needs --script FILE")

@@ -76,7 +76,7 @@ def agent_on(backend: Any, rt: Any, adapter: str | None = None, rank_with_rm: An
     samples by that model at every state (best-of-K)."""
     from ..policy import LMPolicy
 
-    lm = LMPolicy(backend, rt.cfg.policy)
+    lm = LMPolicy(backend, rt.cfg.policy, rt.cfg.answer)
     if rank_with_rm:
         from ..preference import ranked_policy_from_path
 

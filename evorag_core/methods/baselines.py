@@ -6,6 +6,9 @@
   until a sentence gives the answer ("So the answer is: ...") or the iteration bound is reached.
 - `self-ask`: the model asks follow-up questions; each is answered from retrieved passages; then the final answer.
 Every LM call is greedy. `steps` counts retrieval calls (the retrieval depth).
+Answers come from the shared reader (`answers.Reader`, `[answer] mode`). In span mode the reasoning chains of ircot
+and self-ask steer retrieval only: their final answer is read from the passages they retrieved, as every method's is
+(the generated "So the answer is: ..." text is not grounded); in free mode it is the chain's own text, as before.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, reader_prompt, render_passages
+from ..answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, Reader, clean_answer, render_passages
 from ..metrics import exact_match, f1_score, support_recall
 from ..types import Passage, Question
 from .base import QuestionResult
@@ -39,6 +42,7 @@ class BaselineConfig:
     max_answer_tokens: int = 24
     max_thought_tokens: int = 48
     passage_chars: int = 300
+    answer: Any = None  # the reader's `config.AnswerConfig` (None: its defaults)
 
 
 class PipelineMethod:
@@ -53,6 +57,7 @@ class PipelineMethod:
         self.retriever_for = retriever_for
         self.gold_for = gold_for or (lambda q: q.gold_pids)
         self.cfg = cfg
+        self.reader = Reader(backend, cfg.answer, cfg.passage_chars, cfg.max_answer_tokens)
 
     # -- LM helpers ------------------------------------------------------------------------------------------
     def _gen(self, system: str, user: str, max_tokens: int, stop=("\n",)) -> str:
@@ -60,9 +65,11 @@ class PipelineMethod:
         return self.backend.generate(prompt, max_tokens, stop=stop, temperature=0.0, n=1)[0].text
 
     def _answer(self, question: str, passages: Sequence[Passage]) -> str:
-        prompt = reader_prompt(self.backend, question, passages, self.cfg.passage_chars)
-        out = self.backend.generate(prompt, self.cfg.max_answer_tokens, stop=("\n",), temperature=0.0, n=1)
-        return clean_answer(out[0].text)
+        return self.reader.answer(question, passages)
+
+    def _final(self, text: str, question: str, passages: Sequence[Passage]) -> str:
+        """A reasoning chain's final answer: its own text in free mode, read from its passages in span mode."""
+        return clean_answer(text) if self.reader.span is None else self._answer(question, passages)
 
     # -- the four pipelines ----------------------------------------------------------------------------------
     def _direct(self, q: Question, retrieve) -> tuple[str, list[dict]]:
@@ -84,7 +91,7 @@ class PipelineMethod:
                 break
             thoughts.append(thought)
             if "answer is" in thought.lower():
-                return clean_answer(thought.lower().split("answer is", 1)[1]), trace
+                return self._final(thought.lower().split("answer is", 1)[1], q.question, passages), trace
             trace.append({"action": "SEARCH", "query": thought})
             seen = {p.pid for p in passages}
             passages += [p for p in retrieve(thought) if p.pid not in seen]
@@ -93,15 +100,22 @@ class PipelineMethod:
     def _self_ask(self, q: Question, retrieve) -> tuple[str, list[dict]]:
         transcript = f"Question: {q.question}\nAre follow up questions needed here: Yes."
         trace: list[dict] = []
+        read: dict[str, Passage] = {}
         for _ in range(self.cfg.max_iterations):
             line = " ".join(self._gen(SELFASK_SYSTEM, transcript, self.cfg.max_thought_tokens).split())
             low = line.lower()
             if "final answer" in low or not line:
-                return clean_answer(line.split(":", 1)[1] if ":" in line else line), trace
+                return self._final(line.split(":", 1)[1] if ":" in line else line, q.question,
+                                   list(read.values())), trace
             follow = re.sub(r"^follow[\s-]*up\s*:\s*", "", line, flags=re.I).strip() or q.question
             trace.append({"action": "SEARCH", "query": follow})
-            inter = self._answer(follow, retrieve(follow))
+            found = retrieve(follow)
+            for p in found:
+                read.setdefault(p.pid, p)
+            inter = self._answer(follow, found)
             transcript += f"\nFollow up: {follow}\nIntermediate answer: {inter}."
+        if self.reader.span is not None:
+            return self._answer(q.question, list(read.values())), trace
         transcript += "\nSo the final answer is:"
         return clean_answer(self._gen(SELFASK_SYSTEM, transcript, self.cfg.max_answer_tokens)), trace
 
@@ -156,7 +170,7 @@ def build_baseline(name: str, args: Any, rt: Any) -> PipelineMethod:
 def baseline_on(name: str, backend: Any, rt: Any) -> PipelineMethod:
     """Baseline `name` on an already loaded backend (several methods can share one model)."""
     cfg = BaselineConfig(k=rt.cfg.env.top_k, passage_chars=rt.cfg.policy.passage_chars,
-                         max_answer_tokens=rt.cfg.policy.max_answer_tokens)
+                         max_answer_tokens=rt.cfg.policy.max_answer_tokens, answer=rt.cfg.answer)
     return PipelineMethod(name, backend, _RetrieverWithPassages(rt), cfg,
                           gold_for=lambda q: rt.corpus_for(q).gold_for(q),
                           label=f"{name} (LM {backend.model_id})")

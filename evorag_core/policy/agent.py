@@ -43,6 +43,9 @@ passages have been read, the best-scored of candidates built from them (bridge e
 and the model's own generated query, with repeats and copied passage lines filtered out (`policy/queries.py`; the
 decision's `query` field says how); "free" keeps the generated query as is.
 Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
+With `answer.mode = "span"` (the `AnswerConfig` passed as `answer`; the default) and answer_with = "reader", the
+ANSWER text is the shared reader's (`answers.Reader`): a span of the reader's passages, yes/no, or a refusal (an
+empty answer: REFUSE, fallback "empty_answer"); sampled siblings draw among the same candidates at the temperature.
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
 ("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). In free mode a query equal to an earlier one is
 kept: the environment's overlap penalty handles it.
@@ -57,8 +60,8 @@ from typing import Any
 import torch
 
 from ..actions import Action, Answer, Backtrack, Refuse, Search
-from ..answers import clean_answer, reader_prompt
-from ..config import ANSWERERS, QUERY_MODES, QUERY_SCORES, PolicyConfig
+from ..answers import Reader, clean_answer, reader_prompt
+from ..config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
 from ..errors import ConfigError
 from ..state import AgentView
 from ..types import Passage
@@ -98,9 +101,11 @@ def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
 
 
 class LMPolicy:
-    def __init__(self, backend: PolicyBackend, cfg: PolicyConfig | None = None) -> None:
+    def __init__(self, backend: PolicyBackend, cfg: PolicyConfig | None = None,
+                 answer: AnswerConfig | None = None) -> None:
         self.backend = backend
         self.cfg = cfg if cfg is not None else PolicyConfig()
+        self.reader = Reader(backend, answer, self.cfg.passage_chars, self.cfg.max_answer_tokens)
         if self.cfg.answer_with not in ANSWERERS:
             raise ConfigError(f"policy.answer_with must be one of {', '.join(ANSWERERS)}, got {self.cfg.answer_with!r}")
         if self.cfg.first_query not in ("question", "generate"):
@@ -148,7 +153,7 @@ class LMPolicy:
         empty = AgentView("", (), (), 1, 1)
         warm(self.prompt(empty))
         if self.cfg.answer_with == "reader":
-            warm(reader_prompt(self.backend, "", [Passage("", "", "")], self.cfg.passage_chars))
+            warm(self.reader.prompt("", [Passage("", "", "")]))
 
     def _state_key(self, view: AgentView) -> tuple:
         """What a greedy decision depends on: the view and the backend's weights (adapter, cache epoch)."""
@@ -196,13 +201,20 @@ class LMPolicy:
             wanted = [i for i in wanted if names[i] != "ANSWER"]
             if answers:
                 replies = dict(zip(answers, self._arena_replies(view, len(answers), temperature, seed + 2)))
+        elif self.cfg.answer_with == "reader" and self.reader.span is not None:  # grounded spans, not generated
+            answers = [i for i in wanted if names[i] == "ANSWER"]
+            wanted = [i for i in wanted if names[i] != "ANSWER"]
+            if answers:
+                texts = self.reader.answers(view.question, reader_passages(view, self.cfg.reader_passages),
+                                            n=len(answers), temperature=temperature, seed=seed + 2)
+                generations = {i: Generation(t, (), (), "stop") for i, t in zip(answers, texts)}
         if wanted:  # the other arguments (SEARCH, and ANSWER unless ARENA writes it) decode as one batch
             answering = any(names[i] == "ANSWER" for i in wanted)
             reader = self._reader_prompt(view) if answering and self.cfg.answer_with == "reader" else None
             prompts = [reader if names[i] == "ANSWER" and reader else prompt + LABELS[names[i]] for i in wanted]
             limits = [self.cfg.max_query_tokens if names[i] == "SEARCH" else self.cfg.max_answer_tokens for i in wanted]
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
-            generations = dict(zip(wanted, outs))
+            generations.update(zip(wanted, outs))
         queries = self._grounded(view, prompt, generations, names, temperature, seed + 3)
         decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i), queries.get(i))
                      for i, name in enumerate(names)]

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from ...config import DynaKragConfig
 from ...policy.base import PolicyBackend
 from ...policy.prompts import render_passage
-from ...answers import clean_answer
+from ...answers import Reader, clean_answer
 from ...types import Passage
 from ...evidence.text import content_terms, sentences, uncovered_terms
 
@@ -63,9 +63,14 @@ def align_snippets(lines: Sequence[str], passages: Sequence[Passage], limit: int
 
 
 class EvidenceLM:
-    def __init__(self, backend: PolicyBackend, cfg: DynaKragConfig):
+    """`answer_cfg` (an `AnswerConfig`, None: its defaults) selects the answer step: span mode reads a span / yes /
+    no / refusal from the final context's passages with the shared reader (`answers.Reader`; the compressed snippets
+    then serve nothing but the trace), free mode generates from the snippets or passages as before."""
+
+    def __init__(self, backend: PolicyBackend, cfg: DynaKragConfig, answer_cfg: Any = None):
         self.backend = backend
         self.cfg = cfg
+        self.reader = Reader(backend, answer_cfg, cfg.passage_chars, cfg.answer_tokens)
 
     def _counters(self) -> tuple[int, int]:
         """(prompt tokens run or served from the prefix cache, generated tokens) so far."""
@@ -110,8 +115,11 @@ class EvidenceLM:
         return align_snippets([ln for ln in lines if ln], passages, self.cfg.max_snippets), self._usage(before, 1)
 
     def answer(self, question: str, passages: Sequence[Passage], snippets: Sequence[str] | None) -> tuple[str, Usage]:
-        """Greedy short answer from the snippets when there are any, else from the passages."""
+        """Span mode: the shared reader over the passages. Free mode: greedy short answer from the snippets when
+        there are any, else from the passages."""
         before = self._counters()
+        if self.reader.span is not None:
+            return self.reader.answer(question, passages), self._usage(before, 1)
         if snippets:
             evidence = "\n".join(f"- {s}" for s in snippets)
             user = f"Question: {question}\nEvidence:\n{evidence}\n{_ANSWER}"

@@ -178,6 +178,6 @@ def build_dynakrag_method(args: Any, rt: Any, backend: Any = None) -> DynaKragMe
         from ..agent import policy_backend
 
         backend = policy_backend(rt.cfg.policy, rt.home)
-    lm = EvidenceLM(backend, cfg)
+    lm = EvidenceLM(backend, cfg, rt.cfg.answer)
     return DynaKragMethod(cfg, controller, make_context_factory(rt, cfg, lm),
                           lambda q: rt.corpus_for(q).gold_for(q))

@@ -273,7 +273,7 @@ def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir:
         from ..agent import policy_backend
 
         backend = policy_backend(runtime.cfg.policy, runtime.home)
-    context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg))
+    context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg, runtime.cfg.answer))
     transitions, prefixes, info = collect(dataset.questions, context_for, lambda q: runtime.corpus_for(q).gold_for(q),
                                           cfg, on_progress)
     models = fit_models(transitions, prefixes, cfg, holdout)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from ...answers import clean_answer, reader_prompt
+from ...answers import Reader
 from ...errors import ConfigError
 from ...metrics import support_recall
 from ...types import Corpus, Passage, Question
@@ -32,11 +32,10 @@ STEERINGS = ("lm", "scripted")
 
 
 def answer_from_passages(backend: Any, question: str, passages: Sequence[Passage], *, max_tokens: int = 24,
-                         chars: int = 300) -> str:
-    """The shared reader (`evorag_core.answers`): a short answer from numbered passages (closed book without any),
-    greedy, cleaned."""
-    prompt = reader_prompt(backend, question, passages, chars)
-    return clean_answer(backend.generate(prompt, max_tokens, stop=("\n",), temperature=0.0, n=1)[0].text)
+                         chars: int = 300, answer_cfg: Any = None) -> str:
+    """The shared reader (`evorag_core.answers.Reader`, `answer_cfg` an `AnswerConfig`, None: its defaults): a span
+    of the passages / yes / no / "" (refusal) in span mode, greedy cleaned text in free mode."""
+    return Reader(backend, answer_cfg, chars, max_tokens).answer(question, passages)
 
 
 def make_steering(cfg: Any, backend: Any | None) -> Steering:
@@ -75,8 +74,9 @@ class TreeBuilder:
 class R2agMethod:
     name = "r2ag"
 
-    def __init__(self, builder: TreeBuilder, answerer: Any, label: str | None = None) -> None:
+    def __init__(self, builder: TreeBuilder, answerer: Any, label: str | None = None, answer_cfg: Any = None) -> None:
         self.builder, self.answerer = builder, answerer  # answerer: a PolicyBackend (chat_prompt + generate)
+        self.answer_cfg = answer_cfg  # the shared reader's AnswerConfig (None: its defaults)
         self.label = label or f"R2AG[{builder.steering.name}]"
 
     @property
@@ -93,7 +93,7 @@ class R2agMethod:
         lookup = self.builder.passages(corpus)
         context = [lookup[p] for p in pids[: self.builder.cfg.answer_docs]]
         answer = answer_from_passages(self.answerer, question.question, context,
-                                      chars=self.builder.cfg.passage_chars)
+                                      chars=self.builder.cfg.passage_chars, answer_cfg=self.answer_cfg)
         prediction = answer or None
         em, f1 = score(question, prediction)
         m = list_metrics(pids, gold)
@@ -125,7 +125,7 @@ def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
     steering = make_steering(cfg, backend)
     builder = TreeBuilder(steering, cfg, rt.corpus_for, lambda corpus: rt.retrieval.retriever_for(corpus, cfg.retriever))
     label = f"R2AG[{steering.name}] (LM {backend.model_id}" + (f" + adapter {adapter})" if adapter else ")")
-    return R2agMethod(builder, backend, label)
+    return R2agMethod(builder, backend, label, rt.cfg.answer)
 
 
 def build_tree_builder(rt: Any, adapter: str | None = None) -> TreeBuilder:
