@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -56,6 +58,15 @@ def lora_config(cfg: TrainConfig) -> LoraConfig:
     )
 
 
+@contextmanager
+def _quiet_peft():
+    """peft 0.21 reads `model.is_gradient_checkpointing`, which transformers 5.24 deprecates with a FutureWarning on
+    every wrap: nothing a user can act on, so that one warning is silenced here (every other warning still shows)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
 def attach_lora(model: nn.Module, cfg: TrainConfig) -> PeftModel:
     """Wrap `model` (modified in place) with a fresh trainable LoRA adapter named "default".
 
@@ -64,7 +75,8 @@ def attach_lora(model: nn.Module, cfg: TrainConfig) -> PeftModel:
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        return get_peft_model(model, lora_config(cfg))
+        with _quiet_peft():
+            return get_peft_model(model, lora_config(cfg))
 
 
 def save_adapter(
@@ -207,4 +219,5 @@ def load_adapter(
     if isinstance(model, PeftModel):
         model.load_adapter(str(path), adapter_name=adapter_name, is_trainable=trainable)
         return model
-    return PeftModel.from_pretrained(model, str(path), adapter_name=adapter_name, is_trainable=trainable)
+    with _quiet_peft():
+        return PeftModel.from_pretrained(model, str(path), adapter_name=adapter_name, is_trainable=trainable)
