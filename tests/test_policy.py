@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from evorag_core.actions import Answer, Backtrack, Refuse, Search
-from evorag_core.config import PolicyConfig
+from evorag_core.config import AnswerConfig, PolicyConfig
 from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
 from evorag_core.judge_llm import LLMSufficiencyJudge
 from evorag_core.policy import LMPolicy, TransformersBackend, allowed_actions, load_model
@@ -433,8 +433,8 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
 
     backend.activate(None)
     view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)
-    for mode in ("reader", "policy"):
-        policy = LMPolicy(backend, PolicyConfig(max_answer_tokens=10, answer_with=mode))
+    for mode in ("reader", "policy"):  # the reader's free generation (span mode: tests/test_span_reader.py)
+        policy = LMPolicy(backend, PolicyConfig(max_answer_tokens=10, answer_with=mode), AnswerConfig(mode="free"))
         greedy = policy.act(view)
         if isinstance(greedy.action, Answer):
             assert greedy.completion == f"ANSWER: {greedy.action.answer}"
@@ -449,6 +449,11 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
         assert answers, "T=5 should draw ANSWER at least once in 6"
         for d in answers:
             assert d.logprob == pytest.approx(backend.sequence_logprob(d.prompt, d.completion), abs=5e-3)
+
+
+def _work(backend) -> int:
+    """Tokens the backend has handled: prompt tokens forwarded or served from its prefix cache, plus generated."""
+    return backend.prompt_tokens + backend.cached_prompt_tokens + backend.tokens_generated
 
 
 @pytest.mark.slow
@@ -470,16 +475,17 @@ def test_prepare_computes_the_next_greedy_decision_without_changing_it(backend):
         assert warm.action == cold.action and warm.completion == cold.completion
         assert warm.logprob == pytest.approx(cold.logprob, abs=5e-3)
         assert (backend.prompt_tokens, backend.tokens_generated) == before, "act redid work that prepare had done"
-        policy.act(view)  # used once: this one decides again
-        assert backend.tokens_generated > before[1]
+        used = _work(backend)
+        policy.act(view)  # used once: this one decides again (generated or, for a span answer, scored tokens)
+        assert _work(backend) > used
     assert isinstance(cold.action, Answer)  # the last view exercised the reader and the answer
     for change in (backend.reset_cache, lambda: None):
         policy.prepare(views[1])
         change()
         asked = views[0] if change is not backend.reset_cache else views[1]  # another view, or a changed backend
-        generated = backend.tokens_generated
+        work = _work(backend)
         policy.act(asked)
-        assert backend.tokens_generated > generated
+        assert _work(backend) > work
 
 
 def test_warm_up_caches_the_prompt_heads_every_episode_shares(backend):
@@ -538,7 +544,11 @@ def test_policy_fallbacks_on_empty_output(backend):
     ("empty_answer"). At the last step only ANSWER/REFUSE are allowed; T=5 flattens the choice so that some of the
     8 seeded draws are ANSWER (its prior is far above REFUSE's)."""
     backend.activate(None)
-    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=0, max_answer_tokens=0, first_query="generate"))
+    cfg = PolicyConfig(first_query="generate")
+    # a model that stops at once: the settings refuse 0 tokens (ConfigError), so the built config is forced here
+    object.__setattr__(cfg, "max_query_tokens", 0)
+    object.__setattr__(cfg, "max_answer_tokens", 0)
+    policy = LMPolicy(backend, cfg, AnswerConfig(mode="free"))  # span answers are never empty
     first = policy.act(AgentView(QUESTION, (), (), 1, 6))
     assert first.action == Search(QUESTION) and first.fallback == "empty_query"
     assert first.logprob == pytest.approx(backend.sequence_logprob(first.prompt, first.completion), abs=2e-3)
