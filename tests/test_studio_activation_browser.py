@@ -7,16 +7,12 @@ stays the good one in the page and the store, and the next LM episode runs on it
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.test_studio_browser import CHROMIUM, CHROMIUM_ARGS, START_TIMEOUT_S, _free_port, choose
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, serve_studio
+from tests.test_studio_browser import choose
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -51,31 +47,10 @@ def studio(session_home, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("studio_activation")
     tiny = build_tiny_model(work / "tiny")
-    port = _free_port()
     db_url = f"sqlite:///{work / 'studio.db'}"
     SHOTS.mkdir(parents=True, exist_ok=True)
-    log_path = SHOTS / "studio.log"
-    env = dict(os.environ, EVORAG_HOME=str(session_home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
-    cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
-           "--home", str(session_home), "--db", db_url, "--model", str(tiny), "--no-worker",
-           "--set", "policy.device=cpu", "--set", "policy.threads=1"]
-    with log_path.open("wb") as log:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the studio exited with code {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.perf_counter() - start > START_TIMEOUT_S:
-                pytest.fail(f"the studio did not serve {url} within {START_TIMEOUT_S} s; see {log_path}")
-            time.sleep(0.2)
+    with serve_studio(session_home, db_url, SHOTS / "studio.log", "--model", str(tiny), "--no-worker",
+                      "--set", "policy.device=cpu", "--set", "policy.threads=1") as (url, _):
         from evorag_core.store import open_store
 
         store = open_store(db_url)
@@ -86,13 +61,6 @@ def studio(session_home, tmp_path_factory):
             store.register_adapter(name, str(folders[name]), base_model=str(tiny), objective="dpo", checksum=checksum)
         yield url, store, folders
         store.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture()

@@ -6,34 +6,21 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, serve_studio
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(os.environ.get("EVORAG_SHOTS", REPO / "artifacts" / "screenshots"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-START_TIMEOUT_S = 90
 
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium chromium-driver` to run the browser tests",
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _record(qid: str, dataset: str) -> str:
@@ -53,39 +40,10 @@ def data_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def studio(session_home, tmp_path_factory, data_root):
     """The URL of a running studio whose studio.data_roots is `data_root`."""
-    port = _free_port()
     db_url = f"sqlite:///{tmp_path_factory.mktemp('hardening_db') / 'studio.db'}"
-    log_path = REPO / "artifacts" / "studio_hardening_browser.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, EVORAG_HOME=str(session_home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
-    cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
-           "--home", str(session_home), "--db", db_url, "--no-worker", "--no-warm",
-           "--set", f"studio.data_roots={data_root}"]
-    with log_path.open("wb") as log:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the studio exited with code {proc.returncode}; see {log_path}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.perf_counter() - start > START_TIMEOUT_S:
-                pytest.fail(f"the studio did not serve {url} within {START_TIMEOUT_S} s; see {log_path}")
-            time.sleep(0.2)
+    with serve_studio(session_home, db_url, REPO / "artifacts" / "studio_hardening_browser.log",
+                      "--no-worker", "--no-warm", "--set", f"studio.data_roots={data_root}") as (url, _):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
