@@ -60,3 +60,16 @@ def serve_studio(home: Path, db_url: str, log_path: Path, *args: str) -> Iterato
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@contextmanager
+def chromium() -> Iterator:
+    """Debian's headless Chromium under Playwright (never a downloaded browser); closed on exit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

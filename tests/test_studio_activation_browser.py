@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, serve_studio
+from tests.studio_process import CHROMIUM, chromium, serve_studio
 from tests.test_studio_browser import choose
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -68,8 +68,7 @@ def page(studio):
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
     url, _, _ = studio
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    with chromium() as browser:
         pg = browser.new_page(viewport={"width": 1500, "height": 2000})  # the adapter list opens below the fold
         pg.set_default_timeout(60_000)
         pg.goto(url)
@@ -77,7 +76,6 @@ def page(studio):
         pg.wait_for_function("document.querySelector('#evo-live-adapter') && !document.querySelector('#evo-warming')",
                              timeout=300_000)
         yield pg
-        browser.close()
 
 
 def shot(page, name: str) -> None:

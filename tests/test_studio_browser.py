@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.studio_process import CHROMIUM, CHROMIUM_ARGS, serve_studio
+from tests.studio_process import CHROMIUM, chromium, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -50,10 +50,8 @@ def studio(session_home, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture()
