@@ -3,7 +3,7 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
 
     python bench/learning.py [--train 0:16] [--eval 100:124] [--workers 2] [--threads 1] [--round-threads N]
                              [--max-length 512] [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4]
-                             [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--t-max 5] [--siblings 4]
+                             [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5] [--siblings 4]
                              [--max-states 3] [--heldout 0.25]
                              [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
                              [--home DIR] [--out bench/results/learning.json]
@@ -27,6 +27,8 @@ Phases (each resumable; finished phases are kept in <home>/learning_state.json, 
    adapter against the base.
 `--passage-chars` applies everywhere (rollouts, training prompts, evaluation): with 120 characters per passage the
 current turn of a prompt at t <= 3 fits in 512 tokens next to the system prompt (see training/seqlogp.py).
+`--answer-chars` is the reader's passage cut (`answer.passage_chars`; 0: the same as `--passage-chars`): the reader's
+prompt is not a training prompt, so it may read longer passages than the policy's turns.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The config overrides every phase shares (as `--set` values)."""
     return {
         "policy.model": args.model, "policy.device": "cpu", "policy.threads": args.threads,
-        "policy.passage_chars": args.passage_chars, "env.corpus": args.corpus, "env.t_max": args.t_max,
+        "policy.passage_chars": args.passage_chars, "answer.passage_chars": args.answer_chars, "env.corpus": args.corpus, "env.t_max": args.t_max,
         "rollout.t_max": args.t_max, "rollout.siblings": args.siblings, "rollout.max_states": args.max_states,
         "reward.stage": args.stage, "train.max_length": args.max_length, "train.batch_size": args.batch,
         "train.epochs": args.epochs, "train.lr": args.lr, "train.dtype": args.dtype,
@@ -397,6 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--grad-ckpt", action="store_true")
     ap.add_argument("--passage-chars", type=int, default=120)
+    ap.add_argument("--answer-chars", type=int, default=0, help="the reader's passage cut (0: --passage-chars)")
     ap.add_argument("--rollouts-from", type=Path, default=None,
                     help="phase 1 from this SQLite store (rolled out with the same slice and settings) instead of "
                          "rolling out again")
