@@ -7,7 +7,8 @@ Per method on the chosen questions of the set (those every listed method has fin
 full support recall (every gold passage retrieved), documents retrieved, refusals; the same on comparison questions,
 on the rest, and on questions whose gold is yes/no (with how often "yes" was said). Paired bootstrap (10,000
 resamples): agent vs direct and agent vs fixed-k on F1 and on full support recall, and - with `--free-runs` (the
-same set's runs with `--set answer.mode=free`) - every method's span vs free answers on F1 and EM.
+same set's runs with `--set answer.mode=free`) - every method's span vs free answers on F1 and EM, the free-mode
+aggregates, and the agent (span) against closed-book `direct` answering freely (span-mode `direct` refuses).
 """
 from __future__ import annotations
 
@@ -107,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
                 comps[f"{m}_span_vs_free"] = {
                     "f1": _boot([runs[m][i].f1 for i in ids], [free[i].f1 for i in ids]),
                     "em": _boot([runs[m][i].em for i in ids], [free[i].em for i in ids])}
+                report.setdefault("free_methods", {})[m] = {"all": _agg([free[i] for i in ids])}
+        free_direct = _rows(args.free_runs / f"{args.set}__direct.jsonl", common)
+        ids = [i for i in common if i in free_direct]
+        if runs.get("agent") and ids:  # closed book answers freely: the comparison the span-mode direct cannot give
+            comps["agent_vs_direct_free"] = {
+                "f1": _boot([runs["agent"][i].f1 for i in ids], [free_direct[i].f1 for i in ids]),
+                "em": _boot([runs["agent"][i].em for i in ids], [free_direct[i].em for i in ids])}
     report["paired"] = comps
     text = json.dumps(report, indent=1)
     print(text)
