@@ -233,18 +233,25 @@ def test_eval_method_summary_and_compare(tmp_path):
 # -- arena.answer_span: the span reader answers over the selected references ------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_reader_backend(tmp_path_factory):
-    """A random 2-layer Llama (training.tiny) as the span reader's scorer; 1 torch thread."""
+def tiny_reader_folder(tmp_path_factory) -> Path:
+    """A random 2-layer Llama (training.tiny) saved as a model folder; 1 torch thread."""
     import torch
 
-    from evorag_core.policy.hf_backend import TransformersBackend
-    from evorag_core.config import PolicyConfig
     from training.tiny import build_tiny_model
 
     torch.set_num_threads(1)
-    folder = build_tiny_model(tmp_path_factory.mktemp("tiny-reader") / "model",
-                              [Q.question, *(f"{p.title}: {p.text}" for p in P)], vocab_size=1024)
-    return TransformersBackend(PolicyConfig(model=str(folder), device="cpu"), tmp_path_factory.mktemp("home"))
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-reader") / "model",
+                            [Q.question, *(f"{p.title}: {p.text}" for p in P)], vocab_size=1024)
+
+
+@pytest.fixture(scope="module")
+def tiny_reader_backend(tiny_reader_folder, tmp_path_factory):
+    """The tiny Llama as the span reader's scorer."""
+    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.config import PolicyConfig
+
+    return TransformersBackend(PolicyConfig(model=str(tiny_reader_folder), device="cpu"),
+                               tmp_path_factory.mktemp("home"))
 
 
 class ScriptedReplies:
@@ -296,6 +303,25 @@ def test_answer_span_reads_a_span_of_the_selected_references(tiny_reader_backend
     assert res.prediction in ("yes", "no") and res.extras["arena"]["generated_answer"] == bare[8:-9]
     assert res.extras["arena"]["span_evidence_from"] == "all" and res.extras["arena"]["span_evidence"] == [
         p.pid for p in P]
+
+
+def test_eval_builder_reads_answer_span(tiny_reader_folder, tmp_path):
+    """`evorag eval --method arena` builds the method from the config: no reader by default, the span reader (and
+    a label saying so) with `--set arena.answer_span=true`."""
+    from types import SimpleNamespace
+
+    from evorag_core.methods.arena import build_arena_method
+
+    def build(answer_span: bool) -> ArenaMethod:
+        cfg = apply_overrides(load_config(), {"policy.model": str(tiny_reader_folder), "policy.device": "cpu",
+                                              "arena.answer_span": answer_span})
+        rt = SimpleNamespace(cfg=cfg, home=tmp_path, dataset=SimpleNamespace(questions=[Q]))
+        return build_arena_method(SimpleNamespace(adapter=None), rt)
+
+    plain, span = build(False), build(True)
+    assert plain.reader is None and not plain.label.endswith("span answers")
+    assert span.reader is not None and span.reader.span is not None and span.label.endswith(", span answers")
+    assert span.reader.span.chars == 300  # policy.passage_chars, as ARENA cuts its references
 
 
 def test_answer_span_setting_has_a_rule_and_defaults_off():
