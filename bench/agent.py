@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from evorag_core.config import home_dir, load_config  # noqa: E402
 from evorag_core.corpus import pool_passages  # noqa: E402
 from evorag_core.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation import compare_results, evaluate, progress_printer  # noqa: E402
+from evorag_core.evaluation import Progress, compare_results, evaluate  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "benchmarks"
@@ -115,9 +115,9 @@ def run_sets(args, backend, adapter, overrides, home) -> dict:
         for name in args.methods:
             method = _method(name, backend, rt, adapter)
             path = args.runs / f"{set_name}__{name}.jsonl"
-            show = progress_printer(len(questions)) if sys.stderr.isatty() else None
             tokens0 = getattr(backend, "tokens_generated", 0)
-            summary, res = evaluate(method, questions, out_path=path, resume=args.resume, on_result=show)
+            with Progress(len(questions), desc=f"{set_name} {name}", disable=not sys.stderr.isatty()) as show:
+                summary, res = evaluate(method, questions, out_path=path, resume=args.resume, on_result=show)
             tokens = getattr(backend, "tokens_generated", 0) - tokens0
             summary["tokens_per_second"] = tokens / summary["seconds"] if summary["seconds"] else 0.0
             summaries[name], results[name] = _round(summary), res

@@ -1,6 +1,6 @@
 """ARENA figures (the paper's Table 3 metrics) for the policy LM; writes JSON (default bench/results/arena.json).
 
-    python bench/arena.py [--limit 20] [--threads 1] [--passage-chars 300] [--demo] [--max-new-tokens 192]
+    python bench/arena.py [--limit 20 | --questions 60:100] [--answer-span] [--note TEXT] [--threads 1] [--passage-chars 300] [--demo] [--max-new-tokens 192]
                           [--train-steps 0 | --adapter-dir DIR] [--train-questions 8] [--train-offset 100] [--group 4] [--kl k2]
                           [--results-dir DIR] [--out PATH]
 
@@ -14,6 +14,12 @@ bootstrap (10,000 resamples) of base vs adapter per data set. The per-step KL un
 parts are recorded (--adapter-dir evaluates an adapter trained earlier instead). Per-question results go to
 --results-dir as JSON lines; a re-run with the same --results-dir keeps the questions already evaluated. The load average is recorded because
 the machine may be shared.
+
+--questions START:END evaluates that slice of each file instead of the first --limit. --answer-span runs the base
+model with `arena.answer_span = true` (the final answer is the shared span reader's, `[answer]` settings of
+configs/default.toml, over the references the reply selected) and reports, per data set, "off" (the generated
+<answer>, exactly what answer_span = false answers: the same greedy reply, kept in each result) against "on", with
+the paired bootstrap on/off of EM and F1 (`evaluation.compare_results`); one generation per question serves both.
 """
 from __future__ import annotations
 
@@ -32,10 +38,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.config import PolicyConfig, TrainConfig, home_dir  # noqa: E402
+from evorag_core.config import PolicyConfig, TrainConfig, home_dir, load_config  # noqa: E402
 from evorag_core.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation import compare_results, evaluate  # noqa: E402
-from evorag_core.methods.arena import ArenaGenerator, ArenaMethod  # noqa: E402
+from evorag_core.evaluation import compare_results, evaluate, summarize  # noqa: E402
+from evorag_core.methods.arena import ArenaGenerator, ArenaMethod, span_reader  # noqa: E402
+from evorag_core.methods.base import QuestionResult  # noqa: E402
 from evorag_core.methods.arena_prompt import ArenaConfig  # noqa: E402
 from evorag_core.policy import TransformersBackend  # noqa: E402
 
@@ -45,16 +52,43 @@ REPORT = ("n", "em", "f1", "format_score", "relevance_score", "accuracy_score", 
           "seconds")
 
 
-def _evaluate_all(backend, cfg: ArenaConfig, datasets, limit: int, label: str, results_dir: Path) -> dict:
+def _evaluate_all(backend, cfg: ArenaConfig, datasets, picked: slice, label: str, results_dir: Path,
+                  reader=None) -> dict:
     out = {}
     for name, dataset in datasets.items():
-        method = ArenaMethod(ArenaGenerator(backend, cfg), label)
+        method = ArenaMethod(ArenaGenerator(backend, cfg), label, reader)
         path = results_dir / f"{label}-{name}.jsonl"
         start = time.perf_counter()
-        summary, results = evaluate(method, dataset.questions[:limit], out_path=path, resume=True)
+        summary, results = evaluate(method, dataset.questions[picked], out_path=path, resume=True)
         out[name] = {"summary": {k: summary[k] for k in REPORT}, "results_file": str(path), "_results": results}
         print(f"[{label}] {name}: " + ", ".join(f"{k} {summary[k]:.3f}" for k in REPORT[1:5])
               + f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    return out
+
+
+def _generated(result: QuestionResult) -> QuestionResult:
+    """An answer_span result as answer_span = false answers it: the generated <answer> kept in its extras."""
+    arena = result.extras["arena"]
+    return dataclasses.replace(result, prediction=arena["generated_answer"], em=arena["generated_em"],
+                               f1=arena["generated_f1"], refused=False)
+
+
+def _answer_span_report(evaluated: dict) -> dict:
+    out = {}
+    for name, v in evaluated.items():
+        on = v["_results"]
+        off = [_generated(r) for r in on]
+        sources: dict[str, int] = {}
+        for r in on:
+            src = r.extras["arena"]["span_evidence_from"]
+            sources[src] = sources.get(src, 0) + 1
+        out[name] = {
+            "off": {k: summarize(off)[k] for k in ("n", "em", "f1", "refusal_rate")},
+            "on": {k: summarize(on)[k] for k in ("n", "em", "f1", "refusal_rate")},
+            "bootstrap_on_vs_off": {k: compare_results(on, off)[k] for k in ("n", "em", "f1")},
+            "span_evidence_from": sources,
+            "answers_changed": sum(r.prediction != g.prediction for r, g in zip(on, off)),
+        }
     return out
 
 
@@ -93,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--home", type=Path, default=None, help="home folder (the converted model is cached there)")
     p.add_argument("--limit", type=int, default=20, help="evaluated questions per data file")
+    p.add_argument("--questions", default=None, metavar="START:END",
+                   help="evaluate this slice of each data file instead of the first --limit")
+    p.add_argument("--answer-span", action="store_true",
+                   help="base model with arena.answer_span = true; report off (generated) vs on (span reader)")
+    p.add_argument("--note", default="", help="free text kept in the JSON (e.g. what else ran on the machine)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--passage-chars", type=int, default=300, help="cut each reference (0: full text)")
     p.add_argument("--max-new-tokens", type=int, default=192)
@@ -113,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "arena.json")
     args = p.parse_args(argv)
 
+    if args.answer_span and (args.train_steps > 0 or args.adapter_dir is not None):
+        p.error("--answer-span measures the base model only (no --train-steps / --adapter-dir)")
+    if args.questions:
+        start_s, _, end_s = args.questions.partition(":")
+        picked = slice(int(start_s or 0), int(end_s) if end_s else None)
+    else:
+        picked = slice(0, args.limit)
     torch.set_num_threads(args.threads)
     home = args.home or home_dir()
     results_dir = args.results_dir or Path(tempfile.mkdtemp(prefix="arena-bench-"))
@@ -125,11 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     backend = TransformersBackend(PolicyConfig(device="cpu", threads=args.threads), home)
     report: dict = {
         "setting": "per-question (distractor): references = the question's own passages, data-set order",
-        "model": backend.model_id, "limit": args.limit, "arena": dataclasses.asdict(cfg), "threads": args.threads,
+        "model": backend.model_id, "limit": args.limit, "questions": args.questions, "arena": dataclasses.asdict(cfg),
+        "threads": args.threads, "note": args.note,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_start": load_before},
     }
-    base = _evaluate_all(backend, cfg, datasets, args.limit, "base", results_dir)
+    reader = None
+    if args.answer_span:
+        answer_cfg = load_config().answer
+        reader = span_reader(backend, answer_cfg, cfg)
+        report["answer"] = dataclasses.asdict(answer_cfg)
+    base = _evaluate_all(backend, cfg, datasets, picked, "base-span" if reader else "base", results_dir, reader)
     report["base"] = {n: v["summary"] for n, v in base.items()}
+    if reader is not None:
+        report["answer_span"] = _answer_span_report(base)
     if args.train_steps > 0 or args.adapter_dir is not None:
         if args.adapter_dir is not None:
             adapter_dir = args.adapter_dir
@@ -141,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         report["training"] = info
         backend.load_adapter("arena", adapter_dir)
         backend.activate("arena")
-        trained = _evaluate_all(backend, cfg, datasets, args.limit, "adapter", results_dir)
+        trained = _evaluate_all(backend, cfg, datasets, picked, "adapter", results_dir)
         report["adapter"] = {n: v["summary"] for n, v in trained.items()}
         report["bootstrap"] = {n: compare_results(trained[n]["_results"], base[n]["_results"]) for n in names}
     report["results_dir"] = str(results_dir)
@@ -149,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"]["loadavg_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    print(json.dumps({k: report[k] for k in ("base", "adapter") if k in report}, indent=2))
+    print(json.dumps({k: report[k] for k in ("base", "adapter", "answer_span") if k in report}, indent=2))
     return 0
 
 

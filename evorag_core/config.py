@@ -44,6 +44,7 @@ __all__ = [
     "DynaKragConfig",
     "R2agConfig",
     "AnswerConfig",
+    "ArenaSettings",
     "ANSWER_MODES",
     "YES_NO_CALIBRATIONS",
     "Config",
@@ -561,6 +562,15 @@ class AnswerConfig(_Checked):
 
 
 @dataclass(frozen=True)
+class ArenaSettings(_Checked):
+    """The `arena` method's settings (`[arena]`; its prompt and decoding are `methods.arena_prompt.ArenaConfig`)."""
+
+    answer_span: bool = False  # the final answer is the shared reader's ([answer]) over the references ARENA selected
+
+    RULES: ClassVar[Rules] = {"answer_span": FLAG}
+
+
+@dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -575,6 +585,7 @@ class Config:
     dynakrag: DynaKragConfig = field(default_factory=DynaKragConfig)
     r2ag: R2agConfig = field(default_factory=R2agConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
+    arena: ArenaSettings = field(default_factory=ArenaSettings)
 
 
 def default_config_path() -> Path:

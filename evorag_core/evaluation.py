@@ -11,7 +11,8 @@ from .metrics import mean, paired_bootstrap
 from .methods.base import QuestionResult
 from .types import Question
 
-__all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "SUMMARY_KEYS"]
+__all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "Progress",
+           "SUMMARY_KEYS"]
 
 SUMMARY_KEYS = ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds")
 
@@ -140,20 +141,34 @@ def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], re
     return out
 
 
-def progress_printer(total: int, stream=sys.stderr) -> Callable[[QuestionResult, list[QuestionResult]], None]:
-    """A small progress bar on stderr with the running EM/F1."""
-    start = time.perf_counter()
+class Progress:
+    """A tqdm bar on stderr for `evaluate(..., on_result=Progress(len(questions)))`: questions done / total, the
+    running EM and F1 in the postfix, elapsed time and the ETA. Questions resumed from an earlier run count as done
+    from the start and do not speed up the ETA. The bar closes itself (final state written) when every question is
+    done; `close()` (or `with Progress(...)`) closes it early, e.g. after an error or a fully resumed run."""
 
-    def show(_: QuestionResult, results: list[QuestionResult]) -> None:
-        n = len(results)
-        width = 30
-        filled = int(width * n / max(total, 1))
-        em = mean(r.em for r in results)
-        f1 = mean(r.f1 for r in results)
-        rate = n / max(time.perf_counter() - start, 1e-9)
-        stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {n}/{total} EM {em:.3f} F1 {f1:.3f} {rate:.2f} q/s")
-        if n >= total:
-            stream.write("\n")
-        stream.flush()
+    def __init__(self, total: int, stream: Any = None, desc: str | None = None, disable: bool = False) -> None:
+        from tqdm import tqdm
 
-    return show
+        self.bar = tqdm(total=total, desc=desc, unit="q", file=stream if stream is not None else sys.stderr,
+                        dynamic_ncols=True, disable=disable, smoothing=0.1)
+        self._first = True
+
+    def __call__(self, _: QuestionResult, results: list[QuestionResult]) -> None:
+        if self._first and len(results) > 1:  # resumed: the earlier results took no time in this run
+            self.bar.n = self.bar.last_print_n = self.bar.initial = len(results) - 1
+        self._first = False
+        self.bar.set_postfix_str(f"EM {mean(r.em for r in results):.3f} F1 {mean(r.f1 for r in results):.3f}",
+                                 refresh=False)
+        self.bar.update(len(results) - self.bar.n)
+        if self.bar.n >= self.bar.total:
+            self.close()
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

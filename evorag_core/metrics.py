@@ -15,6 +15,8 @@ __all__ = [
     "f1_score",
     "support_recall",
     "BootstrapResult",
+    "MIN_SIGNIFICANCE_N",
+    "significance_verdict",
     "paired_bootstrap",
     "mean",
 ]
@@ -69,6 +71,10 @@ def mean(values: Iterable[float | None]) -> float:
     return float(sum(vals) / len(vals)) if vals else 0.0
 
 
+MIN_SIGNIFICANCE_N = 20  # fewer pairs than this: the bootstrap's p is not read as a verdict
+ALPHA = 0.05
+
+
 @dataclass(frozen=True)
 class BootstrapResult:
     n: int
@@ -79,6 +85,20 @@ class BootstrapResult:
     ci_high: float
     p_value: float  # two-sided
     resamples: int
+    significant: bool | None = None  # p < ALPHA; None when n < MIN_SIGNIFICANCE_N (no verdict)
+    verdict: str = ""  # "significant (p < 0.05)" | "not significant (p >= 0.05)" | "too few common questions (...)"
+
+
+def significance_verdict(n: int, p_value: float) -> tuple[bool | None, str]:
+    """(significant, verdict in words) for a paired comparison over `n` common questions. With fewer than
+    MIN_SIGNIFICANCE_N the bootstrap of so few pairs can give p = 0 for a difference that means nothing (2 questions
+    both right on one side), so there is no verdict: `(None, "too few common questions (n=2 < 20) to call
+    significance")`."""
+    if n < MIN_SIGNIFICANCE_N:
+        return None, f"too few common questions (n={n} < {MIN_SIGNIFICANCE_N}) to call significance"
+    if p_value < ALPHA:
+        return True, f"significant (p < {ALPHA:g})"
+    return False, f"not significant (p >= {ALPHA:g})"
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10_000, seed: int = 0) -> BootstrapResult:
@@ -97,6 +117,8 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
     diffs = x[idx].mean(axis=1)
     low, high = np.percentile(diffs, [2.5, 97.5])
     tail = min(float(np.mean(diffs <= 0.0)), float(np.mean(diffs >= 0.0)))
+    p_value = min(1.0, 2.0 * tail)
+    significant, verdict = significance_verdict(len(x), p_value)
     return BootstrapResult(
         n=len(x),
         mean_a=float(np.mean(a)),
@@ -104,6 +126,8 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], resamples: int = 10
         diff=float(x.mean()),
         ci_low=float(low),
         ci_high=float(high),
-        p_value=min(1.0, 2.0 * tail),
+        p_value=p_value,
         resamples=resamples,
+        significant=significant,
+        verdict=verdict,
     )

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import pytest
 
+from evorag_core.config import AnswerConfig, ArenaSettings, apply_overrides, load_config
 from evorag_core.errors import AdapterError, ConfigError
 from evorag_core.evaluation import compare_results, evaluate, summarize
 from evorag_core.methods.arena import (
@@ -20,6 +21,7 @@ from evorag_core.methods.arena import (
     ArenaGenerator,
     ArenaMethod,
     arena_answer,
+    span_reader,
 )
 from evorag_core.policy.resolve import resolve_adapter
 from evorag_core.methods.arena_parse import find_citations, lenient_answer, parse_arena, parse_id_list
@@ -226,6 +228,107 @@ def test_eval_method_summary_and_compare(tmp_path):
     cmp = compare_results(results, results, resamples=200)
     assert cmp["format_score"]["diff"] == 0.0 and cmp["em"]["p_value"] == 1.0
     assert summarize(results)["relevance_score"] == 0.5
+
+
+# -- arena.answer_span: the span reader answers over the selected references ------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_reader_folder(tmp_path_factory) -> Path:
+    """A random 2-layer Llama (training.tiny) saved as a model folder; 1 torch thread."""
+    import torch
+
+    from training.tiny import build_tiny_model
+
+    torch.set_num_threads(1)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-reader") / "model",
+                            [Q.question, *(f"{p.title}: {p.text}" for p in P)], vocab_size=1024)
+
+
+@pytest.fixture(scope="module")
+def tiny_reader_backend(tiny_reader_folder, tmp_path_factory):
+    """The tiny Llama as the span reader's scorer."""
+    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.config import PolicyConfig
+
+    return TransformersBackend(PolicyConfig(model=str(tiny_reader_folder), device="cpu"),
+                               tmp_path_factory.mktemp("home"))
+
+
+class ScriptedReplies:
+    """The tiny model for scoring and its chat template, with ARENA's replies scripted (generate pops them)."""
+
+    def __init__(self, backend, replies: list[str]) -> None:
+        self._backend, self._replies = backend, list(replies)
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def generate(self, prompt, max_new_tokens, stop=(), temperature=0.0, n=1, seed=None):
+        return ScriptedBackend(self._replies).generate(prompt, max_new_tokens, stop, temperature, n, seed)
+
+
+def _in_passages(text: str, passages) -> bool:
+    return any(text in p.title or text in p.text for p in passages)
+
+
+def test_answer_span_reads_a_span_of_the_selected_references(tiny_reader_backend):
+    """A sentence-long <answer> over relevance [1,3]: with answer_span off the answer is that text; on, it is the
+    span reader's answer over references 1 and 3 only (a substring of them, not of Big Ben's), the sentence kept
+    in extras. A yes/no question gets yes or no; a reply naming no reference is read over all three."""
+    sentence = ("<relevance>[1,3]</relevance>\n<analysis>Eiffel was born in Dijon [1].</analysis>\n"
+                "<answer>He was born in the French city of Dijon</answer>")
+    off = ArenaMethod(ArenaGenerator(ScriptedReplies(tiny_reader_backend, [sentence]))).run_question(Q)
+    assert off.prediction == "He was born in the French city of Dijon" and "generated_answer" not in off.extras["arena"]
+    assert off.em == 0.0 and 0 < off.f1 < 1
+
+    cfg = ArenaConfig(passage_chars=300)
+    reader = span_reader(tiny_reader_backend, None, cfg)
+    on = ArenaMethod(ArenaGenerator(ScriptedReplies(tiny_reader_backend, [sentence]), cfg), reader=reader)
+    res = on.run_question(Q)
+    selected = (P[0], P[2])
+    assert res.prediction and res.prediction != off.prediction and _in_passages(res.prediction, selected)
+    assert res.prediction == reader.answer(Q.question, selected)  # the reader over the selected references
+    arena = res.extras["arena"]
+    assert arena["generated_answer"] == off.prediction and arena["generated_f1"] == off.f1
+    assert arena["span_evidence"] == ["q1:0", "q1:2"] and arena["span_evidence_from"] == "relevance"
+    assert res.em == (1.0 if res.prediction == "Dijon" else 0.0) and not res.refused
+    assert res.extras["metrics"] == off.extras["metrics"]  # ARENA's rewards are the reply's, unchanged
+    assert reader.span is not None  # span mode even when [answer] says free
+    assert span_reader(tiny_reader_backend, AnswerConfig(mode="free"), cfg).span is not None
+
+    yes_no = Question("q3", "demo", "Was Gustave Eiffel born in Dijon?", ("yes",), passages=P)
+    bare = "<answer>Gustave Eiffel was indeed born there</answer>"
+    res = ArenaMethod(ArenaGenerator(ScriptedReplies(tiny_reader_backend, [bare]), cfg), reader=reader).run_question(
+        yes_no)
+    assert res.prediction in ("yes", "no") and res.extras["arena"]["generated_answer"] == bare[8:-9]
+    assert res.extras["arena"]["span_evidence_from"] == "all" and res.extras["arena"]["span_evidence"] == [
+        p.pid for p in P]
+
+
+def test_eval_builder_reads_answer_span(tiny_reader_folder, tmp_path):
+    """`evorag eval --method arena` builds the method from the config: no reader by default, the span reader (and
+    a label saying so) with `--set arena.answer_span=true`."""
+    from types import SimpleNamespace
+
+    from evorag_core.methods.arena import build_arena_method
+
+    def build(answer_span: bool) -> ArenaMethod:
+        cfg = apply_overrides(load_config(), {"policy.model": str(tiny_reader_folder), "policy.device": "cpu",
+                                              "arena.answer_span": answer_span})
+        rt = SimpleNamespace(cfg=cfg, home=tmp_path, dataset=SimpleNamespace(questions=[Q]))
+        return build_arena_method(SimpleNamespace(adapter=None), rt)
+
+    plain, span = build(False), build(True)
+    assert plain.reader is None and not plain.label.endswith("span answers")
+    assert span.reader is not None and span.reader.span is not None and span.label.endswith(", span answers")
+    assert span.reader.span.chars == 300  # policy.passage_chars, as ARENA cuts its references
+
+
+def test_answer_span_setting_has_a_rule_and_defaults_off():
+    assert load_config().arena.answer_span is False
+    assert apply_overrides(load_config(), {"arena.answer_span": "true"}).arena.answer_span is True
+    with pytest.raises(ConfigError, match="arena.answer_span"):
+        ArenaSettings(answer_span="yes")
 
 
 def test_eval_method_needs_passages():

@@ -38,3 +38,50 @@ def test_bootstrap_identical_and_clear_difference():
 def test_bootstrap_rejects_unpaired():
     with pytest.raises(ValueError):
         paired_bootstrap([1.0], [1.0, 2.0])
+
+
+# -- no verdict on fewer than 20 common questions (issue 24 item 6) -------------------------------------------------
+
+TOO_FEW_2 = "too few common questions (n=2 < 20) to call significance"
+
+
+def _results(ems: list[float]) -> list:
+    from evorag_core.methods.base import QuestionResult
+
+    return [QuestionResult(question_id=f"q{i}", dataset="t", question="?", prediction="a", gold=("a",), em=em, f1=em,
+                           steps=1, passages=(), support_recall=0.0, refused=False) for i, em in enumerate(ems)]
+
+
+def test_two_common_questions_give_no_verdict():
+    """Both right on one side, both wrong on the other: the bootstrap's p is 0, and still no verdict."""
+    res = paired_bootstrap([1.0, 1.0], [0.0, 0.0])
+    assert res.p_value == 0.0 and res.diff == 1.0
+    assert res.significant is None and res.verdict == TOO_FEW_2
+
+
+def test_twenty_five_common_questions_get_a_verdict():
+    clear = paired_bootstrap([1.0] * 25, [0.0] * 25)
+    assert clear.significant is True and clear.verdict == "significant (p < 0.05)"
+    same = paired_bootstrap([1.0, 0.0] * 12 + [1.0], [1.0, 0.0] * 12 + [1.0])
+    assert same.p_value == 1.0 and same.significant is False and same.verdict == "not significant (p >= 0.05)"
+    assert paired_bootstrap([1.0] * 19, [0.0] * 19).significant is None  # the limit: 20
+
+
+def test_compare_results_and_the_cli_say_too_few(tmp_path, capsys):
+    import json
+
+    from evorag_core.cli import main as cli_main
+    from evorag_core.evaluation import compare_results
+
+    a, b = _results([1.0, 1.0]), _results([0.0, 0.0])
+    out = compare_results(a, b, resamples=500)
+    assert out["n"] == 2 and all(out[m]["verdict"] == TOO_FEW_2 and out[m]["significant"] is None
+                                 for m in ("em", "f1", "steps"))
+    assert compare_results(_results([1.0] * 25), _results([0.0] * 25), resamples=500)["em"]["significant"] is True
+    for name, results in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in results))
+    assert cli_main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--resamples", "500"]) == 0
+    text = capsys.readouterr().out
+    assert "common questions: 2" in text and text.count(TOO_FEW_2) == 3 and "significant (p" not in text
+    assert cli_main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["em"]["verdict"] == TOO_FEW_2

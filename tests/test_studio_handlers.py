@@ -294,6 +294,7 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     assert run.name in summary and run_b.name in summary
     boot = handlers.compare_runs(runs, run.name, run_b.name, resamples=500)
     assert "4 common questions" in boot and "<td>+0.7500</td>" in boot
+    assert boot.count("too few common questions (n=4 &lt; 20) to call significance") == 3  # no verdict on 4
     with pytest.raises(ValueError, match="different"):
         handlers.compare_runs(runs, run.name, run.name)
     head, steps, fig = handlers.drill_down(svc, runs, run.name, "demo-002")

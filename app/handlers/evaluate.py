@@ -100,11 +100,10 @@ def compare_runs(runs: dict[str, EvalRun] | None, a: str | None, b: str | None, 
     rows = []
     for metric in ("em", "f1", "steps"):
         r = out[metric]
-        verdict = "significant" if r["p_value"] < 0.05 else "not significant"
         rows.append([metric, r["mean_a"], r["mean_b"], f"{r['diff']:+.4f}",
-                     f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", f"{r['p_value']:.4f}", verdict])
+                     f"[{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]", f"{r['p_value']:.4f}", r["verdict"]])
     head = f'<div class="evo-h">A = {views.esc(a)} · B = {views.esc(b)} · {out["n"]} common questions · {int(resamples)} resamples</div>'
-    return head + views.table_html(["metric", "mean A", "mean B", "A − B", "95% CI", "p", "p < 0.05"], rows,
+    return head + views.table_html(["metric", "mean A", "mean B", "A − B", "95% CI", "p", "verdict"], rows,
                                    table_id="evo-bootstrap")
 
 

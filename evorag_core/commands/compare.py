@@ -31,6 +31,6 @@ def main(args: argparse.Namespace) -> int:
         r = out[metric]
         print(
             f"  {metric:<5} A {r['mean_a']:.4f}  B {r['mean_b']:.4f}  diff {r['diff']:+.4f}"
-            f"  95% CI [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]  p = {r['p_value']:.4f}"
+            f"  95% CI [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]  p = {r['p_value']:.4f}  {r['verdict']}"
         )
     return 0

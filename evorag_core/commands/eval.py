@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..evaluation import SUMMARY_KEYS, evaluate, extra_metric_keys, progress_printer
+from ..evaluation import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
 from ..methods.arena import build_arena_method
 from ..methods.agent import build_agent_method
 from ..methods.base import EpisodeMethod
@@ -52,6 +51,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
                    help="--method agent: best-of-K by this saved preference model (K = policy.siblings)")
     p.add_argument("--out", type=Path, default=None, help="per-question results (JSON lines)")
     p.add_argument("--resume", action="store_true", help="skip questions already in --out")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar on stderr (questions done / total, running EM/F1, ETA)")
     return p
 
 
@@ -60,8 +61,8 @@ def main(args: argparse.Namespace) -> int:
     rt = runtime_from_args(args, cfg)
     method = METHODS[args.method](args, rt)
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
-    show = progress_printer(len(questions)) if sys.stderr.isatty() and not args.json else None
-    summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
+    with Progress(len(questions), desc=f"eval {args.method}", disable=not args.progress) as show:
+        summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
     backend = getattr(method, "backend", None)
     if backend is not None and hasattr(backend, "tokens_generated"):
         summary["tokens_per_second"] = backend.tokens_generated / summary["seconds"] if summary["seconds"] else 0.0

@@ -8,9 +8,17 @@
 - `ArenaMethod`: the `arena` evaluation method in the per-question (distractor) setting: the references are the
   question's own passages in the data set's order; its results carry the four rewards as `extras["metrics"]`
   (averaged into the summary by `evaluation.summarize`) and the parsed parts as `extras["arena"]`.
+- `arena.answer_span = true` (`ArenaMethod(..., reader=span_reader(...))`): the reply is generated and parsed as
+  always (format, relevance and the rewards are the reply's), but the final answer is the shared reader's
+  (`answers.Reader`, span mode, `[answer]` settings: a passage span, yes/no, or "" = refusal) over the references
+  the reply rests on (`ArenaOutput.supporting`: those listed in <relevance>, else those cited as [i]; all the
+  references when it names none). The generated answer stays in `extras["arena"]` (`generated_answer`,
+  `generated_em`, `generated_f1`) with the reader's evidence (`span_evidence`, `span_evidence_from`).
+  Measured in docs/answers.md ("ARENA with span answers").
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -29,6 +37,7 @@ __all__ = [
     "arena_answer",
     "ArenaMethod",
     "build_arena_method",
+    "span_reader",
     "METRIC_KEYS",
 ]
 
@@ -134,9 +143,10 @@ class ArenaMethod:
 
     name = "arena"
 
-    def __init__(self, generator: ArenaGenerator, label: str | None = None) -> None:
+    def __init__(self, generator: ArenaGenerator, label: str | None = None, reader: Any = None) -> None:
         self.generator = generator
         self.label = label or "ARENA"
+        self.reader = reader  # an answers.Reader: arena.answer_span (None: the generated <answer> is the answer)
 
     @property
     def backend(self) -> Any:
@@ -151,26 +161,60 @@ class ArenaMethod:
         cfg = self.generator.cfg
         reward = arena_reward(out.parsed, question.answers, gold_ids, accuracy=cfg.accuracy, bonus=cfg.bonus)
         selected = tuple(p.pid for p in out.selected)
-        em = exact_match(out.answer, question.answers) if out.answer else 0.0
-        f1 = f1_score(out.answer, question.answers) if out.answer else 0.0
+        details = _details(out, gold_ids, reward)
+        answer = out.answer
+        if self.reader is not None:
+            evidence, source = _span_evidence(out)
+            answer = self.reader.answer(question.question, evidence)
+            details.update(generated_answer=out.answer, generated_em=_em(out.answer, question.answers),
+                           generated_f1=_f1(out.answer, question.answers),
+                           span_evidence=[p.pid for p in evidence], span_evidence_from=source)
         return QuestionResult(
             question_id=question.id,
             dataset=question.dataset,
             question=question.question,
-            prediction=out.answer,
+            prediction=answer,
             gold=question.answers,
-            em=em,
-            f1=f1,
+            em=_em(answer, question.answers),
+            f1=_f1(answer, question.answers),
             steps=1,
             passages=selected,  # the references the reply selected in <relevance>
             support_recall=support_recall(selected, question.gold_pids),
-            refused=False,
-            trace=({"t": 1, "action": "ANSWER", "argument": out.answer or ""},),
+            refused=self.reader is not None and not answer,  # the span reader's refusal ("")
+            trace=({"t": 1, "action": "ANSWER", "argument": answer or ""},),
             format_valid=out.parsed.ok,
             fallback=int(out.fallback),
             seconds=time.perf_counter() - start,
-            extras={"metrics": _metrics(reward), "arena": _details(out, gold_ids, reward)},
+            extras={"metrics": _metrics(reward), "arena": details},
         )
+
+
+def _em(answer: str | None, gold: Sequence[str]) -> float:
+    return exact_match(answer, gold) if answer else 0.0
+
+
+def _f1(answer: str | None, gold: Sequence[str]) -> float:
+    return f1_score(answer, gold) if answer else 0.0
+
+
+def _span_evidence(out: ArenaOutput) -> tuple[tuple[Passage, ...], str]:
+    """The passages the span reader answers from: those the reply rests on, else all the references."""
+    if out.supporting:
+        return out.supporting, "relevance" if out.parsed.relevance is not None else "citations"
+    return out.references, "all"
+
+
+def span_reader(backend: Any, answer_cfg: Any, cfg: ArenaConfig, max_tokens: int = 24) -> Any:
+    """The shared reader in span mode with `answer_cfg`'s other settings (a `config.AnswerConfig`; None: the
+    defaults), its passages cut as ARENA cuts its references (`cfg.passage_chars`; 0 = the full text)."""
+    from ..answers import Reader
+    from ..config import AnswerConfig
+
+    answer_cfg = dataclasses.replace(answer_cfg if answer_cfg is not None else AnswerConfig(), mode="span")
+    return Reader(backend, answer_cfg, cfg.passage_chars or _FULL_TEXT, max_tokens)
+
+
+_FULL_TEXT = 10**9  # a passage cut that keeps every character
 
 
 def _metrics(reward: ArenaReward) -> dict[str, float]:
@@ -186,7 +230,7 @@ def _details(out: ArenaOutput, gold_ids: Sequence[int], reward: ArenaReward) -> 
 def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
     """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (backend, device, dtype,
     threads; loaded as the agent method loads it); references cut to `policy.passage_chars` characters (0: full
-    text); greedy replies."""
+    text); greedy replies; with `arena.answer_span` the final answer is the span reader's (module docstring)."""
     from .agent import load_backend
 
     missing = [q.id for q in rt.dataset.questions if not q.passages]
@@ -197,4 +241,8 @@ def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
     backend.activate(name)
     label = f"ARENA {backend.model_id}" + (f" + adapter {name}" if name else "")
     cfg = ArenaConfig(passage_chars=rt.cfg.policy.passage_chars)
-    return ArenaMethod(ArenaGenerator(backend, cfg), label)
+    reader = None
+    if rt.cfg.arena.answer_span:
+        reader = span_reader(backend, rt.cfg.answer, cfg, rt.cfg.policy.max_answer_tokens)
+        label += ", span answers"
+    return ArenaMethod(ArenaGenerator(backend, cfg), label, reader)
