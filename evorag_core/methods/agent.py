@@ -39,6 +39,8 @@ class AgentPolicy:
             info["arena"] = d.arena
         if d.query is not None:
             info["query"] = d.query
+        if d.answer_source:
+            info["answer_source"] = d.answer_source
         return d.action, info
 
 
