@@ -109,12 +109,13 @@ def highlight(text: str, span: str | None) -> str:
 
 
 def grade_html(grade: Grade | None) -> str:
-    """The badge: verdict, EM and F1 (and what was graded, as its tooltip); "" without a grade."""
+    """The badge (verdict, EM, F1) and, beside it, what was graded ("refused an unanswerable question");
+    "" without a grade."""
     if grade is None:
         return ""
-    return (f'<span class="badge grade {grade.verdict}" id="evo-grade" data-verdict="{grade.verdict}" '
-            f'title="{html.escape(grade.reason, quote=True)}">{grade.label} · EM {grade.em:.0f} · F1 {grade.f1:.2f}'
-            "</span>")
+    return (f'<span class="badge grade {grade.verdict}" id="evo-grade" data-verdict="{grade.verdict}">'
+            f"{grade.label} · EM {grade.em:.0f} · F1 {grade.f1:.2f}</span>"
+            f' <span class="evo-grade-why">({html.escape(grade.reason, quote=True)})</span>')
 
 
 def episode_grade(question: Question, record: EpisodeRecord) -> Grade | None:

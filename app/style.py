@@ -41,7 +41,7 @@ CSS = """
 .badge.grade.partial { background: #ffe0b2; color: #8a4b00; border: 1px solid #ffa726; }
 .badge.grade.wrong { background: #ffcdd2; color: #b71c1c; border: 1px solid #ef5350; }
 .badge.source { background: #b3e5fc; color: #01579b; }
-.evo-src-ref { font-size: 0.85rem; color: var(--body-text-color-subdued); margin-left: 6px; }
+.evo-grade-why, .evo-src-ref { font-size: 0.85rem; color: var(--body-text-color-subdued); }
 .act { font-family: var(--font-mono); font-size: 0.8rem; font-weight: 600; }
 .act-search { color: #1565c0; } .act-answer { color: #2e7d32; } .act-refuse { color: #6a1b9a; }
 .act-backtrack { color: #c62828; }

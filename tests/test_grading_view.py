@@ -150,3 +150,14 @@ def test_an_unanswerable_question_shows_unanswerable_and_a_refusal_is_correct(sv
     assert sess.record.refused
     assert 'data-verdict="correct"' in view.status and "1845" not in view.status
     assert "<mark>" not in view.passages and 'class="badge source"' not in view.passages
+
+
+def test_the_studio_policy_records_the_answer_source_in_the_step_info():
+    """A span answer's source pid travels from the LM decision to the step record the view reads."""
+    from app.policies import _info
+    from evorag_core.policy.agent import PolicyDecision
+
+    decision = PolicyDecision(Answer("Sable River"), -1.0, -2.0, -3.0, "prompt", "ANSWER: Sable River",
+                              answer_source="p:mirrow")
+    assert _info(decision)["answer_source"] == "p:mirrow"
+    assert "answer_source" not in _info(PolicyDecision(Refuse(), -1.0, 0.0, -1.0, "prompt", "REFUSE"))

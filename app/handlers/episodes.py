@@ -279,7 +279,7 @@ def _status_html(session: EpisodeSession, rec: EpisodeRecord, source: str = "") 
                    else "refused" if rec.refused else "ran out of steps")
         outcome += grading_view.grade_html(grading_view.episode_grade(q, rec))
         if source:
-            outcome += f' <span class="evo-src-ref">read from passage {views.esc(source)}</span>'
+            outcome += f' · <span class="evo-src-ref">read from passage {views.esc(source)}</span>'
         state = f'<span class="badge done">done</span> {outcome}'
     else:
         state = f'<span class="badge running">running</span> next step t = {len(rec.steps) + 1} of {rec.t_max}'
