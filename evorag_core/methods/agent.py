@@ -39,7 +39,7 @@ class AgentPolicy:
             info["arena"] = d.arena
         if d.query is not None:
             info["query"] = d.query
-        if d.answer_source:
+        if getattr(d, "answer_source", None):  # a span answer's source passage (pid)
             info["answer_source"] = d.answer_source
         return d.action, info
 
