@@ -226,4 +226,6 @@ def _info(decision: Any) -> dict[str, Any]:
         info["fallback"] = decision.fallback
     if getattr(decision, "arena", None) is not None:  # answer_with="arena": the cited reply, for the answer view
         info["arena"] = decision.arena
+    if getattr(decision, "answer_source", None):  # a span answer's source passage (pid), marked in the passages
+        info["answer_source"] = decision.answer_source
     return info

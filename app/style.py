@@ -36,6 +36,12 @@ CSS = """
 .badge.unanswerable { background: #ffcdd2; color: #b71c1c; }
 .badge.done { background: #cfd8dc; color: #263238; }
 .badge.running { background: #bbdefb; color: #0d47a1; }
+.badge.grade { font-size: 0.8rem; padding: 1px 8px; margin-left: 8px; }
+.badge.grade.correct { background: #c8e6c9; color: #1b5e20; border: 1px solid #66bb6a; }
+.badge.grade.partial { background: #ffe0b2; color: #8a4b00; border: 1px solid #ffa726; }
+.badge.grade.wrong { background: #ffcdd2; color: #b71c1c; border: 1px solid #ef5350; }
+.badge.source { background: #b3e5fc; color: #01579b; }
+.evo-grade-why, .evo-src-ref { font-size: 0.85rem; color: var(--body-text-color-subdued); }
 .act { font-family: var(--font-mono); font-size: 0.8rem; font-weight: 600; }
 .act-search { color: #1565c0; } .act-answer { color: #2e7d32; } .act-refuse { color: #6a1b9a; }
 .act-backtrack { color: #c62828; }
@@ -43,6 +49,8 @@ CSS = """
 .evo-passages li { border: 1px solid var(--border-color-primary); border-radius: 6px; padding: 6px 8px;
   margin-bottom: 6px; }
 .evo-passages li.gold { border-color: #f9a825; background: rgba(255, 213, 79, 0.10); }
+.evo-passages li.source { border: 2px solid #0288d1; }
+.evo-passages mark { background: #fff176; color: inherit; padding: 0 2px; border-radius: 3px; }
 .evo-passages .ptitle { font-weight: 600; font-size: 0.9rem; }
 .evo-passages .pid { float: right; font-family: var(--font-mono); font-size: 0.7rem; color: #999; }
 .evo-passages .ptext { font-size: 0.85rem; white-space: pre-wrap; overflow-wrap: anywhere; }

@@ -16,6 +16,8 @@ from evorag_core.scheduler import SIGNAL_WEIGHT, weights_at
 from evorag_core.signals import SIGNAL_NAMES
 from evorag_core.types import Passage
 
+from .grading_view import highlight
+
 __all__ = [
     "SIGNAL_LABELS",
     "WEIGHT_SYMBOLS",
@@ -130,18 +132,25 @@ def step_breakdown(step: StepRecord | None) -> str:
     )
 
 
-def passages_html(passages: Sequence[Passage], gold: Iterable[str], gold_known: bool, heading: str = "") -> str:
-    """Numbered passages with titles; gold-support passages are marked when gold is known."""
+def passages_html(passages: Sequence[Passage], gold: Iterable[str], gold_known: bool, heading: str = "",
+                  source: int | None = None, span: str | None = None) -> str:
+    """Numbered passages with titles; gold-support passages are marked when gold is known; the answer's source
+    passage (0-based index `source`) is marked "source", with the answer `span` in <mark> in its title and text."""
     if not passages:
         return f'<div class="evo-empty">{esc(heading or "No passages retrieved at this step.")}</div>'
     gold = set(gold)
     items = []
     for i, p in enumerate(passages, 1):
         is_gold = gold_known and p.pid in gold
+        is_source = source == i - 1
         badge = '<span class="badge gold">gold</span>' if is_gold else ""
+        if is_source:
+            badge += '<span class="badge source">source of the answer</span>'
+        cls = " ".join(c for c, on in (("gold", is_gold), ("source", is_source)) if on)
+        title, text = (highlight(p.title, span), highlight(p.text, span)) if is_source else (esc(p.title), esc(p.text))
         items.append(
-            f'<li class="{"gold" if is_gold else ""}"><div class="ptitle">[{i}] {esc(p.title)} {badge}'
-            f'<span class="pid">{esc(p.pid)}</span></div><div class="ptext">{esc(p.text)}</div></li>'
+            f'<li class="{cls}"><div class="ptitle">[{i}] {title} {badge}'
+            f'<span class="pid">{esc(p.pid)}</span></div><div class="ptext">{text}</div></li>'
         )
     title = f'<div class="evo-h">{esc(heading)}</div>' if heading else ""
     return f'{title}<ol class="evo-passages">{"".join(items)}</ol>'

@@ -1,16 +1,20 @@
 """Answers, one place for every method: the reader prompt (a short answer from numbered passages, or closed book),
 the clean-up of generated answer text, and `Reader`, the answer step every method shares.
 
-`Reader(backend, answer_cfg, chars, max_tokens).answer(question, passages) -> str` ("" = refusal):
+`Reader(backend, answer_cfg, chars, max_tokens).answer(question, passages) -> str` ("" = refusal); `read(...)` gives
+the same answers as `span_reader.SpanAnswer`s, with the pid of the passage a span was read from (`source_pid`):
 `answer.mode = "span"` gives a span of the passages, yes/no, or a refusal (`span_reader.SpanReader`, where the
 measured alternatives are); `"free"` is greedy generation from `reader_prompt`, cleaned (`clean_answer`) - the reader
 of every method before grounded answers, kept for larger models that answer well on their own."""
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .types import Passage
+
+if TYPE_CHECKING:
+    from .span_reader import SpanAnswer
 
 __all__ = ["ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "Reader", "clean_answer", "reader_prompt", "render_passages"]
 
@@ -70,14 +74,24 @@ class Reader:
             return span_prompt(self.backend, question, passages, self.span.chars, self.cfg.demos)
         return reader_prompt(self.backend, question, passages, self.chars)
 
-    def answers(self, question: str, passages: Sequence[Passage], *, n: int = 1, temperature: float = 0.0,
-                seed: int | None = None) -> list[str]:
-        """`n` answers (greedy: the same one n times)."""
+    def read(self, question: str, passages: Sequence[Passage], *, n: int = 1, temperature: float = 0.0,
+             seed: int | None = None) -> list[SpanAnswer]:
+        """`n` answers (greedy: the same one n times) with where each came from: the span mode's `SpanAnswer`s
+        (a span's source passage in `source` / `source_pid`); in free mode kind "free" (or "refusal" when the
+        cleaned text is empty) and no source."""
+        from .span_reader import SpanAnswer
+
         if self.span is not None:
-            return [a.text for a in self.span.read(question, passages, temperature=temperature, n=n, seed=seed)]
+            return self.span.read(question, passages, temperature=temperature, n=n, seed=seed)
         outs = self.backend.generate(reader_prompt(self.backend, question, passages, self.chars), self.max_tokens,
                                      stop=("\n",), temperature=temperature, n=n, seed=seed)
-        return [clean_answer(o.text) for o in outs]
+        texts = [clean_answer(o.text) for o in outs]
+        return [SpanAnswer(t, "free" if t else "refusal") for t in texts]
+
+    def answers(self, question: str, passages: Sequence[Passage], *, n: int = 1, temperature: float = 0.0,
+                seed: int | None = None) -> list[str]:
+        """`n` answer texts (greedy: the same one n times)."""
+        return [a.text for a in self.read(question, passages, n=n, temperature=temperature, seed=seed)]
 
     def answer(self, question: str, passages: Sequence[Passage]) -> str:
         return self.answers(question, passages)[0]

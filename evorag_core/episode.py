@@ -21,7 +21,7 @@ class StepRecord:
     weights: Mapping[str, float]
     reward: float
     verdict: Verdict | None = None  # sufficiency verdict used by `ref` (REFUSE steps)
-    info: Mapping[str, Any] = field(default_factory=dict)  # e.g. policy log-probs, fallback reason
+    info: Mapping[str, Any] = field(default_factory=dict)  # e.g. policy log-probs, fallback reason, answer_source
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"t": self.t, **action_to_dict(self.action)}

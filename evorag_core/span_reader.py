@@ -89,9 +89,10 @@ SHORT_ANSWER_DEMOS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class SpanAnswer:
-    """The reader's answer: `text` ("" for a refusal), `kind` ("span" | "yes_no" | "refusal"), the refusal
-    `reason` ("no_passages" | "no_candidates"), the passage (0-based index) the span was taken from, its score and
-    how many candidates were scored."""
+    """The reader's answer: `text` ("" for a refusal), `kind` ("span" | "yes_no" | "refusal"; `answers.Reader`
+    in free mode: "free"), the refusal `reason` ("no_passages" | "no_candidates"), the passage the span was taken
+    from (`source`: its 0-based index in the passages read; `source_pid`: its pid; None for yes/no, refusals and
+    free answers), its score and how many candidates were scored."""
 
     text: str
     kind: str
@@ -99,6 +100,7 @@ class SpanAnswer:
     source: int | None = None
     score: float = 0.0
     candidates: int = 0
+    source_pid: str | None = None
 
 
 def _norm_words(text: str) -> list[str]:
@@ -322,7 +324,8 @@ class SpanReader:
         scores = self.span_scores(question, passages, [s for s, _ in cands])
         self.last_scores = {s: sc for (s, _), sc in zip(cands, scores)}
         picks = _pick(scores, temperature, n, seed)
-        return [SpanAnswer(cands[k][0], "span", None, cands[k][1], scores[k], len(cands)) for k in picks]
+        return [SpanAnswer(cands[k][0], "span", None, cands[k][1], scores[k], len(cands), passages[cands[k][1]].pid)
+                for k in picks]
 
 
 def _pick(scores: Sequence[float], temperature: float, n: int, seed: int | None) -> list[int]:

@@ -94,6 +94,7 @@ def test_span_answers_are_passage_substrings(tiny_backend):
         a = reader.answer(q, PASSAGES)
         assert a.kind == "span" and a.text and _in_passage_exactly(a.text, PASSAGES), (q, a)
         assert a.text in (PASSAGES[a.source].title + PASSAGES[a.source].text)
+        assert a.source_pid == PASSAGES[a.source].pid  # the source recorded by pid too (the studio marks it)
         assert span_in_passages(" ".join(a.text.upper().split()), PASSAGES, 300)  # case and whitespace folded
         assert a.score == max(reader.last_scores.values())  # the best-scored candidate
     sampled = reader.read(QUESTIONS[0], PASSAGES, temperature=1.0, n=6, seed=3)
@@ -106,7 +107,8 @@ def test_yes_no_is_the_higher_calibrated_score(tiny_backend):
     for calibration in ("none", "content_free"):
         reader = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration))
         margin = reader.yes_no_margin(q, PASSAGES)
-        assert reader.answer(q, PASSAGES).text == ("yes" if margin > 0 else "no")
+        answer = reader.answer(q, PASSAGES)
+        assert answer.text == ("yes" if margin > 0 else "no") and answer.source_pid is None  # no source passage
         # a bias that moves the margin across zero flips the answer, either way
         up = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, yes_bias=abs(margin) + 1))
         down = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, yes_bias=-abs(margin) - 1))
@@ -131,6 +133,9 @@ def test_free_mode_generates_as_before(tiny_backend):
     assert free.span is None
     expected = tiny_backend.generate(reader_prompt(tiny_backend, QUESTIONS[0], PASSAGES, 300), 6, stop=("\n",))[0]
     assert free.answer(QUESTIONS[0], PASSAGES) == clean_answer(expected.text)
+    (read,) = free.read(QUESTIONS[0], PASSAGES)
+    assert read.text == clean_answer(expected.text) and read.source_pid is None
+    assert read.kind == ("free" if read.text else "refusal")
 
 
 def test_agent_answers_with_passage_spans(tiny_backend):
@@ -141,8 +146,11 @@ def test_agent_answers_with_passage_spans(tiny_backend):
     decisions = policy.candidates(view, k=12, temperature=1.0, seed=5)
     answers = [d for d in decisions if d.completion.startswith("ANSWER")]
     assert answers
+    by_pid = {p.pid: p for p in PASSAGES}
     for d in answers:
         assert _in_passage_exactly(d.action.answer, PASSAGES)
+        source = by_pid[d.answer_source]  # the span's source passage travels with the decision
+        assert " ".join(d.action.answer.split()) in " ".join(f"{source.title} {source.text}".split())
         assert d.logprob == pytest.approx(tiny_backend.sequence_logprob(d.prompt, d.completion), abs=1e-3)
 
 

@@ -13,7 +13,7 @@ from evorag_core.actions import action_to_dict
 from evorag_core.episode import EpisodeRecord
 from evorag_core.types import Passage
 
-from .. import views
+from .. import grading_view, views
 from ..policies import FeatureUnavailable, policy_choices
 from ..services import Services
 from ..session import EpisodeSession, EpisodeSettings
@@ -248,12 +248,14 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
         chain = session.env.view().passages
         passages, heading = chain, ("Evidence in the active chain" if chain else "")
     current_t = min(len(rec.steps) + (0 if rec.done else 1), rec.t_max) if rec.steps else 1
+    source = grading_view.source_index(rec.answer, passages, grading_view.recorded_source(rec)) if rec.done else None
     msg = views.message_html(message, "ok") + "".join(views.message_html(n, "warn") for n in notes)
     return EpisodeView(
-        status=_status_html(session, rec),
+        status=_status_html(session, rec, f"[{source + 1}] {passages[source].title}" if source is not None else ""),
         steps=views.steps_table(rec),
         breakdown=views.step_breakdown(last) + _arena_answer_html(session, last),
-        passages=views.passages_html(passages, rec.gold_pids, session.question.has_passages, heading),
+        passages=views.passages_html(passages, rec.gold_pids, session.question.has_passages, heading, source,
+                                     rec.answer),
         weights=views.weights_figure(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
         contributions=views.contributions_figure(rec),
         verdicts=views.verdicts_html(rec),
@@ -267,12 +269,17 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
     )
 
 
-def _status_html(session: EpisodeSession, rec: EpisodeRecord) -> str:
+def _status_html(session: EpisodeSession, rec: EpisodeRecord, source: str = "") -> str:
+    """The question, its gold answer ("unanswerable" for an unanswerable one), policy and state; once finished, the
+    outcome with its grade badge (EM, F1) and the passage a span answer was read from."""
     q = session.question
-    gold = ", ".join(q.answers) if q.answers else "unknown (free question)"
+    gold = grading_view.gold_text(q)
     if rec.done:
-        outcome = (f"answered <b>{views.esc(rec.answer)}</b>" if rec.answer is not None
+        outcome = (f'answered <b id="evo-answer">{views.esc(rec.answer)}</b>' if rec.answer is not None
                    else "refused" if rec.refused else "ran out of steps")
+        outcome += grading_view.grade_html(grading_view.episode_grade(q, rec))
+        if source:
+            outcome += f' · <span class="evo-src-ref">read from passage {views.esc(source)}</span>'
         state = f'<span class="badge done">done</span> {outcome}'
     else:
         state = f'<span class="badge running">running</span> next step t = {len(rec.steps) + 1} of {rec.t_max}'
@@ -300,7 +307,7 @@ def _arena_answer_html(session: EpisodeSession, step) -> str:
 
     refs = tuple(session.env.passage(pid) for pid in arena.get("references", ()))
     gold_ids = gold_reference_ids([p.pid for p in refs], session.record.gold_pids)
-    answers = tuple(session.question.answers or ())
+    answers = () if grading_view.is_unanswerable(session.question) else tuple(session.question.answers or ())
     reward = arena_reward(parse_arena(arena.get("text", ""), len(refs)), answers, gold_ids) if answers else None
     return render_arena_answer(refs, arena.get("text", ""), gold_ids=gold_ids, reward=reward, gold_answers=answers,
                                anchor=f"arena-step-{step.t}")

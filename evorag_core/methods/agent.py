@@ -39,6 +39,8 @@ class AgentPolicy:
             info["arena"] = d.arena
         if d.query is not None:
             info["query"] = d.query
+        if getattr(d, "answer_source", None):  # a span answer's source passage (pid)
+            info["answer_source"] = d.answer_source
         return d.action, info
 
 

@@ -46,6 +46,8 @@ Answers are cleaned like every method's (`answers.clean_answer`: first line, no 
 With `answer.mode = "span"` (the `AnswerConfig` passed as `answer`; the default) and answer_with = "reader", the
 ANSWER text is the shared reader's (`answers.Reader`): a span of the reader's passages, yes/no, or a refusal (an
 empty answer: REFUSE, fallback "empty_answer"); sampled siblings draw among the same candidates at the temperature.
+A span answer's source passage (its pid) is `PolicyDecision.answer_source`; the episode's ANSWER step records it
+as `info["answer_source"]` (the studio marks that passage).
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
 ("empty_query"); an answer empty after cleaning becomes REFUSE ("empty_answer"). In free mode a query equal to an earlier one is
 kept: the environment's overlap penalty handles it.
@@ -86,6 +88,7 @@ class PolicyDecision:
     choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
     arena: dict[str, Any] | None = None  # answer_with="arena": the cited reply (`ArenaOutput.details()`)
     query: dict[str, Any] | None = None  # query_mode="grounded", a SEARCH after the first hop: how it was chosen
+    answer_source: str | None = None  # a span answer's source passage (pid); None for yes/no, free text, no answer
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
@@ -196,6 +199,7 @@ class LMPolicy:
         wanted = [i for i, name in enumerate(names) if name in ARGUMENT_ACTIONS and not (first and name == "SEARCH")]
         generations: dict[int, Generation] = {}
         replies: dict[int, Any] = {}
+        sources: dict[int, str | None] = {}
         if self.cfg.answer_with == "arena":  # ANSWER texts come from ARENA's cited replies, as one batch
             answers = [i for i in wanted if names[i] == "ANSWER"]
             wanted = [i for i in wanted if names[i] != "ANSWER"]
@@ -205,9 +209,10 @@ class LMPolicy:
             answers = [i for i in wanted if names[i] == "ANSWER"]
             wanted = [i for i in wanted if names[i] != "ANSWER"]
             if answers:
-                texts = self.reader.answers(view.question, reader_passages(view, self.cfg.reader_passages),
-                                            n=len(answers), temperature=temperature, seed=seed + 2)
-                generations = {i: Generation(t, (), (), "stop") for i, t in zip(answers, texts)}
+                read = self.reader.read(view.question, reader_passages(view, self.cfg.reader_passages),
+                                        n=len(answers), temperature=temperature, seed=seed + 2)
+                generations = {i: Generation(a.text, (), (), "stop") for i, a in zip(answers, read)}
+                sources = {i: a.source_pid for i, a in zip(answers, read)}
         if wanted:  # the other arguments (SEARCH, and ANSWER unless ARENA writes it) decode as one batch
             answering = any(names[i] == "ANSWER" for i in wanted)
             reader = self._reader_prompt(view) if answering and self.cfg.answer_with == "reader" else None
@@ -216,8 +221,8 @@ class LMPolicy:
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
             generations.update(zip(wanted, outs))
         queries = self._grounded(view, prompt, generations, names, temperature, seed + 3)
-        decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i), queries.get(i))
-                     for i, name in enumerate(names)]
+        decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i), queries.get(i),
+                                    sources.get(i)) for i, name in enumerate(names)]
         if count:
             self._count_fallbacks(decisions)
         return decisions
@@ -246,7 +251,8 @@ class LMPolicy:
         return ArenaGenerator(self.backend, cfg).sample(view.question, passages, n, temperature, seed=seed)
 
     def _decision(self, view, prompt, name, raw, probs, generated: Generation | None,
-                  reply: Any = None, query: tuple[str, dict[str, Any]] | None = None) -> PolicyDecision:
+                  reply: Any = None, query: tuple[str, dict[str, Any]] | None = None,
+                  source: str | None = None) -> PolicyDecision:
         fallback = None
         argument = ""
         if query is not None:  # grounded: the chosen candidate; its log-prob is the generation's only if it is that text
@@ -275,7 +281,7 @@ class LMPolicy:
         action = _action(name, argument)
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
                               fallback, dict(probs), reply.details() if reply is not None else None,
-                              query[1] if query is not None else None)
+                              query[1] if query is not None else None, source if name == "ANSWER" else None)
 
     def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
         """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary
