@@ -6,8 +6,11 @@ thread extends the lease every lease/3 seconds and writes the latest progress {s
 round: succeeded with its metrics (its claimed pairs become consumed), or failed with a readable error (released).
 
 If the worker is killed (SIGKILL, power loss) nothing is finished; the lease runs out and the next worker to poll
-reaps the round. If the heartbeat finds the round no longer ours (reaped after a long stall, or cancelled in the
-studio), the next progress report raises `RoundLost` and training stops without touching the round. SIGTERM and
+reaps the round. If the heartbeat finds the round no longer ours (reaped after a long stall), the next progress
+report raises `RoundLost` and training stops without touching the round. Cancel (studio, `evorag rounds cancel`)
+records a request; every progress report (each training step, each phase change) reads it, so training stops
+within one step: `RoundCancelled` is raised from the report, and the worker ends the round `cancelled` with its
+claimed pairs released and no adapter registered (registering is itself a phase, checked first). SIGTERM and
 Ctrl-C fail the running round ("worker stopped") before the process exits, so its pairs are released at once.
 
     python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
@@ -33,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from evorag_core.config import Config
 from evorag_core.errors import StoreError
 
-from .job import AdapterRef, ProgressFn, RoundJob, RoundLost
+from .job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
 
 __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars",
            "tame_malloc", "release_memory", "main"]
@@ -77,19 +80,27 @@ class Heartbeat:
         self._thread.join()
 
     def report(self, entry: dict[str, Any]) -> None:
-        """The rounds' `on_progress`: keeps {step, total, loss, eta, ...}; raises RoundLost once the round is gone."""
-        step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
-        eta = None
-        if step and total and elapsed is not None:
-            eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
-        with self._lock:
-            first = self._progress.get("phase") != "train"
-            self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
-                              "eta": eta, "phase": "train"}
-        if first:
+        """The rounds' `on_progress`: keeps {step, total, loss, eta, ...} (or a phase change {phase}); raises
+        RoundLost once the round is gone and RoundCancelled once a cancel was requested (one read per report)."""
+        if "step" not in entry and "phase" in entry:
+            with self._lock:
+                self._progress = {**self._progress, "phase": str(entry["phase"])}
             self._wake.set()
+        else:
+            step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
+            eta = None
+            if step and total and elapsed is not None:
+                eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
+            with self._lock:
+                first = self._progress.get("phase") != "train"
+                self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
+                                  "eta": eta, "phase": "train"}
+            if first:
+                self._wake.set()
         if self.lost.is_set():
             raise RoundLost(f"round {self.round_id} is no longer held by {self.worker_id}")
+        if self.store.cancel_requested(self.round_id):
+            raise RoundCancelled(f"round {self.round_id}: cancel requested")
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -146,6 +157,10 @@ def process_one(
     except RoundLost as exc:
         log.warning("%s; leaving the round as the store has it", exc)
         return store.get_round(claimed.id)
+    except RoundCancelled as exc:
+        heartbeat.stop()
+        log.info("%s: stopped at %s", exc, heartbeat.snapshot())
+        return _cancel(store, claimed.id, worker_id, heartbeat.snapshot())
     except (KeyboardInterrupt, SystemExit):
         heartbeat.stop()  # stop() is idempotent; the finally below calls it again
         _fail(store, claimed.id, worker_id, "interrupted: the worker was stopped (SIGTERM or Ctrl-C) mid-round")
@@ -169,6 +184,16 @@ def process_one(
         return store.get_round(claimed.id)
     log.info("round %s succeeded: adapter %s at %s", claimed.id, ref.name, ref.path)
     return done
+
+
+def _cancel(store: Any, round_id: int, worker_id: str, progress: dict[str, Any]) -> Any | None:
+    """End a cancelled round: the last progress written (the step it stopped at), then cancelled, pairs released."""
+    try:
+        store.heartbeat(round_id, worker_id, progress={**progress, "phase": "cancelled", "eta": None})
+        return store.confirm_cancel(round_id, worker_id=worker_id)
+    except StoreError as exc:  # reaped meanwhile: the reaper already cancelled it and released its pairs
+        log.warning("round %s could not be marked cancelled: %s", round_id, exc)
+        return store.get_round(round_id)
 
 
 def _fail(store: Any, round_id: int, worker_id: str, error: str) -> Any | None:
