@@ -63,7 +63,7 @@ def test_the_worker_stops_at_the_first_report_after_the_cancel(world):
 
     done = process_one(store, cfg, home, "w", WorkerOptions(lease_s=60), run)
     assert done.id == rid and done.status == "cancelled" and reported[-1] == 4
-    assert done.progress["step"] == 4 and done.progress["phase"] == "cancelled"
+    assert done.progress["step"] == 4 and done.progress["phase"] == "train"
     assert store.count_pairs("status") == {"queued": 8} and store.list_adapters() == []
 
 
@@ -81,7 +81,7 @@ def test_a_cancel_during_a_phase_stops_before_the_next_phase(world):
         raise AssertionError("not stopped")
 
     assert process_one(store, cfg, home, "w", WorkerOptions(lease_s=60), run).status == "cancelled"
-    assert phases == ["load", "prepare"] and store.get_round(rid).progress["phase"] == "cancelled"
+    assert phases == ["load", "prepare"] and store.get_round(rid).progress["phase"] == "prepare"
 
 
 def test_heartbeat_report_raises_only_once_a_cancel_is_requested(world):
@@ -132,7 +132,7 @@ def test_cancelling_a_real_dpo_round_stops_it_within_one_step(world):
     assert at_cancel[0] >= 2, "training never reached step 2"
     assert done.id == rid and done.status == "cancelled", done.error
     assert at_cancel[0] <= steps[-1] <= at_cancel[0] + 1 < 320
-    assert done.progress["step"] == steps[-1] and done.progress["phase"] == "cancelled"
+    assert done.progress["step"] == steps[-1] and done.progress["phase"] == "train"
     assert store.list_adapters() == []
     by_status = _pair_ids_by_status(store)
     assert list(by_status) == ["queued"] and sorted(by_status["queued"]) == sorted(set(by_status["queued"]))

@@ -2,8 +2,9 @@
 
 Loop: reap expired leases (`Store.expire_leases`: their rounds fail, or are queued again while attempts remain, and
 their claimed pairs go back to the queue) -> claim the oldest queued round with a lease -> run it while a heartbeat
-thread extends the lease every lease/3 seconds and writes the latest progress {step, total, loss, eta} -> finish the
-round: succeeded with its metrics (its claimed pairs become consumed), or failed with a readable error (released).
+thread extends the lease every min(lease/3, 2) seconds and writes the latest progress {phase, step, total, loss, eta}
+-> finish the round: succeeded with its metrics (its claimed pairs become consumed), or failed with a readable error
+(released).
 
 If the worker is killed (SIGKILL, power loss) nothing is finished; the lease runs out and the next worker to poll
 reaps the round. If the heartbeat finds the round no longer ours (reaped after a long stall), the next progress
@@ -46,6 +47,9 @@ log = logging.getLogger("evorag.worker")
 RunFn = Callable[[RoundJob, Any, ProgressFn], AdapterRef]
 
 
+PROGRESS_EVERY_S = 2.0  # the heartbeat writes progress (and extends the lease) at least this often
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     lease_s: float = 60.0
@@ -62,7 +66,7 @@ class Heartbeat:
 
     def __init__(self, store: Any, round_id: int, worker_id: str, lease_s: float):
         self.store, self.round_id, self.worker_id = store, round_id, worker_id
-        self.interval = max(lease_s / 3.0, 0.05)
+        self.interval = max(min(lease_s / 3.0, PROGRESS_EVERY_S), 0.05)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by the first training step: write it at once
@@ -187,9 +191,10 @@ def process_one(
 
 
 def _cancel(store: Any, round_id: int, worker_id: str, progress: dict[str, Any]) -> Any | None:
-    """End a cancelled round: the last progress written (the step it stopped at), then cancelled, pairs released."""
+    """End a cancelled round: the last progress written (the phase and step it stopped at), then cancelled, its
+    pairs released."""
     try:
-        store.heartbeat(round_id, worker_id, progress={**progress, "phase": "cancelled", "eta": None})
+        store.heartbeat(round_id, worker_id, progress={**progress, "eta": None})
         return store.confirm_cancel(round_id, worker_id=worker_id)
     except StoreError as exc:  # reaped meanwhile: the reaper already cancelled it and released its pairs
         log.warning("round %s could not be marked cancelled: %s", round_id, exc)
