@@ -31,12 +31,12 @@ _ORDER = {name: i for i, (name, _) in enumerate(PHASES)}
 _FINAL = ("succeeded", "failed", "cancelled")
 
 STYLE = (
-    "<style>.evo-phases{display:flex;gap:4px;margin:4px 0 6px;padding:0;list-style:none;font-size:.85em;flex-wrap:wrap}"
-    ".evo-phases li{padding:1px 8px;border-radius:10px;background:#eceff1;color:#607d8b}"
-    ".evo-phases li.done{background:#e8f5e9;color:#2e7d32}"
-    ".evo-phases li.current{background:#1976d2;color:#fff;font-weight:600}"
-    ".evo-phases li.stopped{background:#ffebee;color:#c62828;font-weight:600}"
-    ".evo-progress-times{font-size:.85em;color:#546e7a;margin-top:3px}</style>"
+    "<style>.evo-phases{display:flex;gap:6px;margin:6px 0;flex-wrap:wrap;font-size:.85rem}"
+    ".evo-phase{padding:2px 10px;border-radius:10px;background:#eceff1;color:#607d8b}"
+    ".evo-phase.done{background:#e8f5e9;color:#2e7d32}.evo-phase.done::before{content:'✓ '}"
+    ".evo-phase.current{background:#1976d2;color:#fff;font-weight:600}"
+    ".evo-phase.stopped{background:#ffebee;color:#c62828;font-weight:600}.evo-phase.stopped::before{content:'■ '}"
+    ".evo-progress-times{font-size:.85rem;color:#546e7a;margin-top:4px}</style>"
 )
 
 
@@ -96,8 +96,8 @@ def _phase_strip(phase: str, stopped_at: str | None) -> str:
             cls = "stopped" if stopped_at else "current"
         else:
             cls = "todo"
-        items.append(f'<li class="{cls}" data-phase="{name}">{esc(label)}</li>')
-    return f'<ol class="evo-phases">{"".join(items)}</ol>'
+        items.append(f'<span class="evo-phase {cls}" data-phase="{name}">{esc(label)}</span>')
+    return f'<div class="evo-phases">{"".join(items)}</div>'
 
 
 def progress_html(r: Any, now: datetime) -> str:

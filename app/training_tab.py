@@ -56,7 +56,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
             with gr.Row(equal_height=True):
                 cancel_dd = gr.Dropdown(label="Queued or running round", choices=[], scale=3,
                                         elem_id="evo-cancel-pick")
-                cancel = gr.Button("Cancel round", variant="stop", scale=1, min_width=140, elem_id="evo-cancel")
+                cancel = gr.Button("Cancel round", variant="stop", scale=1, min_width=140, elem_id="evo-cancel",
+                                   interactive=False)
             cancel_msg = gr.HTML(elem_id="evo-cancel-msg")
             loss = gr.Plot(label="Loss", elem_id="evo-loss")
             kl_plot = gr.Plot(label="KL to the reference", elem_id="evo-kl", visible=False)
@@ -89,13 +90,16 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         pol = gr.Dropdown(choices=handlers.policy_options(svc)) if names_changed else gr.skip()
         kl_out = gr.Plot(value=view.kl, visible=view.kl_visible) if shown.get("kl") != fresh["kl"] else gr.skip()
         ids = [i for _, i in view.cancellable]
+        changed = shown.get("cancellable") != view.cancellable
         cancel_out = (gr.Dropdown(choices=view.cancellable, value=picked if picked in ids else (ids[0] if ids else None))
-                      if shown.get("cancellable") != view.cancellable else gr.skip())
+                      if changed else gr.skip())
+        button_out = gr.Button(interactive=bool(ids)) if changed else gr.skip()  # nothing to cancel: greyed out
         return (send("progress", view.progress), send("loss", view.loss), kl_out, send("rounds", view.rounds),
-                send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out,
+                send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
                 send("available", fresh["available"]))
 
-    outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd, cancel_dd, available]
+    outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd, cancel_dd, cancel,
+            available]
     watched = [names_state, objective, source, stage, cancel_dd]
 
     def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown, picked):

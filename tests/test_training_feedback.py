@@ -96,12 +96,13 @@ def test_progress_reads_in_phases_with_elapsed_time_and_a_counting_down_eta(svc)
     store.heartbeat(rid, "w", {"phase": "load", "step": 0, "total": None})
     beat = store.get_round(rid).heartbeat_at
     html = th.training_view(svc, now=claimed.started_at + timedelta(seconds=95)).progress
-    assert "running · loading model" in html and "elapsed 1 min 35 s" in html and '<li class="current" data-phase="load"' in html
+    assert "running · loading model" in html and "elapsed 1 min 35 s" in html and '<span class="evo-phase current" data-phase="load"' in html
     store.heartbeat(rid, "w", {"phase": "train", "step": 4, "total": 10, "loss": 0.6, "elapsed_s": 8.0})
     beat = store.get_round(rid).heartbeat_at
     html = th.training_view(svc, now=beat).progress
     assert "step 4/10" in html and "ETA 12 s (2 s/step)" in html
-    assert '<li class="done" data-phase="prepare"' in html and '<li class="current" data-phase="train"' in html
+    assert '<span class="evo-phase done" data-phase="prepare"' in html
+    assert '<span class="evo-phase current" data-phase="train"' in html
     assert "ETA 9 s" in th.training_view(svc, now=beat + timedelta(seconds=3)).progress
     assert round_progress.eta_seconds({"step": 4, "total": 10, "elapsed_s": 8.0}, beat, beat + timedelta(60)) == 0.0
 
