@@ -7,6 +7,7 @@ from another thread while it trains.
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -137,3 +138,24 @@ def test_cancelling_a_real_dpo_round_stops_it_within_one_step(world):
     by_status = _pair_ids_by_status(store)
     assert list(by_status) == ["queued"] and sorted(by_status["queued"]) == sorted(set(by_status["queued"]))
     assert len(by_status["queued"]) == 8 and all(p.round_id is None for p in store.list_pairs(limit=None))
+
+
+def test_cli_rounds_cancel_and_list(world, capsys):
+    """`evorag rounds cancel ID`: a queued round -> cancelled; a running one -> "cancel requested" (cancelling);
+    a finished one or an unknown id -> exit 2 with a message. `evorag rounds list --json` shows both."""
+    from evorag_core.cli import main as cli_main
+
+    home, url, store, _ = world
+    queued, running = store.enqueue_round("dpo", {}), store.enqueue_round("grpo", {})
+    store.claim_round("w", 60, objective="grpo")
+    args = ["--home", str(home), "--db", url]
+    assert cli_main(["rounds", "cancel", str(queued), *args]) == 0
+    assert cli_main(["rounds", "cancel", str(running), *args]) == 0
+    out = capsys.readouterr().out
+    assert f"round {queued} cancelled" in out and f"round {running}: cancel requested" in out
+    assert cli_main(["rounds", "cancel", str(queued), *args]) == 2
+    assert cli_main(["rounds", "cancel", "999", *args]) == 2
+    capsys.readouterr()
+    assert cli_main(["rounds", "list", "--json", *args]) == 0
+    listed = {r["round_id"]: r["status_label"] for r in json.loads(capsys.readouterr().out)}
+    assert listed == {queued: "cancelled", running: "cancelling"}
