@@ -159,3 +159,25 @@ def test_cli_rounds_cancel_and_list(world, capsys):
     assert cli_main(["rounds", "list", "--json", *args]) == 0
     listed = {r["round_id"]: r["status_label"] for r in json.loads(capsys.readouterr().out)}
     assert listed == {queued: "cancelled", running: "cancelling"}
+
+
+def test_a_failed_cancel_check_does_not_fail_the_round(world, monkeypatch):
+    """The per-step read of the cancel request hits the database; when that read fails once (locked, network), the
+    step goes on and the next report reads it again."""
+    _, _, store, _ = world
+    rid = store.enqueue_round("dpo", {})
+    store.claim_round("w", 60)
+    beat = Heartbeat(store, rid, "w", 60)
+    calls: list[int] = []
+
+    def flaky(round_id):
+        calls.append(round_id)
+        if len(calls) == 1:
+            raise StoreError("database is locked")
+        return True
+
+    monkeypatch.setattr(store, "cancel_requested", flaky)
+    beat.report({"step": 1, "total": 2, "loss": 0.5, "elapsed_s": 1.0})
+    with pytest.raises(RoundCancelled):
+        beat.report({"step": 2, "total": 2, "loss": 0.4, "elapsed_s": 2.0})
+    assert calls == [rid, rid]

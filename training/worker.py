@@ -103,7 +103,12 @@ class Heartbeat:
                 self._wake.set()
         if self.lost.is_set():
             raise RoundLost(f"round {self.round_id} is no longer held by {self.worker_id}")
-        if self.store.cancel_requested(self.round_id):
+        try:
+            requested = self.store.cancel_requested(self.round_id)
+        except Exception as exc:  # a database hiccup must not fail the round: the next report reads it again
+            log.warning("round %s: could not read a cancel request: %s", self.round_id, exc)
+            requested = False
+        if requested:
             raise RoundCancelled(f"round {self.round_id}: cancel requested")
 
     def snapshot(self) -> dict[str, Any]:
