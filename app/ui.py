@@ -15,7 +15,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import handlers, r2ag_view, views
+from . import handlers, r2ag_view, training_tab, views
 from .handlers import EpisodeView
 from .services import Services
 from .session import EpisodeSettings
@@ -100,7 +100,7 @@ def build_ui(svc: Services) -> gr.Blocks:
             with gr.Tab("Pairs", id="pairs"):
                 _pairs_tab(svc, demo)
             with gr.Tab("Training", id="training"):
-                _training_tab(svc, policy_dd)
+                training_tab.build_tab(svc, policy_dd)
             with gr.Tab("Evaluate", id="evaluate"):
                 _eval_tab(svc)
             with gr.Tab("R²AG tree", id="r2ag"):
@@ -340,87 +340,6 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
     on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
-
-
-def _training_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
-    t = svc.cfg.train
-    names_state = gr.State({})  # what the training outputs last showed (see `refresh`)
-    with gr.Row():
-        with gr.Column(scale=1, min_width=300):
-            objective = gr.Dropdown(list(handlers.OBJECTIVES), value=t.objective, label="Objective",
-                                    elem_id="evo-objective")
-            with gr.Row():
-                n_pairs = gr.Number(value=64, precision=0, minimum=1, label="Pairs to use (DPO)", elem_id="evo-n-pairs")
-                n_episodes = gr.Number(value=32, precision=0, minimum=1, label="Episodes (GRPO/PPO)",
-                                       elem_id="evo-n-episodes")
-            with gr.Row():
-                epochs = gr.Number(value=t.epochs, precision=0, minimum=1, label="Epochs", elem_id="evo-epochs")
-                lr = gr.Number(value=t.lr, label="Learning rate", elem_id="evo-lr")
-            with gr.Row():
-                kl = gr.Radio(list(handlers.KL_ESTIMATORS), value=t.kl, label="KL estimator")
-                max_steps = gr.Number(value=0, precision=0, minimum=0, label="Max steps (0: no cap)",
-                                      elem_id="evo-max-steps")
-            with gr.Row():
-                source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Pair source")
-                stage = gr.Dropdown(["all", *STAGES], value="all", label="Pair stage")
-            launch = gr.Button("Launch round", variant="primary", elem_id="evo-launch")
-            launch_msg = gr.HTML(elem_id="evo-launch-msg")
-        with gr.Column(scale=2):
-            progress = gr.HTML(elem_id="evo-round-progress")
-            loss = gr.Plot(label="Loss", elem_id="evo-loss")
-            kl_plot = gr.Plot(label="KL to the reference", elem_id="evo-kl")
-    gr.Markdown("### Rounds")
-    rounds = gr.HTML(elem_id="evo-rounds-box")
-    gr.Markdown("### Adapters")
-    adapters = gr.HTML(elem_id="evo-adapters-box")
-    with gr.Row():
-        adapter_dd = gr.Dropdown(label="Adapter", choices=[], elem_id="evo-adapter-pick")
-        activate = gr.Button("Activate", variant="primary", elem_id="evo-activate")
-        base = gr.Button("Use base model", elem_id="evo-base")
-        live = gr.HTML(elem_id="evo-live-box")
-    act_msg = gr.HTML()
-
-    def refresh(shown):
-        """New values for the outputs that changed since the last refresh (gr.skip() for the others), so that a
-        timer tick costs the browser nothing when nothing happened."""
-        shown = dict(shown or {})
-        view = handlers.training_view(svc)
-        live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
-        fresh = {"progress": view.progress, "loss": view.loss_key, "kl": view.kl_key, "rounds": view.rounds,
-                 "adapters": view.adapters, "live": live_html, "names": view.adapter_names}
-
-        def send(key, value):
-            return value if shown.get(key, object()) != fresh[key] else gr.skip()
-
-        names_changed = shown.get("names") != view.adapter_names
-        pick = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()
-        pol = gr.Dropdown(choices=handlers.policy_options(svc)) if names_changed else gr.skip()
-        out = (send("progress", view.progress), send("loss", view.loss), send("kl", view.kl),
-               send("rounds", view.rounds), send("adapters", view.adapters), pick, send("live", live_html), fresh, pol)
-        return out
-
-    outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd]
-
-    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown):
-        msg, _ = handlers.launch_round(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
-        return (views.message_html(msg, "ok"), *refresh(shown))
-
-    def on_activate(name, shown):
-        msg = handlers.activate_adapter(svc, name)
-        return (views.message_html(msg, "ok"), *refresh(shown))
-
-    def on_base(shown):
-        msg = handlers.use_base_model(svc)
-        return (views.message_html(msg, "ok"), *refresh(shown))
-
-    on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state],
-       [launch_msg, *outs])
-    on(activate.click, on_activate, [adapter_dd, names_state], [act_msg, *outs])
-    on(base.click, on_base, names_state, [act_msg, *outs])
-    timer = gr.Timer(TIMER_SECONDS)
-    on(timer.tick, refresh, names_state, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
-       trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
-    return names_state
 
 
 def _eval_tab(svc: Services) -> None:

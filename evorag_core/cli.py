@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "train": "train",
     "worker": "worker",
     "adapters": "adapters",
+    "rounds": "rounds",
     "rollout": "rollout",
     "pairs": "pairs",
     "users": "users",

@@ -33,6 +33,7 @@ from evorag_core.store import (
 )
 from evorag_core.store.base import utcnow
 from evorag_core.store.engine import make_engine, safe_url
+from evorag_core.store.migrate import upgrade
 from evorag_core.store.schema import metadata, pairs
 from evorag_core.types import Dataset, Passage, Question
 from tests.pg_fixture import pg_server, pg_url  # noqa: F401  (fixtures)
@@ -100,10 +101,10 @@ def _run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]], limi
 
 
 def test_migration_creates_the_schema_of_the_models(url: str) -> None:
-    """A fresh database ends at head 0001 and the hand-written migration matches schema.py exactly."""
+    """A fresh database ends at head 0002 and the hand-written migrations match schema.py exactly."""
     with open_store(url) as s, s.engine.connect() as conn:
-        assert head_revisions() == ("0001",)
-        assert current_revisions(conn) == ("0001",)
+        assert head_revisions() == ("0002",)
+        assert current_revisions(conn) == ("0002",)
         assert TABLES <= set(inspect(conn).get_table_names())
         assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
 
@@ -124,7 +125,7 @@ def test_reopening_is_idempotent(url: str) -> None:
         pair_id = s.add_pair("p", "a", "b")
     for _ in range(2):
         with open_store(url) as s, s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0001"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0002"]
             assert s.get_pair(pair_id).prompt == "p"
             assert s.count_pairs() == {(): 1}
 
@@ -136,13 +137,13 @@ def test_database_with_unknown_newer_revision_is_refused(url: str) -> None:
         open_store(url)
 
 
-_MIGRATION_0002 = '''
+_MIGRATION_0099 = '''
 """Add pairs.note (a test-only revision)."""
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0099"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
@@ -159,22 +160,22 @@ def downgrade() -> None:
 
 
 def test_older_database_is_upgraded_and_then_refused_by_older_code(url: str, tmp_path: Path) -> None:
-    """A DB at 0001 with data is upgraded by code that ships 0002; the 0001-only code then refuses it."""
+    """A DB at head with data is upgraded by code that ships a newer 0099; the older code then refuses it."""
     newer = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, newer, ignore=shutil.ignore_patterns("__pycache__"))
-    (newer / "versions" / "0002_pair_note.py").write_text(_MIGRATION_0002)
+    (newer / "versions" / "0099_pair_note.py").write_text(_MIGRATION_0099)
     with open_store(url) as s:
         pair_id = s.add_pair("kept across the upgrade", "a", "b", source="human", annotator="ann")
     with open_store(url, script_location=newer) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0002",)
+        assert current_revisions(conn) == ("0099",)
         assert "note" in {c["name"] for c in inspect(conn).get_columns("pairs")}
         assert conn.execute(text("SELECT prompt, annotator FROM pairs WHERE id = :i"), {"i": pair_id}).one() == (
             "kept across the upgrade", "ann")
-    with pytest.raises(StoreError, match="0002"):
+    with pytest.raises(StoreError, match="0099"):
         open_store(url)
 
 
-_BROKEN_0002 = _MIGRATION_0002.replace(
+_BROKEN_0099 = _MIGRATION_0099.replace(
     'batch.add_column(sa.Column("note", sa.Text(), nullable=True))',
     'batch.add_column(sa.Column("note", sa.Text(), nullable=True))\n'
     '    op.create_table("half_done", sa.Column("id", sa.Integer(), primary_key=True))\n'
@@ -183,16 +184,16 @@ _BROKEN_0002 = _MIGRATION_0002.replace(
 
 
 def test_a_failing_migration_leaves_the_database_as_it_was(url: str, tmp_path: Path) -> None:
-    """The upgrade runs in one transaction (transactional DDL on SQLite too): nothing of 0002 remains."""
+    """The upgrade runs in one transaction (transactional DDL on SQLite too): nothing of 0099 remains."""
     broken = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, broken, ignore=shutil.ignore_patterns("__pycache__"))
-    (broken / "versions" / "0002_broken.py").write_text(_BROKEN_0002)
+    (broken / "versions" / "0099_broken.py").write_text(_BROKEN_0099)
     with open_store(url):
         pass
     with pytest.raises(StoreError, match="no_such_table"):
         open_store(url, script_location=broken)
     with open_store(url) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0001",)
+        assert current_revisions(conn) == ("0002",)
         assert "half_done" not in inspect(conn).get_table_names()
         assert "note" not in {c["name"] for c in inspect(conn).get_columns("pairs")}
 
@@ -215,7 +216,23 @@ def test_upgrade_from_an_existing_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
     with open_store(f"sqlite:///{path}") as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0001",)
+        assert current_revisions(conn) == ("0002",)
+
+
+def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(url: str) -> None:
+    """0002 adds rounds.cancel_requested_at (NULL for existing rows); the old running round can then be cancelled."""
+    engine = make_engine(url)
+    try:
+        assert upgrade(engine, revision="0001") == ("0001",)
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO rounds (objective, config, status, created_at, attempts, max_attempts) "
+                              "VALUES ('dpo', '{}', 'running', '2026-01-01 00:00:00', 1, 1)"))
+    finally:
+        engine.dispose()
+    with open_store(url) as s:
+        (old,) = s.list_rounds()
+        assert old.cancel_requested_at is None and old.status_label == "running"
+        assert s.cancel_round(old.id).status_label == "cancelling"
 
 
 # --- concurrent writers ---------------------------------------------------------------------------------------
@@ -383,15 +400,44 @@ def test_unreachable_server_is_a_store_error() -> None:
 
 
 def test_failed_and_cancelled_rounds_release_their_pairs(store: Store) -> None:
+    """A running round asked to cancel keeps its pairs claimed ("cancelling") until its worker confirms the
+    cancel between two steps; then they are queued again. A queued round is cancelled at once and never claimed."""
     store.add_pairs([NewPair("s", "a", "b")] * 5)
-    failing, cancelled = store.enqueue_round("dpo"), store.enqueue_round("dpo")
+    failing, cancelled, never = store.enqueue_round("dpo"), store.enqueue_round("dpo"), store.enqueue_round("dpo")
     store.claim_round("w", lease_s=30)
+    store.claim_round("w2", lease_s=30)
     store.claim_pairs(failing, 2)
     store.claim_pairs(cancelled, 2)
     assert store.finish_round(failing, error="CUDA out of memory").status == "failed"
-    assert store.cancel_round(cancelled).status == "cancelled"
+    assert not store.cancel_requested(cancelled)
+    asked = store.cancel_round(cancelled)
+    assert (asked.status, asked.status_label) == ("running", "cancelling") and store.cancel_requested(cancelled)
+    assert store.count_pairs("status") == {"queued": 3, "claimed": 2}
+    assert store.cancel_round(cancelled).cancel_requested_at == asked.cancel_requested_at  # asking twice: no change
+    with pytest.raises(StoreError, match="leased to 'w2'"):
+        store.confirm_cancel(cancelled, worker_id="w")
+    assert store.confirm_cancel(cancelled, worker_id="w2").status == "cancelled"
     assert store.count_pairs("status") == {"queued": 5}
-    assert [r.status for r in store.list_rounds()] == ["cancelled", "failed"]
+    assert store.cancel_round(never).status == "cancelled"
+    assert store.claim_round("w3", lease_s=30) is None
+    assert [r.status for r in store.list_rounds()] == ["cancelled", "cancelled", "failed"]
+    for done in (failing, cancelled, never):
+        with pytest.raises(StoreError, match="only a queued or running round"):
+            store.cancel_round(done)
+    with pytest.raises(StoreError, match="not a running round asked to cancel"):
+        store.confirm_cancel(never)
+
+
+def test_a_cancel_requested_round_whose_worker_died_is_reaped_as_cancelled(store: Store) -> None:
+    """max_attempts 3 would retry a dead worker's round; one asked to cancel is cancelled instead, pairs released."""
+    store.add_pairs([NewPair("s", "a", "b")] * 3)
+    rid = store.enqueue_round("dpo", max_attempts=3)
+    store.claim_round("w", lease_s=1)
+    store.claim_pairs(rid, 3)
+    store.cancel_round(rid)
+    report = store.expire_leases(now=utcnow() + timedelta(seconds=10))
+    assert (report.cancelled, report.requeued, report.failed, report.released_pairs) == ((rid,), (), (), 3)
+    assert store.get_round(rid).status == "cancelled" and store.count_pairs("status") == {"queued": 3}
 
 
 def test_lease_expiry_releases_pairs_and_none_is_consumed_twice(store: Store) -> None:

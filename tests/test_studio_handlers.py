@@ -18,6 +18,7 @@ from app.ui import _annotator, error_message, guard
 from evorag_core.config import load_config
 from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
 from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.store import NewPair
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 ETA_2 = 0.02 + 0.03 / 19
@@ -222,9 +223,10 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
 def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     """The studio side of a round: enqueue -> (a worker claims it and reports progress) -> succeeded -> the
     registered adapter is listed with its metrics; Activate verifies it first."""
+    store = svc.store()
+    store.add_pairs([NewPair(f"state {i}", "SEARCH: a", "ANSWER: b", source="human") for i in range(8)])
     msg, rid = handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
     assert f"Round #{rid} queued" in msg
-    store = svc.store()
     r = store.get_round(rid)
     assert r.status == "queued" and r.config["kl"] == "k2" and r.config["pairs"] == 8 and r.config["source"] == "human"
     with pytest.raises(ValueError, match="objective"):
@@ -232,9 +234,9 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
 
     # stand-in for the worker process: the same store calls it makes
     assert store.claim_round("test-worker", 60).id == rid
-    store.heartbeat(rid, "test-worker", {"step": 1, "total": 4, "loss": 0.69, "eta": 3.0})
-    view = handlers.training_view(svc)
-    assert "running" in view.progress and "1/4" in view.progress and "ETA 3 s" in view.progress
+    store.heartbeat(rid, "test-worker", {"step": 1, "total": 4, "loss": 0.69, "elapsed_s": 1.0, "phase": "train"})
+    view = handlers.training_view(svc, now=store.get_round(rid).heartbeat_at)
+    assert "running · training" in view.progress and "step 1/4" in view.progress and "ETA 3 s" in view.progress
     store.heartbeat(rid, "test-worker", {"step": 2, "total": 4, "loss": 0.61, "eta": 1.5})
     view = handlers.training_view(svc)
     assert list(view.loss.data[0].y) == [0.69, 0.61]
@@ -276,9 +278,12 @@ def test_training_view_plots_kl_per_step_for_both_estimators(svc):
     store.finish_round(rid, metrics={"kl_history": history}, worker_id="test-worker")
     view = handlers.training_view(svc)
     assert list(view.kl.data[1].x) == [1, 2, 3] and list(view.kl.data[1].y) == [0.0, 0.0041, 0.0095]
+    assert view.kl_visible
+    store.add_pair("state", "SEARCH: a", "ANSWER: b")
     handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k3")
     view = handlers.training_view(svc)
     assert not view.kl.data and "no per-step KL" in str(view.kl.layout.annotations[0].text)
+    assert not view.kl_visible  # the page hides the empty KL panel for DPO
 
 
 def test_evaluate_slice_bootstrap_and_drill_down(svc):

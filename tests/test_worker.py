@@ -118,9 +118,8 @@ def test_a_failing_round_is_failed_with_a_readable_error_and_its_pairs_released(
 
 def test_heartbeat_writes_progress_and_a_cancelled_round_stops(world):
     """Progress {step, total, loss, eta} reaches the store while the round runs; when the round is cancelled the
-    next heartbeat returns False and the next progress report raises RoundLost: training stops, the round stays
-    cancelled (its pairs released by the cancel) and nothing is registered. ETA after step s of 100 steps taking
-    0.01 s each: 0.01 · (100 − s)."""
+    next progress report raises RoundCancelled: training stops, the worker ends the round cancelled with its pairs
+    released, and nothing is registered. ETA after step s of 100 steps taking 0.01 s each: 0.01 · (100 − s)."""
     home, _, store, cfg = world
     store.enqueue_round("grpo", {})
     seen: list[dict] = []

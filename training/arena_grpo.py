@@ -39,7 +39,7 @@ from evorag_core.types import Question
 
 from .completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
 from .grpo import group_advantages
-from .job import AdapterRef, ProgressFn, RoundJob
+from .job import AdapterRef, ProgressFn, RoundJob, phase
 from .loop import MAX_GRAD_NORM, StepLog, train_mode
 from .seqlogp import base_lm
 
@@ -211,7 +211,9 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     cfg, train = arena_config_from_job(job)
     questions = _load_questions(job, cfg)
     with RssSampler() as rss:
+        phase(on_progress, "load")
         model, tokenizer, base_id = load_base(job)
+        phase(on_progress, "prepare")
         reference = resolve_reference(store, job, base_id)
         policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
         out_dir = prepare_adapter_dir(job.adapter_dir)
@@ -219,6 +221,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, on_progress,
                                         max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
         keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
+        phase(on_progress, "save")
         metrics, checksum = save_round(
             policy, job, objective="arena-grpo", base_id=base_id, reference=reference, questions=questions,
             train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
@@ -227,4 +230,4 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
                                       for h in log.history],
                    "arena": dataclasses.asdict(cfg)})
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics)
+    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)

@@ -226,6 +226,8 @@ def train_dpo(
               "metrics": metrics, "beta": cfg.beta, "seed": cfg.seed, "n_train": len(train_fit.pairs),
               "n_heldout": len(held_fit.pairs), "reference": str(ref_adapter) if ref_adapter else "base"}
     log_phase("save")
+    if on_progress is not None:
+        on_progress({"phase": "save"})
     checksum = save_adapter(policy, out_dir, record)
     return DpoResult(
         adapter_dir=out_dir,

@@ -20,7 +20,7 @@ from typing import Any
 from evorag_core.errors import DatasetFormatError, TrainingError
 
 from .data import PairExample, split_pairs
-from .job import AdapterRef, ProgressFn, RoundJob
+from .job import AdapterRef, ProgressFn, RoundJob, phase
 from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 from .seqlogp import fit_text
 
@@ -62,7 +62,9 @@ def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
         return None
 
     def forward(entry: dict[str, Any]) -> None:
-        if "loss" in entry:
+        if "phase" in entry and "step" not in entry:
+            on_progress(entry)
+        elif "loss" in entry:
             on_progress({"step": entry.get("step"), "total": entry.get("max_steps"), "loss": entry["loss"],
                          "elapsed_s": entry.get("elapsed_s"), "margin": entry.get("rewards/margins"),
                          "accuracy": entry.get("rewards/accuracies")})
@@ -84,7 +86,9 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
             raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}); "
                                 "add pairs by rollouts or annotation first")
         log_phase("load")
+        phase(on_progress, "load")
         model, tokenizer, base_id = load_base(job)
+        phase(on_progress, "prepare")
         examples, skipped = pair_examples(claimed, tokenizer, job.train.max_length)
         if not examples:
             raise TrainingError(f"none of the {len(claimed)} claimed pairs is trainable (empty or identical sides)")
@@ -116,6 +120,6 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     }
     metrics = {k: v for k, v in metrics.items() if v is not None}
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    ref = register(store, job, out_dir, result.checksum, base_id, metrics)
+    ref = register(store, job, out_dir, result.checksum, base_id, metrics, on_progress)
     log_phase("done")
     return ref

@@ -24,7 +24,7 @@ from evorag_core.config import TrainConfig
 from evorag_core.errors import TrainingError
 
 from .grpo import group_advantages, grpo_loss
-from .job import AdapterRef, ProgressFn, RoundJob
+from .job import AdapterRef, ProgressFn, RoundJob, phase
 from .lora import save_adapter
 from .loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
 from .rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
@@ -147,7 +147,9 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         return done
     started = time.perf_counter()
     with RssSampler() as rss:
+        phase(on_progress, "load")
         model, tokenizer, base_id = load_base(job)
+        phase(on_progress, "prepare")
         render = prompt_renderer(model, tokenizer, base_id, job.policy)
         episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
         resolve = PassageResolver(job.data, store)
@@ -176,6 +178,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": base_id,
                 "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
                 "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
+        phase(on_progress, "save")
         checksum = save_adapter(policy, out_dir, meta)
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics)
+    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)

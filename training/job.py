@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping
 from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_overrides
 from evorag_core.errors import ConfigError
 
-__all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "RoundLost", "job_config"]
+__all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "RoundLost", "RoundCancelled",
+           "job_config", "phase"]
 
 OBJECTIVES: tuple[str, ...] = ("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo")
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
@@ -38,7 +39,19 @@ ProgressFn = Callable[[dict[str, Any]], None]
 
 
 class RoundLost(Exception):
-    """Raised from a progress callback when the worker no longer holds the round (reaped or cancelled)."""
+    """Raised from a progress callback when the worker no longer holds the round (reaped, or finished elsewhere)."""
+
+
+class RoundCancelled(Exception):
+    """Raised from a progress callback (a training step or a phase change) once someone asked to cancel the round:
+    training stops there, and the worker ends the round `cancelled` with its pairs released."""
+
+
+def phase(on_progress: ProgressFn | None, name: str) -> None:
+    """Report that the round entered phase `name` (load, prepare, save, register); the worker shows it and checks
+    for a cancel request there, as it does at every training step."""
+    if on_progress is not None:
+        on_progress({"phase": name})
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from evorag_core.config import TrainConfig
 from evorag_core.errors import TrainingError
 
-from .job import AdapterRef, ProgressFn, RoundJob
+from .job import AdapterRef, ProgressFn, RoundJob, phase
 from .kl import kl_k3
 from .lora import save_adapter
 from .loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
@@ -173,7 +173,9 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         return done
     started = time.perf_counter()
     with RssSampler() as rss:
+        phase(on_progress, "load")
         model, tokenizer, base_id = load_base(job)
+        phase(on_progress, "prepare")
         render = prompt_renderer(model, tokenizer, base_id, job.policy)
         episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
         resolve = PassageResolver(job.data, store)
@@ -201,7 +203,8 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
         meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": base_id,
                 "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
                 "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
+        phase(on_progress, "save")
         checksum = save_adapter(policy, out_dir, meta)
         save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics)
+    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)

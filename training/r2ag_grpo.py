@@ -41,7 +41,7 @@ from evorag_core.types import Passage, Question
 
 from .completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
 from .grpo import group_advantages
-from .job import AdapterRef, ProgressFn, RoundJob
+from .job import AdapterRef, ProgressFn, RoundJob, phase
 from .loop import MAX_GRAD_NORM, StepLog, train_mode
 from .seqlogp import base_lm
 
@@ -279,7 +279,9 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
     questions, corpus, retriever = _load(job, cfg)
     train = job.train
     with RssSampler() as rss:
+        phase(on_progress, "load")
         model, tokenizer, base_id = load_base(job)
+        phase(on_progress, "prepare")
         reference = resolve_reference(store, job, base_id)
         policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
         out_dir = prepare_adapter_dir(job.adapter_dir)
@@ -289,6 +291,7 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
                                        max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
         keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
                 "forest")
+        phase(on_progress, "save")
         metrics, checksum = save_round(
             policy, job, objective="r2ag-grpo", base_id=base_id, reference=reference, questions=questions,
             train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
@@ -296,4 +299,4 @@ def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> Ada
                    "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
                    "r2ag": dataclasses.asdict(cfg)})
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics)
+    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from evorag_core.errors import AdapterError, ConfigError
 
-from .job import AdapterRef, RoundJob
+from .job import AdapterRef, ProgressFn, RoundJob, phase
 
 __all__ = [
     "base_model_id",
@@ -99,8 +99,11 @@ def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float | int | str | 
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
 
 
-def register(store: Any, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any]) -> AdapterRef:
-    """Record the saved adapter in the store under `job.adapter_name`."""
+def register(store: Any, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any],
+             on_progress: ProgressFn | None = None) -> AdapterRef:
+    """Record the saved adapter in the store under `job.adapter_name`, after the phase report "register" (where the
+    worker checks a last time for a cancel request: a cancelled round registers nothing)."""
+    phase(on_progress, "register")
     store.register_adapter(
         job.adapter_name, str(path), base_model=base_id, round_id=job.round_id, objective=job.objective,
         checksum=checksum, metrics=scalar_metrics(metrics),

@@ -2,12 +2,16 @@
 
 Loop: reap expired leases (`Store.expire_leases`: their rounds fail, or are queued again while attempts remain, and
 their claimed pairs go back to the queue) -> claim the oldest queued round with a lease -> run it while a heartbeat
-thread extends the lease every lease/3 seconds and writes the latest progress {step, total, loss, eta} -> finish the
-round: succeeded with its metrics (its claimed pairs become consumed), or failed with a readable error (released).
+thread extends the lease every min(lease/3, 2) seconds and writes the latest progress {phase, step, total, loss, eta}
+-> finish the round: succeeded with its metrics (its claimed pairs become consumed), or failed with a readable error
+(released).
 
 If the worker is killed (SIGKILL, power loss) nothing is finished; the lease runs out and the next worker to poll
-reaps the round. If the heartbeat finds the round no longer ours (reaped after a long stall, or cancelled in the
-studio), the next progress report raises `RoundLost` and training stops without touching the round. SIGTERM and
+reaps the round. If the heartbeat finds the round no longer ours (reaped after a long stall), the next progress
+report raises `RoundLost` and training stops without touching the round. Cancel (studio, `evorag rounds cancel`)
+records a request; every progress report (each training step, each phase change) reads it, so training stops
+within one step: `RoundCancelled` is raised from the report, and the worker ends the round `cancelled` with its
+claimed pairs released and no adapter registered (registering is itself a phase, checked first). SIGTERM and
 Ctrl-C fail the running round ("worker stopped") before the process exits, so its pairs are released at once.
 
     python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
@@ -33,7 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from evorag_core.config import Config
 from evorag_core.errors import StoreError
 
-from .job import AdapterRef, ProgressFn, RoundJob, RoundLost
+from .job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
 
 __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars",
            "tame_malloc", "release_memory", "main"]
@@ -41,6 +45,9 @@ __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve"
 log = logging.getLogger("evorag.worker")
 
 RunFn = Callable[[RoundJob, Any, ProgressFn], AdapterRef]
+
+
+PROGRESS_EVERY_S = 2.0  # the heartbeat writes progress (and extends the lease) at least this often
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,7 @@ class Heartbeat:
 
     def __init__(self, store: Any, round_id: int, worker_id: str, lease_s: float):
         self.store, self.round_id, self.worker_id = store, round_id, worker_id
-        self.interval = max(lease_s / 3.0, 0.05)
+        self.interval = max(min(lease_s / 3.0, PROGRESS_EVERY_S), 0.05)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by the first training step: write it at once
@@ -77,19 +84,32 @@ class Heartbeat:
         self._thread.join()
 
     def report(self, entry: dict[str, Any]) -> None:
-        """The rounds' `on_progress`: keeps {step, total, loss, eta, ...}; raises RoundLost once the round is gone."""
-        step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
-        eta = None
-        if step and total and elapsed is not None:
-            eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
-        with self._lock:
-            first = self._progress.get("phase") != "train"
-            self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
-                              "eta": eta, "phase": "train"}
-        if first:
+        """The rounds' `on_progress`: keeps {step, total, loss, eta, ...} (or a phase change {phase}); raises
+        RoundLost once the round is gone and RoundCancelled once a cancel was requested (one read per report)."""
+        if "step" not in entry and "phase" in entry:
+            with self._lock:
+                self._progress = {**self._progress, "phase": str(entry["phase"])}
             self._wake.set()
+        else:
+            step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
+            eta = None
+            if step and total and elapsed is not None:
+                eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
+            with self._lock:
+                first = self._progress.get("phase") != "train"
+                self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
+                                  "eta": eta, "phase": "train"}
+            if first:
+                self._wake.set()
         if self.lost.is_set():
             raise RoundLost(f"round {self.round_id} is no longer held by {self.worker_id}")
+        try:
+            requested = self.store.cancel_requested(self.round_id)
+        except Exception as exc:  # a database hiccup must not fail the round: the next report reads it again
+            log.warning("round %s: could not read a cancel request: %s", self.round_id, exc)
+            requested = False
+        if requested:
+            raise RoundCancelled(f"round {self.round_id}: cancel requested")
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -146,6 +166,10 @@ def process_one(
     except RoundLost as exc:
         log.warning("%s; leaving the round as the store has it", exc)
         return store.get_round(claimed.id)
+    except RoundCancelled as exc:
+        heartbeat.stop()
+        log.info("%s: stopped at %s", exc, heartbeat.snapshot())
+        return _cancel(store, claimed.id, worker_id, heartbeat.snapshot())
     except (KeyboardInterrupt, SystemExit):
         heartbeat.stop()  # stop() is idempotent; the finally below calls it again
         _fail(store, claimed.id, worker_id, "interrupted: the worker was stopped (SIGTERM or Ctrl-C) mid-round")
@@ -169,6 +193,17 @@ def process_one(
         return store.get_round(claimed.id)
     log.info("round %s succeeded: adapter %s at %s", claimed.id, ref.name, ref.path)
     return done
+
+
+def _cancel(store: Any, round_id: int, worker_id: str, progress: dict[str, Any]) -> Any | None:
+    """End a cancelled round: the last progress written (the phase and step it stopped at), then cancelled, its
+    pairs released."""
+    try:
+        store.heartbeat(round_id, worker_id, progress={**progress, "eta": None})
+        return store.confirm_cancel(round_id, worker_id=worker_id)
+    except StoreError as exc:  # reaped meanwhile: the reaper already cancelled it and released its pairs
+        log.warning("round %s could not be marked cancelled: %s", round_id, exc)
+        return store.get_round(round_id)
 
 
 def _fail(store: Any, round_id: int, worker_id: str, error: str) -> Any | None:

@@ -1,15 +1,16 @@
-"""Training handlers: queue a round for the worker, follow its progress and history, list and activate adapters,
-and the page header's live status."""
+"""Training handlers: queue a round for the worker (checked against the pairs or episodes there are), follow its
+progress and history, cancel it, list and activate adapters, and the page header's live status."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import plotly.graph_objects as go
 
 from evorag_core.store.records import ROUND_KL_KEYS
 
-from .. import views
+from .. import round_progress, views
 from ..services import Services
 from .common import none_if_all, short
 
@@ -18,7 +19,12 @@ __all__ = [
     "KL_ESTIMATORS",
     "KEY_METRICS",
     "TrainingView",
+    "Launch",
+    "launch",
     "launch_round",
+    "available",
+    "availability_text",
+    "cancel_round",
     "training_view",
     "activate_adapter",
     "use_base_model",
@@ -40,12 +46,47 @@ class TrainingView:
     loss_key: tuple = ()  # (round id, loss points): equal keys mean an identical loss figure
     kl: go.Figure | None = None  # per-step KL of the newest round (k2 and k3 where it logs both)
     kl_key: tuple = ()  # (round id, KL rows): equal keys mean an identical KL figure
+    kl_visible: bool = False  # the KL panel is shown only for objectives that log a per-step KL (not DPO)
+    cancellable: list[tuple[str, int]] = field(default_factory=list)  # (label, id) of queued and running rounds
 
 
-def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
-                 source: str | None = None, stage: str | None = None, episodes: int | None = None,
-                 max_steps: int | None = None) -> tuple[str, int]:
-    """Queue a training round for the worker; returns (message, round id).
+@dataclass(frozen=True)
+class Launch:
+    """What Launch did: the message to show, the round queued, and whether the request was capped."""
+
+    message: str
+    round_id: int
+    capped: bool = False
+
+
+def available(svc: Services, objective: str, source: str | None = None, stage: str | None = None) -> tuple[str, int]:
+    """("pairs", queued pairs matching the filters) for DPO, ("episodes", finished stored episodes of the stage)
+    for GRPO/PPO: what a round of `objective` could use now (queued rounds that have not started yet may take
+    some of them first)."""
+    store = svc.store()
+    source, stage = none_if_all(source), none_if_all(stage)
+    if objective == "dpo":
+        return "pairs", sum(store.count_pairs("status", status="queued", source=source, stage=stage).values())
+    return "episodes", store.count_finished_episodes(stage=stage)
+
+
+def availability_text(svc: Services, objective: str, source: str | None = None, stage: str | None = None) -> str:
+    """The line shown beside the pairs/episodes fields, e.g. "6 queued pairs available for DPO"."""
+    what, n = available(svc, objective, source, stage)
+    kind = "queued pairs" if what == "pairs" else "stored episodes"
+    filters = [f"{name} {value}" for name, value in (("source", none_if_all(source)), ("stage", none_if_all(stage)))
+               if value and (what == "pairs" or name == "stage")]
+    where = f" ({', '.join(filters)})" if filters else ""
+    return (f'<span id="evo-available" data-n="{n}" data-kind="{what}">{n} {kind}{views.esc(where)} available for '
+            f'{views.esc(objective.upper())}</span>')
+
+
+def launch(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
+           source: str | None = None, stage: str | None = None, episodes: int | None = None,
+           max_steps: int | None = None) -> Launch:
+    """Queue a training round for the worker, checked against what exists: a request for more pairs (DPO) or
+    episodes (GRPO/PPO) than are available is capped to what is available and says so; none available -> refused
+    (ValueError) and nothing is queued.
 
     The round's job (stored as JSON, read by `evorag worker`): objective, pairs (DPO: queued pairs to claim),
     episodes (GRPO/PPO: newest stored episodes), epochs, lr, kl, source/stage filters, max_steps, base_model."""
@@ -58,48 +99,75 @@ def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: flo
     if pairs < 1 or epochs < 1 or episodes < 1 or not lr > 0 or max_steps < 0:
         raise ValueError("pairs, episodes and epochs must be at least 1, the learning rate positive, max steps >= 0")
     store = svc.store()
+    what, n_available = available(svc, objective, source, stage)
+    asked = pairs if what == "pairs" else episodes
+    if n_available == 0:
+        kind = "queued pairs match the source/stage filters" if what == "pairs" else "finished episodes are stored"
+        how = ("queue pairs on the Episode tab or by `evorag rollout`" if what == "pairs"
+               else "run episodes on the Episode tab or by `evorag rollout`")
+        raise ValueError(f"Not launched: no {kind} for {objective.upper()}; {how} first.")
+    capped = asked > n_available
+    if capped:
+        pairs, episodes = (n_available, episodes) if what == "pairs" else (pairs, n_available)
     config = {"objective": objective, "pairs": pairs, "episodes": episodes, "epochs": epochs, "lr": lr, "kl": kl,
               "source": none_if_all(source), "stage": none_if_all(stage), "max_steps": max_steps or None,
               "base_model": svc.cfg.policy.model}
     config = {k: v for k, v in config.items() if v is not None}
     round_id = store.enqueue_round(objective, config, max_attempts=svc.cfg.train.max_attempts)
     worker = svc.worker.describe() if svc.worker is not None else "no worker process started by this studio"
-    note = ""
-    if objective == "dpo":
-        queued = sum(store.count_pairs("status", status="queued", source=config.get("source"),
-                                       stage=config.get("stage")).values())
-        note = "" if queued else " Note: no queued pairs match; the round will fail with nothing to train on."
-    return (f"Round #{round_id} queued ({objective}, {epochs} epoch(s), lr {lr:g}, KL {kl}"
-            f"{f', up to {pairs} pairs' if objective == 'dpo' else f', {episodes} episodes'}); {worker}.{note}",
-            round_id)
+    note = (f"Capped: {asked} {what} asked, only {n_available} available, so the round uses {n_available}. "
+            if capped else "")
+    message = (f"{note}Round #{round_id} queued ({objective}, {epochs} epoch(s), lr {lr:g}, KL {kl}"
+               f"{f', up to {pairs} pairs' if objective == 'dpo' else f', {episodes} episodes'}); {worker}.")
+    return Launch(message, round_id, capped)
 
 
-def training_view(svc: Services) -> TrainingView:
+def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
+                 source: str | None = None, stage: str | None = None, episodes: int | None = None,
+                 max_steps: int | None = None) -> tuple[str, int]:
+    """`launch` as (message, round id)."""
+    done = launch(svc, objective, pairs, epochs, lr, kl, source, stage, episodes, max_steps)
+    return done.message, done.round_id
+
+
+def cancel_round(svc: Services, round_id: int | None) -> str:
+    """Cancel a queued round (it never starts) or ask the worker to stop a running one at its next step (its pairs
+    go back to the queue, no adapter is registered)."""
+    if round_id in (None, ""):
+        raise ValueError("choose a queued or running round to cancel")
+    r = svc.store().cancel_round(int(round_id))
+    if r.status == "cancelled":
+        return f"Round #{r.id} cancelled before it started."
+    return f"Round #{r.id}: cancel requested; the worker stops it at its next training step and releases its pairs."
+
+
+def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
     store = svc.store()
+    now = now or datetime.now(timezone.utc)
     rounds = store.list_rounds(limit=50)
     newest = rounds[0] if rounds else None
     loss_key: tuple = ()
     kl_key: tuple = ()
+    kl_visible = False
     if newest is None:
         progress = '<div class="evo-empty">No training round yet.</div>'
         loss = views.loss_figure([])
         kl = views.kl_figure([])
     else:
-        prog = newest.progress or {}
         points = svc.loss_history.setdefault(newest.id, [])
         _merge_losses(points, newest)
-        phase = f" · {prog['phase']}" if newest.status == "running" and prog.get("phase") else ""
-        retry = f" · {newest.status_label}" if newest.status_label != newest.status else ""
-        progress = views.progress_html(f"Round #{newest.id} ({newest.objective}){phase}{retry}", prog.get("step"),
-                                       prog.get("total"), prog.get("eta"), newest.status)
+        progress = round_progress.progress_html(newest, now)
         if newest.error:
             progress += views.message_html(newest.error, "error")
         loss = views.loss_figure(points, f"Round #{newest.id} loss")
+        round_progress.integer_steps(loss, points[-1][0] if points else None)
         loss_key = (newest.id, tuple(points))
         kl_rows = svc.kl_history.setdefault(newest.id, [])
         _merge_kl(kl_rows, newest)
         kl = views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference")
+        round_progress.integer_steps(kl, kl_rows[-1]["step"] if kl_rows else None)
         kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
+        kl_visible = newest.objective != "dpo" or bool(kl_rows)  # DPO's reference term is inside its loss
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
@@ -122,8 +190,10 @@ def training_view(svc: Services) -> TrainingView:
     adapters_html = views.table_html(["adapter", "objective", "round", *keys, "created"], adapter_rows,
                                      table_id="evo-adapters", empty="No adapters yet: a finished round registers one.")
     live = next((a.name for a in adapters if a.active), "base model")
+    cancellable = [(f"#{r.id} {r.objective} · {r.status_label}", r.id) for r in rounds
+                   if r.status in ("queued", "running")]
     return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key, kl,
-                        kl_key)
+                        kl_key, kl_visible, cancellable)
 
 
 # Metrics shown first when rounds and adapters are compared (whichever of them a round reported).

@@ -106,7 +106,7 @@ def progress_line(r: Any, width: int = 30) -> str:
         parts.append(f"loss {float(prog['loss']):.4f}")
     if prog.get("eta") is not None:
         parts.append(f"eta {float(prog['eta']):.0f}s")
-    parts.append(r.status if r.status != "running" else f"running ({prog.get('phase', 'train')})")
+    parts.append(r.status if r.status != "running" else f"{r.status_label} ({prog.get('phase', 'train')})")
     return " ".join(parts)
 
 

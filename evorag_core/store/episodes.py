@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import StoreError
@@ -113,6 +113,14 @@ class EpisodeOps(StoreBase):
             )
             if done.rowcount != 1:
                 raise KeyError(f"no episode {episode_id}")
+
+    def count_finished_episodes(self, *, stage: str | None = None) -> int:
+        """How many episodes are not running (what GRPO/PPO rounds read), optionally of one stage."""
+        query = select(func.count()).select_from(episodes).where(episodes.c.status != "running")
+        if stage is not None:
+            query = query.where(episodes.c.stage == stage)
+        with self._read() as conn:
+            return int(conn.scalar(query) or 0)
 
     def get_episode(self, episode_id: int) -> Episode:
         """The episode with its steps (ordered by t) and their siblings; KeyError if there is none."""

@@ -151,11 +151,15 @@ class Round:
     finished_at: datetime | None
     attempts: int
     max_attempts: int
+    cancel_requested_at: datetime | None = None
 
     @property
     def status_label(self) -> str:
         """The status as people read it: a round claimed again after its worker died is "retrying (attempt 2/2)";
-        one waiting for that claim is "queued to retry (attempt 2/2)"."""
+        one waiting for that claim is "queued to retry (attempt 2/2)"; a running round asked to cancel is
+        "cancelling" until its worker stops between two steps."""
+        if self.status == "running" and self.cancel_requested_at is not None:
+            return "cancelling"
         if self.status == "running" and self.attempts > 1:
             return f"retrying (attempt {self.attempts}/{self.max_attempts})"
         if self.status == "queued" and self.attempts > 0:
@@ -165,11 +169,13 @@ class Round:
 
 @dataclass(frozen=True)
 class ExpiryReport:
-    """What `expire_leases` did: rounds marked failed, rounds put back in the queue, pairs released."""
+    """What `expire_leases` did: rounds marked failed, rounds put back in the queue, pairs released, and rounds
+    asked to cancel whose worker died (cancelled)."""
 
     failed: tuple[int, ...] = ()
     requeued: tuple[int, ...] = ()
     released_pairs: int = 0
+    cancelled: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

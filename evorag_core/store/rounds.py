@@ -1,5 +1,9 @@
 """Training rounds as a leased job queue: queued -> running(lease) -> succeeded | failed | cancelled.
 
+Cancelling: a queued round is cancelled at once; a running one records a cancel request that its worker reads
+between training steps (`cancel_requested`) before it stops and calls `confirm_cancel` (pairs released, nothing
+consumed). A cancel-requested round whose lease expires is reaped as cancelled, never retried.
+
 A worker claims a round with a lease, heartbeats to extend it, and finishes it. `expire_leases` reaps rounds
 whose lease ran out: failed (or queued again while attempts < max_attempts), their claimed pairs released.
 A lease is lost only when reaped; until then the owner's heartbeat still extends it.
@@ -117,7 +121,9 @@ class RoundOps(StoreBase):
         worker_id: str | None = None,
     ) -> Round:
         """End a running round: succeeded (its claimed pairs become consumed) or, with `error`, failed
-        (its claimed pairs are released). With `worker_id`, refuses unless that worker holds the lease."""
+        (its claimed pairs are released). With `worker_id`, refuses unless that worker holds the lease.
+        A cancel request that came after the worker's last check (its adapter already registered) is too late:
+        the round still succeeds."""
         now = utcnow()
         with self._write() as conn:
             current = _lock(conn, round_id)
@@ -144,15 +150,46 @@ class RoundOps(StoreBase):
             )
             return _get(conn, round_id)
 
-    def cancel_round(self, round_id: int) -> Round:
-        """Cancel a queued or running round (its worker sees heartbeat() -> False); its pairs are released."""
-        now = utcnow()
+    def cancel_round(self, round_id: int, *, now: datetime | None = None) -> Round:
+        """Cancel a round. A queued round is cancelled at once (it never starts). A running round gets a cancel
+        request (`cancel_requested_at`; status_label "cancelling"): its worker sees it at its next training step
+        or phase (`cancel_requested`), stops, and ends the round with `confirm_cancel`, which releases its pairs.
+        Asking again is harmless; a finished round is refused with StoreError."""
+        now = now or utcnow()
         with self._write() as conn:
             current = _lock(conn, round_id)
-            if current.status not in ("queued", "running"):
+            if current.status == "queued":
+                release_round_pairs(conn, [round_id], now)
+                conn.execute(
+                    rounds.update()
+                    .where(rounds.c.id == round_id)
+                    .values(status="cancelled", cancel_requested_at=now, finished_at=now, lease_expires_at=None)
+                )
+            elif current.status == "running":
+                if current.cancel_requested_at is None:
+                    conn.execute(rounds.update().where(rounds.c.id == round_id).values(cancel_requested_at=now))
+            else:
                 raise StoreError(
                     f"round {round_id} is {current.status}; only a queued or running round can be cancelled"
                 )
+            return _get(conn, round_id)
+
+    def cancel_requested(self, round_id: int) -> bool:
+        """True once someone asked to cancel the round (a cheap read: the worker calls it between steps)."""
+        with self._read() as conn:
+            when = conn.scalar(select(rounds.c.cancel_requested_at).where(rounds.c.id == round_id))
+        return when is not None
+
+    def confirm_cancel(self, round_id: int, *, worker_id: str | None = None) -> Round:
+        """The worker stopped a running round whose cancel was requested: status cancelled, its claimed pairs
+        back in the queue (none consumed). With `worker_id`, refuses unless that worker holds the lease."""
+        now = utcnow()
+        with self._write() as conn:
+            current = _lock(conn, round_id)
+            if current.status != "running" or current.cancel_requested_at is None:
+                raise StoreError(f"round {round_id} is {current.status_label}, not a running round asked to cancel")
+            if worker_id is not None and current.lease_owner != worker_id:
+                raise StoreError(f"round {round_id} is leased to {current.lease_owner!r}, not {worker_id!r}")
             release_round_pairs(conn, [round_id], now)
             conn.execute(
                 rounds.update()
@@ -172,8 +209,17 @@ class RoundOps(StoreBase):
         )
         failed: list[int] = []
         requeued: list[int] = []
+        cancelled: list[int] = []
         with self._write() as conn:
             for r in [Round(**row) for row in conn.execute(overdue).mappings()]:
+                if r.cancel_requested_at is not None:  # asked to cancel and its worker died: cancelled, no retry
+                    conn.execute(
+                        rounds.update()
+                        .where(rounds.c.id == r.id, rounds.c.status == "running")
+                        .values(status="cancelled", finished_at=now, lease_expires_at=None)
+                    )
+                    cancelled.append(r.id)
+                    continue
                 note = (
                     f"attempt {r.attempts}: the lease of worker {r.lease_owner!r} expired at "
                     f"{r.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC (last heartbeat {r.heartbeat_at:%H:%M:%S})"
@@ -189,5 +235,6 @@ class RoundOps(StoreBase):
                     )
                 )
                 (requeued if retry else failed).append(r.id)
-            released = release_round_pairs(conn, failed + requeued, now)
-        return ExpiryReport(failed=tuple(failed), requeued=tuple(requeued), released_pairs=released)
+            released = release_round_pairs(conn, failed + requeued + cancelled, now)
+        return ExpiryReport(failed=tuple(failed), requeued=tuple(requeued), released_pairs=released,
+                            cancelled=tuple(cancelled))

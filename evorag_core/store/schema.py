@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy Core tables (the hand-written migration 0001 creates exactly these).
+"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001, 0002 create exactly these).
 
 Timestamps are stored as naive UTC and come back timezone-aware (`UTCDateTime`). JSON columns use the
 portable `JSON` type (TEXT on SQLite, json on PostgreSQL). Constraint names follow `NAMING` so that later
@@ -179,6 +179,7 @@ rounds = Table(
     Column("finished_at", UTCDateTime()),
     Column("attempts", Integer, nullable=False),
     Column("max_attempts", Integer, nullable=False),
+    Column("cancel_requested_at", UTCDateTime()),  # migration 0002
 )
 
 pairs = Table(

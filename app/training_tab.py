@@ -1,0 +1,136 @@
+"""Studio tab: Training. Layout and event wiring only; every value comes from `handlers.training`.
+
+Launch is checked against what exists (the pairs or episodes available for the objective are shown beside the
+fields; a larger request is capped, with a message, and none available refuses it). The newest round's progress
+shows its phase, step i/N, elapsed time and ETA; queued and running rounds can be cancelled. The KL panel is shown
+only for objectives that log a KL (not DPO). A 2 s timer refreshes what changed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from evorag_core.scheduler import STAGES
+from evorag_core.store.records import PAIR_SOURCES
+
+from . import handlers, views
+from .handlers import training as th
+from .services import Services
+
+__all__ = ["LR_STEP", "build_tab"]
+
+LR_STEP = 1e-5  # ArrowUp on 5e-5 gives 6e-5 (Gradio's default step 1 would give 1.00005)
+
+
+def build_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
+    """The Training tab's components and events; returns the state of what its outputs last showed."""
+    from .ui import TIMER_SECONDS, on  # ui imports this module: its helpers are read at build time
+
+    t = svc.cfg.train
+    names_state = gr.State({})  # what the training outputs last showed (see `refresh`)
+    with gr.Row():
+        with gr.Column(scale=1, min_width=300):
+            objective = gr.Dropdown(list(handlers.OBJECTIVES), value=t.objective, label="Objective",
+                                    elem_id="evo-objective")
+            with gr.Row():
+                n_pairs = gr.Number(value=64, precision=0, minimum=1, step=1, label="Pairs to use (DPO)",
+                                    elem_id="evo-n-pairs")
+                n_episodes = gr.Number(value=32, precision=0, minimum=1, step=1, label="Episodes (GRPO/PPO)",
+                                       elem_id="evo-n-episodes")
+            available = gr.HTML(elem_id="evo-available-box")
+            with gr.Row():
+                epochs = gr.Number(value=t.epochs, precision=0, minimum=1, step=1, label="Epochs", elem_id="evo-epochs")
+                lr = gr.Number(value=t.lr, step=LR_STEP, label="Learning rate (e.g. 5e-5)", elem_id="evo-lr")
+            with gr.Row():
+                kl = gr.Radio(list(handlers.KL_ESTIMATORS), value=t.kl, label="KL estimator")
+                max_steps = gr.Number(value=0, precision=0, minimum=0, step=1, label="Max steps (0: no cap)",
+                                      elem_id="evo-max-steps")
+            with gr.Row():
+                source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Pair source")
+                stage = gr.Dropdown(["all", *STAGES], value="all", label="Pair stage")
+            launch = gr.Button("Launch round", variant="primary", elem_id="evo-launch")
+            launch_msg = gr.HTML(elem_id="evo-launch-msg")
+        with gr.Column(scale=2):
+            progress = gr.HTML(elem_id="evo-round-progress")
+            with gr.Row(equal_height=True):
+                cancel_dd = gr.Dropdown(label="Queued or running round", choices=[], scale=3,
+                                        elem_id="evo-cancel-pick")
+                cancel = gr.Button("Cancel round", variant="stop", scale=1, min_width=140, elem_id="evo-cancel",
+                                   interactive=False)
+            cancel_msg = gr.HTML(elem_id="evo-cancel-msg")
+            loss = gr.Plot(label="Loss", elem_id="evo-loss")
+            kl_plot = gr.Plot(label="KL to the reference", elem_id="evo-kl", visible=False)
+    gr.Markdown("### Rounds")
+    rounds = gr.HTML(elem_id="evo-rounds-box")
+    gr.Markdown("### Adapters")
+    adapters = gr.HTML(elem_id="evo-adapters-box")
+    with gr.Row():
+        adapter_dd = gr.Dropdown(label="Adapter", choices=[], elem_id="evo-adapter-pick")
+        activate = gr.Button("Activate", variant="primary", elem_id="evo-activate")
+        base = gr.Button("Use base model", elem_id="evo-base")
+        live = gr.HTML(elem_id="evo-live-box")
+    act_msg = gr.HTML()
+
+    def refresh(shown: dict | None, obj: str, src: str, stg: str, picked: Any) -> tuple:
+        """New values for the outputs that changed since the last refresh (gr.skip() for the others), so that a
+        timer tick costs the browser nothing when nothing happened."""
+        shown = dict(shown or {})
+        view = handlers.training_view(svc)
+        live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
+        fresh = {"progress": view.progress, "loss": view.loss_key, "kl": (view.kl_key, view.kl_visible),
+                 "rounds": view.rounds, "adapters": view.adapters, "live": live_html, "names": view.adapter_names,
+                 "cancellable": view.cancellable, "available": th.availability_text(svc, obj, src, stg)}
+
+        def send(key: str, value: Any) -> Any:
+            return value if shown.get(key, object()) != fresh[key] else gr.skip()
+
+        names_changed = shown.get("names") != view.adapter_names
+        pick = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()
+        pol = gr.Dropdown(choices=handlers.policy_options(svc)) if names_changed else gr.skip()
+        kl_out = gr.Plot(value=view.kl, visible=view.kl_visible) if shown.get("kl") != fresh["kl"] else gr.skip()
+        ids = [i for _, i in view.cancellable]
+        changed = shown.get("cancellable") != view.cancellable
+        cancel_out = (gr.Dropdown(choices=view.cancellable, value=picked if picked in ids else (ids[0] if ids else None))
+                      if changed else gr.skip())
+        button_out = gr.Button(interactive=bool(ids)) if changed else gr.skip()  # nothing to cancel: greyed out
+        return (send("progress", view.progress), send("loss", view.loss), kl_out, send("rounds", view.rounds),
+                send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
+                send("available", fresh["available"]))
+
+    outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd, cancel_dd, cancel,
+            available]
+    watched = [names_state, objective, source, stage, cancel_dd]
+
+    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown, picked):
+        try:
+            done = th.launch(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
+            msg = views.message_html(done.message, "warn" if done.capped else "ok")
+        except ValueError as exc:  # refused (nothing available, a bad value): said where the user looks
+            msg = views.message_html(str(exc), "error")
+        return (msg, *refresh(shown, obj, src, stg, picked))
+
+    def on_cancel(picked, shown, obj, src, stg):
+        msg = th.cancel_round(svc, picked)
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
+
+    def on_activate(name, shown, obj, src, stg, picked):
+        msg = handlers.activate_adapter(svc, name)
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
+
+    def on_base(shown, obj, src, stg, picked):
+        msg = handlers.use_base_model(svc)
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
+
+    on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state,
+                                 cancel_dd], [launch_msg, *outs])
+    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage], [cancel_msg, *outs])
+    on(activate.click, on_activate, [adapter_dd, *watched], [act_msg, *outs])
+    on(base.click, on_base, watched, [act_msg, *outs])
+    for changed in (objective.change, source.change, stage.change):
+        on(changed, lambda o, s, g: th.availability_text(svc, o, s, g), [objective, source, stage], available,
+           quiet=True, show_progress="hidden", api_visibility="private")
+    timer = gr.Timer(TIMER_SECONDS)
+    on(timer.tick, refresh, watched, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
+       trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
+    return names_state
