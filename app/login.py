@@ -82,16 +82,15 @@ class LoginGuard:
             await _reply(send, 429, f"too many failed logins for this user or address: wait {wait:.0f} s and try "
                                     "again", {"retry-after": f"{wait:.0f}"})
             return
-        status: list[int] = []
 
         async def watch(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                status.append(message["status"])
+            # A success is recorded before its response starts, so a client that has read the 200 never sees the
+            # attempt still counted as a failure (it was recorded after the reply: a race the suite hit under load).
+            if message["type"] == "http.response.start" and message["status"] == 200:
+                self.limiter.succeeded(user, address)
             await send(message)
 
         await self.app(scope, _replay(body, receive), watch)
-        if status and status[0] == 200:
-            self.limiter.succeeded(user, address)
 
 
 def _is_login(scope: dict) -> bool:
