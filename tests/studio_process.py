@@ -73,3 +73,18 @@ def chromium() -> Iterator:
             yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def demo_page(browser, url: str, height: int = 1000) -> Iterator:
+    """A new page on the studio at `url`, returned once the demo data file is loaded (the first load builds the
+    demo's retrieval index, hence the long default timeout); closed on exit."""
+    page = browser.new_page(viewport={"width": 1500, "height": height})
+    page.set_default_timeout(120_000)
+    page.goto(url)
+    page.wait_for_function("document.querySelector('#evo-data-info') && "
+                           "document.querySelector('#evo-data-info').innerText.includes('demo: 52 questions')")
+    try:
+        yield page
+    finally:
+        page.close()

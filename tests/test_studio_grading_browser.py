@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evorag_core.metrics import normalize_answer
-from tests.studio_process import CHROMIUM, chromium, serve_studio
+from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
 from tests.test_studio_browser import choose
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -42,13 +42,8 @@ def browser():
 
 @pytest.fixture()
 def page(browser, studio):
-    pg = browser.new_page(viewport={"width": 1500, "height": 1100})
-    pg.set_default_timeout(120_000)  # the first page load builds the demo's retrieval index
-    pg.goto(studio)
-    pg.wait_for_function("document.querySelector('#evo-data-info') && "
-                         "document.querySelector('#evo-data-info').innerText.includes('demo: 52 questions')")
-    yield pg
-    pg.close()
+    with demo_page(browser, studio, height=1100) as pg:
+        yield pg
 
 
 def shot(page, name: str) -> Path:

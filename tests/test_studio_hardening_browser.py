@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.studio_process import CHROMIUM, chromium, serve_studio
+from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -54,13 +54,8 @@ def browser():
 
 @pytest.fixture()
 def page(browser, studio):
-    pg = browser.new_page(viewport={"width": 1500, "height": 1000})
-    pg.set_default_timeout(120_000)  # the first page load builds the demo's retrieval index
-    pg.goto(studio)
-    pg.wait_for_function("document.querySelector('#evo-data-info') && "
-                         "document.querySelector('#evo-data-info').innerText.includes('demo: 52 questions')")
-    yield pg
-    pg.close()
+    with demo_page(browser, studio, height=1000) as pg:
+        yield pg
 
 
 def shot(page, name: str) -> None:
