@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -24,6 +23,42 @@ def _pair_ids_by_status(store) -> dict[str, list[int]]:
     for p in store.list_pairs(limit=None):
         out.setdefault(p.status, []).append(p.id)
     return out
+
+
+def run_and_cancel_at_step(store, cfg, home, rid: int, step: int) -> tuple:
+    """Run round `rid` in a worker while another thread cancels it once `step` steps are reported (or the round has
+    ended without reaching them: the caller's assertions then fail). Returns (the finished round, every step
+    reported, [the last step reported when the cancel was written])."""
+    from training.rounds import run_round
+
+    steps: list[int] = []
+    at_cancel: list[int] = []
+    reached, finished = threading.Event(), threading.Event()
+
+    def spy(job, st, on_progress):
+        def report(entry):
+            if "step" in entry:
+                steps.append(int(entry["step"]))
+                if len(steps) >= step:
+                    reached.set()
+            on_progress(entry)
+        try:
+            return run_round(job, st, report)
+        finally:
+            finished.set()
+
+    def canceller():
+        while not (reached.wait(0.05) or finished.is_set()):
+            pass
+        store.cancel_round(rid)
+        at_cancel.append(steps[-1] if steps else 0)
+
+    thread = threading.Thread(target=canceller)
+    thread.start()
+    done = process_one(store, cfg, home, "w", WorkerOptions(lease_s=60), spy)
+    finished.set()
+    thread.join()
+    return done, steps, at_cancel
 
 
 def test_a_cancelled_queued_round_never_starts(world):
@@ -105,31 +140,9 @@ def test_cancelling_a_real_dpo_round_stops_it_within_one_step(world):
     waits until 2 steps are reported, cancels, and then reads the last step reported (`at_cancel`). The step in
     flight when the cancel was written is the last: the final step is at most at_cancel + 1, far below 320. The
     round is cancelled, no adapter is registered, and each of the 8 pairs is queued exactly once (none consumed)."""
-    from training.rounds import run_round
-
     home, _, store, cfg = world
     rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 40})
-    steps: list[int] = []
-    at_cancel: list[int] = []
-
-    def spy(job, st, on_progress):
-        def report(entry):
-            if "step" in entry:
-                steps.append(int(entry["step"]))
-            on_progress(entry)
-        return run_round(job, st, report)
-
-    def canceller():
-        deadline = time.monotonic() + 300
-        while len(steps) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        store.cancel_round(rid)
-        at_cancel.append(steps[-1] if steps else 0)
-
-    thread = threading.Thread(target=canceller)
-    thread.start()
-    done = process_one(store, cfg, home, "w", WorkerOptions(lease_s=60), spy)
-    thread.join()
+    done, steps, at_cancel = run_and_cancel_at_step(store, cfg, home, rid, 2)
     assert at_cancel[0] >= 2, "training never reached step 2"
     assert done.id == rid and done.status == "cancelled", done.error
     assert at_cancel[0] <= steps[-1] <= at_cancel[0] + 1 < 320

@@ -4,12 +4,9 @@ Llama and the hand-written rollouts of tests/test_rounds.py (its fixtures).
 """
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
-from training.worker import WorkerOptions, process_one
+from tests.test_round_cancel import run_and_cancel_at_step
 from tests.test_rounds import tiny, world, write_rollouts  # noqa: F401  (fixtures: the tiny model; config, home, store)
 
 
@@ -18,32 +15,10 @@ from tests.test_rounds import tiny, world, write_rollouts  # noqa: F401  (fixtur
 def test_cancelling_a_running_rl_round_stops_it_within_one_step(world, objective):
     """2 episodes, batch 4, 300 epochs -> hundreds of steps; another thread cancels once 2 steps are reported and
     reads the last step reported then (`at_cancel`): the round ends at step at_cancel or at_cancel + 1."""
-    from training.rounds import run_round
-
     cfg, home, store = world
     write_rollouts(store)
     rid = store.enqueue_round(objective, {"epochs": 300})
-    steps: list[int] = []
-    at_cancel: list[int] = []
-
-    def spy(job, st, on_progress):
-        def report(entry):
-            if "step" in entry:
-                steps.append(int(entry["step"]))
-            on_progress(entry)
-        return run_round(job, st, report)
-
-    def canceller():
-        deadline = time.monotonic() + 300
-        while len(steps) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        store.cancel_round(rid)
-        at_cancel.append(steps[-1] if steps else 0)
-
-    thread = threading.Thread(target=canceller)
-    thread.start()
-    done = process_one(store, cfg, home, "w", WorkerOptions(lease_s=60), spy)
-    thread.join()
+    done, steps, at_cancel = run_and_cancel_at_step(store, cfg, home, rid, 2)
     assert at_cancel[0] >= 2, "training never reached step 2"
     assert done.status == "cancelled", done.error
     assert at_cancel[0] <= steps[-1] <= at_cancel[0] + 1 < 300
