@@ -383,6 +383,16 @@ def _targets(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _machine(args: argparse.Namespace) -> dict[str, Any]:
+    """The host, with what decides training speed: CPU model and whether train.dtype resolved to bf16 natively."""
+    from evorag_core.policy.half_decode import cpu_has_native_bf16, cpu_model
+    from training.precision import resolve_train_dtype
+
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "cpu_model": cpu_model(),
+            "native_bf16": cpu_has_native_bf16(), "train_dtype": resolve_train_dtype(args.dtype, "cpu"),
+            "load_avg_now": os.getloadavg()}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default="0:16", help="training slice START:STOP of the data file")
@@ -396,7 +406,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=12, help="optimiser steps per round at most (0: no cap)")
     ap.add_argument("--lr", type=float, default=2e-4)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                    help="train.dtype (auto: bf16 only where the CPU has native bf16, else float32)")
     ap.add_argument("--grad-ckpt", action="store_true")
     ap.add_argument("--passage-chars", type=int, default=120)
     ap.add_argument("--answer-chars", type=int, default=0, help="the reader's passage cut (0: --passage-chars)")
@@ -440,8 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         state_file.write_text(json.dumps(state, indent=2, default=str))
         result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
                                if not k.endswith("_part") and k != "adapter_path"},
-                  "config": _settings(args), "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                                         "load_avg_now": os.getloadavg()},
+                  "config": _settings(args), "machine": _machine(args),
                   **state, "targets": _targets(state)}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2, default=str))

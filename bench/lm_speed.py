@@ -32,21 +32,13 @@ sys.path.insert(0, str(ROOT))
 
 from evorag_core.config import PREFILL_DTYPES, PolicyConfig, home_dir  # noqa: E402
 from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
-from evorag_core.policy.half_decode import resolve_prefill_dtype  # noqa: E402
+from evorag_core.policy.half_decode import cpu_model, resolve_prefill_dtype  # noqa: E402
 from evorag_core.policy.prompts import LABELS  # noqa: E402
 from evorag_core.state import AgentView, Hop  # noqa: E402
 from evorag_core.types import Passage  # noqa: E402
 
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"decode_batch1_tok_s": 30.0, "cached_load_s": 3.0, "k4_over_one": 2.0}
-
-
-def _cpu_model() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor()
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
 
 def _median_time(fn, runs: int) -> tuple[float, float]:
@@ -231,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["machine"] = {
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "dtype": args.dtype,
             "half_decode_rows": args.half_decode_rows, "prefill_dtype": args.prefill_dtype,
-            "prefill_dtype_resolved": resolve_prefill_dtype(args.prefill_dtype), "cpu_model": _cpu_model(),
+            "prefill_dtype_resolved": resolve_prefill_dtype(args.prefill_dtype), "cpu_model": cpu_model(),
             "torch": torch.__version__, "python": platform.python_version(), "runs": args.runs,
             "loadavg_start": load_start, "loadavg_now": os.getloadavg(),
         }

@@ -31,6 +31,7 @@ __all__ = [
     "Allowed",
     "check_section",
     "PREFILL_DTYPES",
+    "TRAIN_DTYPES",
     "EnvConfig",
     "RewardConfig",
     "CurriculumConfig",
@@ -218,6 +219,9 @@ ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
 # PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt forwards on an fp32 CPU model;
 # "auto" = bfloat16 where the CPU has native bf16 matrix instructions (AVX512-BF16 / AMX), else float32
 PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+# TrainConfig.dtype: "auto" = bfloat16 where the device multiplies bf16 natively (CUDA >= sm80, CPU AVX512-BF16 / AMX),
+# else float32 (training/precision.py has the measurements)
+TRAIN_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 # PolicyConfig.query_mode: the SEARCH argument after the first hop - "grounded" = the best-scored of candidates built
 # from the passages read (bridge entities + uncovered question words, ...) and the model's own query
 # (evorag_core/policy/queries.py); "free" = the model's generated query as is
@@ -371,7 +375,7 @@ class TrainConfig(_Checked):
     max_length: int = 512
     batch_size: int = 4
     grad_accum: int = 1  # gradient accumulation steps (effective batch = batch_size * grad_accum)
-    dtype: str = "float32"  # float32 | bfloat16 (bf16 autocast; the weights stay as loaded)
+    dtype: str = "float32"  # one of TRAIN_DTYPES (bfloat16: bf16 autocast, the weights stay as loaded)
     gradient_checkpointing: bool = False
     seed: int = 0
     lease_seconds: int = 60
@@ -395,7 +399,7 @@ class TrainConfig(_Checked):
         "max_length": POSITIVE,
         "batch_size": POSITIVE,
         "grad_accum": POSITIVE,
-        "dtype": one_of(("float32", "bfloat16")),
+        "dtype": one_of(TRAIN_DTYPES),
         "gradient_checkpointing": FLAG,
         "seed": SEED,
         "lease_seconds": POSITIVE,

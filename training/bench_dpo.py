@@ -52,6 +52,7 @@ def run_one(max_length: int, dtype: str, grad_ckpt: bool, batch: int, steps: int
     import torch
 
     from evorag_core.config import TrainConfig
+    from evorag_core.policy.half_decode import cpu_has_native_bf16, cpu_model
     from evorag_core.policy.loading import load_model
 
     from .dpo import train_dpo
@@ -77,6 +78,7 @@ def run_one(max_length: int, dtype: str, grad_ckpt: bool, batch: int, steps: int
         "later_step_cpu_s": round(sum(cpu_later) / len(cpu_later), 1) if cpu_later else None,
         "rss_after_load_mb": round(rss_loaded), "peak_rss_mb": round(result.peak_rss_mb),
         "truncated": result.truncated, "first_loss": round(result.metrics["first_loss"], 4),
+        "cpu_model": cpu_model(), "native_bf16": cpu_has_native_bf16(),
         "load_avg_1m": round(os.getloadavg()[0], 1),  # other work on the machine inflates the step times
     }
 
@@ -84,7 +86,7 @@ def run_one(max_length: int, dtype: str, grad_ckpt: bool, batch: int, steps: int
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="float32")
     parser.add_argument("--grad-ckpt", action="store_true")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)

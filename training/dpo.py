@@ -36,11 +36,11 @@ from evorag_core.errors import AdapterError
 
 from .data import PairExample, fit_pairs, pairs_to_dataset
 from .lora import attach_lora, load_adapter, save_adapter
+from .precision import resolve_train_dtype
 
 __all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accuracy", "completion_logps"]
 
 ProgressFn = Callable[[dict[str, Any]], None]
-_DTYPES = ("float32", "bfloat16")
 
 log = logging.getLogger("evorag.train")
 
@@ -89,8 +89,6 @@ def micro_batching(cfg: TrainConfig, *, use_cpu: bool) -> tuple[int, int]:
 def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool) -> DPOConfig:
     """TRL's DPOConfig from the [train] section (logging every step, no checkpoints, no reporting); on the CPU the
     pairs of a step go through in micro-batches (`micro_batching`)."""
-    if cfg.dtype not in _DTYPES:
-        raise ValueError(f"train.dtype must be one of {_DTYPES}, got {cfg.dtype!r}")
     per_pass, passes = micro_batching(cfg, use_cpu=use_cpu)
     return DPOConfig(
         output_dir=str(output_dir),
@@ -100,7 +98,7 @@ def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool) -> DPOConfi
         per_device_train_batch_size=per_pass,
         gradient_accumulation_steps=passes,
         max_length=cfg.max_length,
-        bf16=cfg.dtype == "bfloat16",
+        bf16=resolve_train_dtype(cfg.dtype, "cpu" if use_cpu else "cuda") == "bfloat16",
         fp16=False,
         gradient_checkpointing=cfg.gradient_checkpointing,
         seed=cfg.seed,

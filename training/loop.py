@@ -20,6 +20,7 @@ from evorag_core.store.records import ROUND_KL_KEYS
 
 from .job import ProgressFn
 from .lora import attach_lora, load_adapter
+from .precision import resolve_train_dtype
 
 __all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
 
@@ -47,14 +48,12 @@ def train_mode(policy: nn.Module, cfg: TrainConfig) -> None:
 
 @contextlib.contextmanager
 def autocast(cfg: TrainConfig, device: torch.device) -> Iterator[None]:
-    """bf16 autocast when train.dtype is bfloat16 (weights stay as loaded), else nothing."""
-    if cfg.dtype == "bfloat16":
+    """bf16 autocast when train.dtype resolves to bfloat16 on `device` (weights stay as loaded), else nothing."""
+    if resolve_train_dtype(cfg.dtype, device.type) == "bfloat16":
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
             yield
-    elif cfg.dtype == "float32":
-        yield
     else:
-        raise ValueError(f"train.dtype must be float32 or bfloat16, got {cfg.dtype!r}")
+        yield
 
 
 def minibatches(n: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:

@@ -33,6 +33,7 @@ corpora) the agent made 45 of 50 predictions identical to fp32 prefill's, F1 0.0
 """
 from __future__ import annotations
 
+import platform
 from contextlib import contextmanager
 from pathlib import Path
 from typing import ContextManager, Iterator
@@ -43,7 +44,7 @@ from torch import nn
 
 from ..config import PREFILL_DTYPES
 
-__all__ = ["HalfDecodeLinear", "enable_half_decode", "half_decode", "bf16_prefill", "cpu_has_native_bf16",
+__all__ = ["HalfDecodeLinear", "enable_half_decode", "half_decode", "bf16_prefill", "cpu_has_native_bf16", "cpu_model",
            "resolve_prefill_dtype", "DEFAULT_MAX_ROWS", "DEFAULT_EXACT_TOP"]
 
 DEFAULT_MAX_ROWS = 4
@@ -66,6 +67,17 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
         if line.startswith("flags"):
             flags.update(line.partition(":")[2].split())
     return any(flag in flags for flag in _BF16_CPU_FLAGS)
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name ("model name" in /proc/cpuinfo; platform.processor() where there is none): benchmark
+    figures record it, since bf16 speed in particular depends on it."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
 
 
 def resolve_prefill_dtype(setting: str, cpuinfo: str | None = None) -> str:
