@@ -20,6 +20,11 @@ CSS = """
 .evo-table td.strong { font-weight: 600; }
 .evo-table td.arg { max-width: 320px; overflow-wrap: anywhere; }
 .evo-table tr.current td { background: rgba(255, 213, 79, 0.18); }
+.evo-table tr.cmp-diff td { background: rgba(255, 138, 101, 0.14); }
+.evo-table td.cmp-none { color: #90a4ae; text-align: center; }
+.evo-compare-q { margin: 4px 0 6px 0; }
+.evo-compare-verdict { margin: 4px 0 8px 0; font-weight: 600; }
+#evo-compare .evo-table { margin-bottom: 10px; }
 .evo-empty { color: var(--body-text-color-subdued); font-style: italic; padding: 8px 2px; }
 .evo-h { font-weight: 600; margin: 4px 0; }
 .evo-msg { padding: 6px 10px; border-radius: 6px; margin: 4px 0; font-size: 0.9rem; }

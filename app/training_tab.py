@@ -7,6 +7,7 @@ only for objectives that log a KL (not DPO). A 2 s timer refreshes what changed.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
@@ -18,13 +19,19 @@ from . import handlers, views
 from .handlers import training as th
 from .services import Services
 
-__all__ = ["LR_STEP", "build_tab"]
+__all__ = ["LR_STEP", "TrainingTab", "build_tab"]
 
 LR_STEP = 1e-5  # ArrowUp on 5e-5 gives 6e-5 (Gradio's default step 1 would give 1.00005)
 
 
-def build_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
-    """The Training tab's components and events; returns the state of what its outputs last showed."""
+@dataclass(frozen=True)
+class TrainingTab:
+    adapter: gr.Dropdown  # the adapter picked in the list
+    compare: gr.Button  # "Compare with base": wired by ui.py to the Compare tab
+
+
+def build_tab(svc: Services, policy_dd: gr.Dropdown) -> TrainingTab:
+    """The Training tab's components and events."""
     from .ui import TIMER_SECONDS, on  # ui imports this module: its helpers are read at build time
 
     t = svc.cfg.train
@@ -69,6 +76,7 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
         adapter_dd = gr.Dropdown(label="Adapter", choices=[], elem_id="evo-adapter-pick")
         activate = gr.Button("Activate", variant="primary", elem_id="evo-activate")
         base = gr.Button("Use base model", elem_id="evo-base")
+        compare = gr.Button("Compare with base", elem_id="evo-compare-adapter")
         live = gr.HTML(elem_id="evo-live-box")
     act_msg = gr.HTML()
 
@@ -133,4 +141,4 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown) -> gr.State:
     timer = gr.Timer(TIMER_SECONDS)
     on(timer.tick, refresh, watched, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
        trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
-    return names_state
+    return TrainingTab(adapter_dd, compare)

@@ -15,7 +15,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import handlers, r2ag_view, training_tab, views
+from . import compare_tab, handlers, r2ag_view, training_tab, views
 from .handlers import EpisodeView
 from .services import Services
 from .session import EpisodeSettings
@@ -94,17 +94,26 @@ def build_ui(svc: Services) -> gr.Blocks:
             header = gr.HTML(elem_id="evo-header")
             annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=0, min_width=180,
                                    elem_id="evo-annotator")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Episode", id="episode"):
                 policy_dd = _episode_tab(svc, annotator, demo)
             with gr.Tab("Pairs", id="pairs"):
                 _pairs_tab(svc, demo)
             with gr.Tab("Training", id="training"):
-                training_tab.build_tab(svc, policy_dd)
+                training = training_tab.build_tab(svc, policy_dd)
+            with gr.Tab("Compare", id="compare") as compare_page:
+                compare = compare_tab.build_tab(svc)
             with gr.Tab("Evaluate", id="evaluate"):
                 _eval_tab(svc)
             with gr.Tab("R²AG tree", id="r2ag"):
                 r2ag_view.build_tab(svc)
+
+        compare_inputs = [compare.policy_a, compare.policy_b, compare.question]
+        on(compare_page.select, lambda data, q: compare_tab.on_select(svc, data, q), [compare.data, compare.question],
+           compare_inputs, api_visibility="private")
+        on(training.compare.click, lambda name, data, q: (gr.Tabs(selected="compare"),
+                                                          *compare_tab.preset_for_adapter(svc, name, data, q)),
+           [training.adapter, compare.data, compare.question], [tabs, *compare_inputs], api_visibility="private")
 
         header_shown = gr.State("")
 

@@ -120,3 +120,24 @@ def test_a_garbled_adapter_is_refused_in_the_page_and_the_previous_stays_live(pa
     page.wait_for_function("document.querySelectorAll('#evo-steps tbody tr').length === 1", timeout=300_000)
     shot(page, "episode_on_previous_adapter")
     assert store.active_adapter().name == "good"
+
+
+def test_compare_base_with_an_adapter_from_the_adapters_list(page, studio):
+    """Training tab: pick 'good', Compare with base -> the Compare tab opens with A = base, B = good; Run both ->
+    both episodes run to the end and the step-aligned table shows them with their stored episodes linked."""
+    page.get_by_role("tab", name="Training").click()
+    choose(page, "evo-adapter-pick", "good")
+    page.click("#evo-compare-adapter")
+    page.wait_for_selector("#evo-cmp-run", state="visible")
+    assert page.locator("#evo-cmp-b input").input_value() == "LM · adapter good"
+    assert page.locator("#evo-cmp-a input").input_value() == "LM · base model"
+    page.wait_for_function("document.querySelector('#evo-cmp-question input').value !== ''")
+    page.click("#evo-cmp-run")
+    page.wait_for_selector("#evo-compare-steps", timeout=300_000)
+    summary = page.locator("#evo-compare-summary").inner_text()
+    assert "A · LM" in summary and "adapter good" in summary and "gold passages found" in summary
+    assert page.locator("#evo-compare-summary a.cmp-link").count() == 2
+    rows = page.locator("#evo-compare-steps tbody tr")
+    assert rows.count() >= 1
+    assert "Ran both" in page.locator("#evo-cmp-progress").inner_text()
+    shot(page, "compare_base_vs_adapter")
