@@ -117,8 +117,9 @@ def _grade_cell(side: Side) -> str:
     return grading_view.grade_html(side.grade).replace('id="evo-grade" ', "") or "<i>no gold answer</i>"
 
 
-def _diff(value: float, digits: int = 3) -> str:
-    cls = "pos" if value > 1e-12 else "neg" if value < -1e-12 else "zero"
+def _diff(value: float, digits: int = 3, *, neutral: bool = False) -> str:
+    """B − A, green when higher, red when lower; `neutral` (steps: fewer is neither better nor worse) uncoloured."""
+    cls = "zero" if neutral else "pos" if value > 1e-12 else "neg" if value < -1e-12 else "zero"
     return f'<td class="num {cls}">{value:+.{digits}f}</td>'
 
 
@@ -141,7 +142,7 @@ def comparison_html(c: Comparison) -> str:
         f'<tr><td>return</td><td class="num">{a.record.total_return:+.3f}</td>'
         f'<td class="num">{b.record.total_return:+.3f}</td>{_diff(c.return_diff)}</tr>'
         f'<tr><td>steps</td><td class="num">{len(a.record.steps)}</td><td class="num">{len(b.record.steps)}</td>'
-        f"{_diff(len(b.record.steps) - len(a.record.steps), 0)}</tr>"
+        f"{_diff(len(b.record.steps) - len(a.record.steps), 0, neutral=True)}</tr>"
         f'<tr><td>gold passages found</td><td class="num">{a.gold_found}/{a.gold_total}</td>'
         f'<td class="num">{b.gold_found}/{b.gold_total}</td>{_diff(b.gold_found - a.gold_found, 0)}</tr>'
         "</tbody></table>"
