@@ -37,7 +37,7 @@ def studio(session_home, tmp_path_factory):
     db_url = f"sqlite:///{work / 'studio.db'}"
     with serve_studio(session_home, db_url, REPO / "artifacts" / "human_browser.log", "--model", str(tiny),
                       "--no-worker", "--no-warm", "--set", "policy.device=cpu", "--set", "policy.threads=1",
-                      "--set", "env.t_max=4", "--set", "policy.max_answer_tokens=4") as (url, _):
+                      "--set", "env.t_max=4", "--set", "policy.max_answer_tokens=4", start_timeout_s=600) as (url, _):
         from evorag_core.store import open_store
 
         store = open_store(db_url)
@@ -58,6 +58,7 @@ def page(studio):
                              "document.querySelector('#evo-question input').value.startsWith('demo-001')")
         pg.wait_for_function(f"{text_of('evo-header-pairs')} !== ''")
         yield pg
+        shot(pg, "human_last_state")  # what the page showed when the test ended (a failure's state included)
 
 
 def shot(page, name: str) -> None:
