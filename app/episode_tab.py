@@ -117,7 +117,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
             status = gr.HTML(first.status)
             message = gr.HTML(first.message, elem_id="evo-message")
             with gr.Column(visible=False, variant="panel", elem_id="evo-human-row") as human_row:
-                with gr.Row(equal_height=True):
+                with gr.Row():
                     human_act = gr.Radio(list(ACTION_NAMES), value="SEARCH", label="Act yourself (instead of the policy)",
                                          elem_id="evo-human-action", scale=3)
                     human_arg = gr.Textbox(label="Query (SEARCH) or answer (ANSWER)", lines=1, max_lines=3, scale=4,

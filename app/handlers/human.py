@@ -45,7 +45,8 @@ def human_step(session: EpisodeSession | None, svc: Services, name: str | None, 
         took += f". Queued human-correction pair #{pair_id} (yours preferred over the policy's)"
     elif queue:
         took += ". Same as the policy's proposal: no correction pair to queue"
-    return episode_view(session, took + ". Step or Run to end hands back to the policy."), session, pair_id
+    took += ". The episode has ended." if session.done else ". Step or Run to end hands back to the policy."
+    return episode_view(session, took), session, pair_id
 
 
 def queue_correction(session: EpisodeSession, svc: Services, correction: Correction, who: str) -> int:
