@@ -116,15 +116,37 @@ class PolicyProvider:
             return self._lm(choice, adapter_lookup)
         raise ValueError(f"unknown policy {choice!r}; expected oracle, script, {BASE}, {LIVE} or lm:<adapter>")
 
+    def pending_load(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None = None) -> str:
+        """What `make(choice)` would load first, said for the page ('' when nothing: not an LM policy, or the model
+        and the adapter are loaded already), e.g. "loading adapter r3 into the policy model…"."""
+        if not choice.startswith("lm:"):
+            return ""
+        try:
+            adapter = self._adapter_for(choice, adapter_lookup)
+        except Exception:  # noqa: BLE001 - only a note: `make` reports the real error
+            adapter = None
+        with self._lock:
+            model = self._backend is None
+            load = adapter is not None and self._loaded_adapters.get(adapter.name) != adapter.path
+        name = self._model_name()
+        if model and load:
+            return f"loading the policy model {name} and adapter {adapter.name} into it…"
+        if model:
+            return f"loading the policy model {name}…"
+        return f"loading adapter {adapter.name} into the policy model…" if load else ""
+
     # -- the language-model policy -----------------------------------------------------------------------------
-    def _lm(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> StudioPolicy:
-        adapter = None
+    def _adapter_for(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> Any:
         if choice == LIVE:
-            adapter = adapter_lookup(None) if adapter_lookup else None
-        elif choice != BASE:
-            if adapter_lookup is None:
-                raise FeatureUnavailable("adapters need the store, which is not available")
-            adapter = adapter_lookup(choice[3:])
+            return adapter_lookup(None) if adapter_lookup else None
+        if choice == BASE:
+            return None
+        if adapter_lookup is None:
+            raise FeatureUnavailable("adapters need the store, which is not available")
+        return adapter_lookup(choice[3:])
+
+    def _lm(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> StudioPolicy:
+        adapter = self._adapter_for(choice, adapter_lookup)
         name = adapter.name if adapter is not None else None
         backend = self._get_backend()
         if adapter is not None:
@@ -186,6 +208,8 @@ class PolicyProvider:
 
 class _LockedPolicy:
     """An LMPolicy seen through the EpisodePolicy protocol, with its adapter activated under the lock."""
+
+    acts_on_view = True  # greedy: the decision depends on the state only (the studio asks once, steps with it)
 
     def __init__(self, lm, provider: PolicyProvider, adapter: str | None):
         self.lm, self.provider, self.adapter = lm, provider, adapter

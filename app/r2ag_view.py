@@ -184,8 +184,9 @@ def show_tree(session: TreeSession | None, show_pruning: bool) -> TreeView:
     return _view(session, show_pruning)
 
 
-def build_tab(svc: Any) -> None:
-    """The tab's layout and wiring (inside a `gr.Tab`)."""
+def build_tab(svc: Any) -> Any:
+    """The tab's layout and wiring (inside a `gr.Tab`); returns how it reloads its data (the data files offered)
+    when selected (`episode_tab.Reload`)."""
     import gradio as gr
 
     from .handlers import data_choices, load_data
@@ -224,3 +225,6 @@ def build_tab(svc: Any) -> None:
     on(run_btn.click, lambda sess, show: unpack(run_tree(svc, sess, show)), [state, pruning], outputs)
     on(pruning.change, lambda sess, show: (lambda v: (v.tree, v.rewards, v.status))(show_tree(sess, show)),
        [state, pruning], [tree_box, rewards_box, status])
+    from .episode_tab import Reload
+
+    return Reload(lambda: gr.Dropdown(choices=data_choices(svc)), [], [data_dd])

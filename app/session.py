@@ -6,6 +6,7 @@ stops the episode: it is reported in `notes` and shown in the page.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import threading
@@ -25,6 +26,7 @@ from evorag_core.runtime import Runtime
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.types import Passage, Question
 
+from .human import Correction, Proposal, completion_of, correction_of
 from .policies import Candidate, StudioPolicy
 
 __all__ = ["EpisodeSettings", "EpisodeSession", "free_question", "verdict_name"]
@@ -76,6 +78,8 @@ class EpisodeSession:
     candidate_actions: list[Action] = field(default_factory=list)
     candidate_prompt: str | None = None  # the prompt the candidates were sampled after
     candidates_t: int | None = None
+    proposal: Proposal | None = None  # the policy's proposal at the current state, once asked for
+    corrections: dict[int, Correction] = field(default_factory=dict)  # t -> a human step that replaced a proposal
     step_seconds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
     _busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -139,14 +143,61 @@ class EpisodeSession:
             raise EnvStateError("the episode has ended; press Reset to start another")
         start = time.perf_counter()
         view = self.env.view()
-        action, info = self.policy.policy.act(view)
+        proposed = self.proposal
+        if proposed is not None and proposed.t == view.t and proposed.live:  # asked for already: not computed twice
+            action, info = proposed.action, proposed.info
+        else:
+            action, info = self.policy.policy.act(view)
+        return self._apply(action, info, start)
+
+    def _apply(self, action: Action, info: Any, start: float) -> StepRecord:
         result = self.env.step(action, info=info)
         self.step_seconds.append(time.perf_counter() - start)
         siblings = self.candidates if self.candidates_t == result.record.t else []
         self.candidates, self.candidate_actions, self.candidates_t, self.candidate_prompt = [], [], None, None
+        self.proposal = None
         self._save_step(result.record, siblings)
         self.prepare_next()
         return result.record
+
+    # -- a person acting in the policy's place -------------------------------------------------------------------
+    def propose(self) -> Proposal:
+        """What the policy would do at the current state (computed once per state; the next Step takes it)."""
+        with self.exclusive():
+            return self._propose()
+
+    def _propose(self) -> Proposal:
+        if self.env.done:
+            raise EnvStateError("the episode has ended; press Reset to start another")
+        view = self.env.view()
+        if self.proposal is not None and self.proposal.t == view.t:
+            return self.proposal
+        policy = self.policy.policy
+        live = bool(getattr(policy, "acts_on_view", False))  # an LM: its decision depends on the state only
+        action, info = (policy if live else copy.deepcopy(policy)).act(view)  # a plan-consuming policy: on a copy
+        render = getattr(getattr(policy, "lm", None), "prompt", None)
+        self.proposal = Proposal(view.t, action, dict(info), completion_of(action, info),
+                                 render(view) if render is not None else None, live)
+        return self.proposal
+
+    def act_as_human(self, action: Action, who: str) -> tuple[StepRecord, Correction | None]:
+        """Step with a person's action instead of the policy's. The step records that a human took it (and who)
+        and what the policy proposed there; where the two differ, the correction is kept (`corrections[t]`) for a
+        human-correction pair. The policy goes on from the new state with the next Step."""
+        with self.exclusive():
+            if self.env.done:
+                raise EnvStateError("the episode has ended; press Reset to start another")
+            start = time.perf_counter()
+            proposal = self._propose()
+            try:
+                correction = correction_of(proposal, action)
+            except ValueError:  # no LM prompt (oracle, script): the step is still a human step, without a pair
+                correction = None
+            info = {"actor": "human", "annotator": who or "anonymous", "proposal": proposal.completion}
+            record = self._apply(action, info, start)
+            if correction is not None:
+                self.corrections[record.t] = correction
+            return record, correction
 
     def prepare_next(self) -> None:
         """While the person reads the step, compute the next greedy decision in a background thread
@@ -250,6 +301,7 @@ class EpisodeSession:
             reward=step.reward, judge_verdict=verdict_name(step.verdict.answerable) if step.verdict else None,
             siblings=tuple(Sibling(c["action"], c.get("argument"), c.get("logprob"), c.get("branch_return"))
                            for c in siblings),
+            actor=str(step.info.get("actor", "policy")), annotator=step.info.get("annotator"),
         )
         self._store_call(self.store.add_step, self.db_id, row)
         if step.verdict is not None:

@@ -30,8 +30,8 @@ class TrainingTab:
     compare: gr.Button  # "Compare with base": wired by ui.py to the Compare tab
 
 
-def build_tab(svc: Services, policy_dd: gr.Dropdown) -> TrainingTab:
-    """The Training tab's components and events."""
+def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) -> TrainingTab:
+    """The Training tab's components and events (refreshed by a timer and when `tab` is selected)."""
     from .ui import TIMER_SECONDS, on  # ui imports this module: its helpers are read at build time
 
     t = svc.cfg.train
@@ -111,12 +111,20 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown) -> TrainingTab:
     watched = [names_state, objective, source, stage, cancel_dd]
 
     def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown, picked):
+        round_id = None
         try:
             done = th.launch(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
             msg = views.message_html(done.message, "warn" if done.capped else "ok")
+            round_id = done.round_id
         except ValueError as exc:  # refused (nothing available, a bad value): said where the user looks
             msg = views.message_html(str(exc), "error")
-        return (msg, *refresh(shown, obj, src, stg, picked))
+        return (msg, *refresh(shown, obj, src, stg, picked), round_id)
+
+    def clear_when_ended(round_id):
+        """The launch message ("Round #1 queued…") goes once its round has ended: the Rounds table tells the rest."""
+        if round_id is None or not th.round_ended(svc, round_id):
+            return gr.skip(), gr.skip()
+        return "", None
 
     def on_cancel(picked, shown, obj, src, stg):
         msg = th.cancel_round(svc, picked)
@@ -130,15 +138,20 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown) -> TrainingTab:
         msg = handlers.use_base_model(svc)
         return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
 
+    launched = gr.State(None)  # the round the launch message is about
     on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state,
-                                 cancel_dd], [launch_msg, *outs])
+                                 cancel_dd], [launch_msg, *outs, launched])
     on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage], [cancel_msg, *outs])
     on(activate.click, on_activate, [adapter_dd, *watched], [act_msg, *outs])
     on(base.click, on_base, watched, [act_msg, *outs])
     for changed in (objective.change, source.change, stage.change):
         on(changed, lambda o, s, g: th.availability_text(svc, o, s, g), [objective, source, stage], available,
            quiet=True, show_progress="hidden", api_visibility="private")
+    if tab is not None:
+        on(tab.select, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
     timer = gr.Timer(TIMER_SECONDS)
     on(timer.tick, refresh, watched, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
        trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
+    on(timer.tick, clear_when_ended, launched, [launch_msg, launched], quiet=True, show_progress="hidden",
+       concurrency_limit=None, trigger_mode="once", api_visibility="private")
     return TrainingTab(adapter_dd, compare)

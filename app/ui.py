@@ -12,13 +12,12 @@ from typing import Any, Callable
 import gradio as gr
 
 from evorag_core.errors import EvoRagError
-from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
+from evorag_core.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import compare_tab, handlers, r2ag_view, training_tab, views
-from .handlers import EpisodeView
+from . import compare_tab, episode_tab, handlers, r2ag_view, training_tab, views
+from .episode_tab import Reload
 from .services import Services
-from .session import EpisodeSettings
 
 __all__ = ["build_ui", "guard", "on", "error_message"]
 
@@ -95,42 +94,50 @@ def build_ui(svc: Services) -> gr.Blocks:
             annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=0, min_width=180,
                                    elem_id="evo-annotator")
         with gr.Tabs() as tabs:
-            with gr.Tab("Episode", id="episode"):
-                policy_dd = _episode_tab(svc, annotator, demo)
-            with gr.Tab("Pairs", id="pairs"):
-                _pairs_tab(svc, demo)
-            with gr.Tab("Training", id="training"):
-                training = training_tab.build_tab(svc, policy_dd)
-            with gr.Tab("Compare", id="compare") as compare_page:
+            with gr.Tab("Episode", id="episode") as tab_episode:
+                episode = episode_tab.build_tab(svc, annotator, demo)
+            with gr.Tab("Pairs", id="pairs") as tab_pairs:
+                pairs_reload = _pairs_tab(svc, demo)
+            with gr.Tab("Training", id="training") as tab_training:
+                training = training_tab.build_tab(svc, episode.policy_dd, tab_training)
+            with gr.Tab("Compare", id="compare") as tab_compare:
                 compare = compare_tab.build_tab(svc)
-            with gr.Tab("Evaluate", id="evaluate"):
-                _eval_tab(svc)
-            with gr.Tab("R²AG tree", id="r2ag"):
-                r2ag_view.build_tab(svc)
-
+            with gr.Tab("Evaluate", id="evaluate") as tab_eval:
+                _eval_tab(svc).wire(tab_eval.select)
+            with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
+                r2ag_view.build_tab(svc).wire(tab_r2ag.select)
+        # every tab reloads its data when selected, and the Pairs tab after the Episode tab queues pairs
+        episode.reload.wire(tab_episode.select)
+        pairs_reload.wire(tab_pairs.select)
+        for queued in episode.pair_events:
+            pairs_reload.wire(queued.then)
         compare_inputs = [compare.policy_a, compare.policy_b, compare.question]
-        on(compare_page.select, lambda data, q: compare_tab.on_select(svc, data, q), [compare.data, compare.question],
+        on(tab_compare.select, lambda data, q: compare_tab.on_select(svc, data, q), [compare.data, compare.question],
            compare_inputs, api_visibility="private")
         on(training.compare.click, lambda name, data, q: (gr.Tabs(selected="compare"),
                                                           *compare_tab.preset_for_adapter(svc, name, data, q)),
            [training.adapter, compare.data, compare.question], [tabs, *compare_inputs], api_visibility="private")
 
-        header_shown = gr.State("")
+        header_shown = gr.State(("", ""))
 
         def tick(last):
-            html = handlers.header_status(svc)
-            return (html, html) if html != last else (gr.skip(), last)
+            """The header and the Episode tab's pairs count, sent only when they changed."""
+            fresh = (handlers.header_status(svc), handlers.pairs_count_html(svc))
+            sent = tuple(new if new != old else gr.skip() for new, old in zip(fresh, last or ("", "")))
+            return (*sent, fresh)
 
         timer = gr.Timer(TIMER_SECONDS)
-        on(timer.tick, tick, header_shown, [header, header_shown], quiet=True, show_progress="hidden",
-           concurrency_limit=None, trigger_mode="once", api_visibility="private")
+        on(timer.tick, tick, header_shown, [header, episode.pairs_count, header_shown], quiet=True,
+           show_progress="hidden", concurrency_limit=None, trigger_mode="once", api_visibility="private")
 
         def on_load(request: gr.Request):
             user = getattr(request, "username", None) if request is not None else None
             box = gr.Textbox(value=user, interactive=False) if user else gr.Textbox()
-            return handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc))
+            return (handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc)),
+                    handlers.pairs_count_html(svc))
 
-        on(demo.load, on_load, None, [header, annotator, policy_dd], api_visibility="private")
+        on(demo.load, on_load, None, [header, annotator, episode.policy_dd, episode.pairs_count],
+           api_visibility="private")
     return demo
 
 
@@ -141,166 +148,7 @@ def _annotator(typed: str | None, request: gr.Request | None) -> str:
     return user or (typed or "").strip()
 
 
-def _episode_outputs(view: EpisodeView, shown: dict | None) -> tuple:
-    """The episode outputs, with gr.skip() for those equal to what the page already shows (re-rendering a Plotly
-    chart is the costliest part of a step in the browser), followed by the new `shown` record."""
-    shown = dict(shown or {})
-    judged = view.judged_steps
-    fresh = {
-        "status": view.status, "message": view.message, "steps": view.steps, "weights": view.weights_key,
-        "contrib": view.contributions_key, "breakdown": view.breakdown, "passages": view.passages,
-        "verdicts": view.verdicts, "judged": tuple(judged), "candidates": view.candidates,
-        "choices": tuple(view.candidate_choices),
-    }
-
-    def send(key: str, value: Any) -> Any:
-        return value if key not in shown or shown[key] != fresh[key] else gr.skip()
-
-    choices = view.candidate_choices
-    return (
-        send("status", view.status), send("message", view.message), send("steps", view.steps),
-        send("weights", view.weights), send("contrib", view.contributions), send("breakdown", view.breakdown),
-        send("passages", view.passages), send("verdicts", view.verdicts),
-        send("judged", gr.Dropdown(choices=judged, value=judged[-1] if judged else None)),
-        send("candidates", view.candidates),
-        send("choices", gr.Dropdown(choices=choices, value=None)), send("choices", gr.Dropdown(choices=choices, value=None)),
-        fresh,
-    )
-
-
-def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dropdown:
-    session = gr.State(None)
-    shown = gr.State({})  # what the episode outputs show now (see `_episode_outputs`)
-    first = handlers.episode_view(None)
-    with gr.Row():
-        with gr.Column(scale=1, min_width=380):
-            files = handlers.data_choices(svc)
-            data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file (pick, or type a path and Load)",
-                                  allow_custom_value=True, elem_id="evo-data")
-            with gr.Row():
-                upload = gr.UploadButton("Upload data file", file_types=[".jsonl", ".json", ".csv", ".txt"],
-                                         size="sm", type="filepath", min_width=120, elem_id="evo-upload")
-                load_btn = gr.Button("Load", size="sm", min_width=80, elem_id="evo-load")
-            data_info = gr.HTML(elem_id="evo-data-info")
-            question_dd = gr.Dropdown(label="Question", choices=[], elem_id="evo-question")
-            free_q = gr.Textbox(label="…or a free question over this file's corpus", lines=2,
-                                placeholder="typed questions have no gold answer")
-            policy_dd = gr.Dropdown(choices=handlers.policy_options(svc), value="oracle", label="Policy",
-                                    elem_id="evo-policy")
-            script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (JSON actions)", visible=False,
-                             elem_id="evo-script", lines=6)
-            stage = gr.Radio(list(STAGES), value=svc.cfg.reward.stage, label="Stage")
-            with gr.Row():
-                schedule = gr.Dropdown(list(SCHEDULES), value=svc.cfg.reward.schedule, label="Schedule")
-                preset = gr.Dropdown(list(PRESETS), value=svc.cfg.reward.preset, label="Reward preset")
-            with gr.Row():
-                reset_btn = gr.Button("Reset", variant="primary", elem_id="evo-reset", min_width=70, size="md")
-                step_btn = gr.Button("Step", elem_id="evo-step", min_width=70, size="md")
-                run_btn = gr.Button("Run to end", elem_id="evo-run", min_width=100, size="md")
-        with gr.Column(scale=3):
-            status = gr.HTML(first.status)
-            message = gr.HTML(first.message, elem_id="evo-message")
-            steps = gr.HTML(first.steps, elem_id="evo-steps-box")
-            with gr.Row():
-                weights = gr.Plot(first.weights, label="Weight schedule", elem_id="evo-weights")
-                contrib = gr.Plot(first.contributions, label="Per-step contributions", elem_id="evo-contrib")
-            with gr.Row():
-                breakdown = gr.HTML(first.breakdown)
-                passages = gr.HTML(first.passages, elem_id="evo-passages-box")
-            with gr.Accordion("Judge verdicts and refusal override", open=True):
-                verdicts = gr.HTML(first.verdicts, elem_id="evo-verdicts-box")
-                with gr.Row():
-                    judged_dd = gr.Dropdown(label="Step", choices=[], elem_id="evo-judged", scale=1)
-                    verdict = gr.Radio(["answerable", "unanswerable"], value="answerable", label="Your verdict",
-                                       elem_id="evo-verdict", scale=2)
-                    override_btn = gr.Button("Override verdict", elem_id="evo-override", scale=1)
-            with gr.Accordion("Sibling candidates and annotation", open=False, elem_id="evo-siblings"):
-                with gr.Row():
-                    k = gr.Slider(2, 8, value=svc.cfg.policy.siblings, step=1, label="K candidates", elem_id="evo-k")
-                    temperature = gr.Slider(0.1, 2.0, value=svc.cfg.policy.temperature, step=0.1, label="Temperature",
-                                            elem_id="evo-temp")
-                    seed = gr.Number(value=svc.cfg.policy.seed, precision=0, label="Seed", elem_id="evo-seed")
-                    horizon = gr.Number(value=6, precision=0, minimum=0, label="Branch horizon (steps)")
-                with gr.Row():
-                    sample_btn = gr.Button("Sample candidates", elem_id="evo-sample")
-                    score_btn = gr.Button("Score branches", elem_id="evo-score")
-                candidates = gr.HTML(first.candidates, elem_id="evo-candidates")
-                with gr.Row():
-                    preferred = gr.Dropdown(label="Preferred", choices=[], elem_id="evo-preferred")
-                    rejected = gr.Dropdown(label="Rejected", choices=[], elem_id="evo-rejected")
-                    pair_btn = gr.Button("Queue human pair", variant="primary", elem_id="evo-queue-pair")
-                pair_msg = gr.HTML(elem_id="evo-pair-msg")
-
-    outputs = [status, message, steps, weights, contrib, breakdown, passages, verdicts, judged_dd, candidates,
-               preferred, rejected]
-    settings_inputs = [data_dd, question_dd, free_q, policy_dd, stage, schedule, preset, script]
-
-    def settings_of(data, qid, free, pol, stg, sched, pre, scr) -> EpisodeSettings:
-        return EpisodeSettings(data or "", qid or "", free or "", pol or "oracle", stg, sched, pre, scr or "")
-
-    def on_data(path):
-        info = handlers.load_data(svc, path)
-        first_q = info.questions[0][1] if info.questions else None
-        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary_html,
-                gr.Dropdown(choices=info.questions, value=first_q))
-
-    def on_upload(file):
-        info = handlers.upload_data(svc, file)
-        first_q = info.questions[0][1] if info.questions else None
-        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary_html,
-                gr.Dropdown(choices=info.questions, value=first_q))
-
-    # One load per user action: picking a listed file (select), or Load for a typed path. Not the box's `input`
-    # event: Gradio's dropdown fires it on every blur too, so typing a path and pressing Load loaded it twice
-    # (and showed its error twice), and a pick from the list fired it twice.
-    data_outputs = [data_dd, data_info, question_dd]
-    on(load_btn.click, on_data, data_dd, data_outputs)
-    on(data_dd.select, on_data, data_dd, data_outputs)
-    on(upload.upload, on_upload, upload, data_outputs)
-
-    def on_reset(shown_now, *args):
-        view, sess = handlers.start_episode(svc, settings_of(*args))
-        return (*_episode_outputs(view, shown_now), sess)
-
-    def on_step(sess, shown_now):
-        view, sess = handlers.step_episode(sess)
-        return (*_episode_outputs(view, shown_now), sess)
-
-    def on_run(sess, shown_now):
-        for view, sess in handlers.run_steps(sess):
-            *outs, shown_now = _episode_outputs(view, shown_now)
-            yield (*outs, shown_now, sess)
-
-    def on_override(sess, shown_now, t, v, who, request: gr.Request):
-        view, sess = handlers.override_verdict(sess, t, v, _annotator(who, request))
-        return (*_episode_outputs(view, shown_now), sess)
-
-    def on_sample(sess, shown_now, kk, temp, sd):
-        view, sess = handlers.sample_siblings(sess, kk, temp, sd)
-        return (*_episode_outputs(view, shown_now), sess)
-
-    def on_score(sess, shown_now, h):
-        view, sess = handlers.score_siblings(sess, h)
-        return (*_episode_outputs(view, shown_now), sess)
-
-    def on_pair(sess, i, j, who, request: gr.Request):
-        msg, _ = handlers.queue_pair(sess, svc, i, j, _annotator(who, request))
-        return views.message_html(msg, "ok")
-
-    ep_outputs = [*outputs, shown, session]
-    on(reset_btn.click, on_reset, [shown, *settings_inputs], ep_outputs)
-    on(step_btn.click, on_step, [session, shown], ep_outputs, show_progress="minimal")
-    on(run_btn.click, on_run, [session, shown], ep_outputs)
-    on(override_btn.click, on_override, [session, shown, judged_dd, verdict, annotator], ep_outputs)
-    on(sample_btn.click, on_sample, [session, shown, k, temperature, seed], ep_outputs)
-    on(score_btn.click, on_score, [session, shown, horizon], ep_outputs)
-    on(pair_btn.click, on_pair, [session, preferred, rejected, annotator], pair_msg)
-    policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
-    on(demo.load, on_data, data_dd, data_outputs, api_visibility="private")
-    return policy_dd
-
-
-def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
+def _pairs_tab(svc: Services, demo: gr.Blocks) -> Reload:
     with gr.Row():
         source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Source", elem_id="evo-f-source")
         status = gr.Dropdown(["all", *PAIR_STATUSES], value="all", label="Status", elem_id="evo-f-status")
@@ -349,9 +197,10 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> None:
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
     on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+    return Reload(show, filters, outs)
 
 
-def _eval_tab(svc: Services) -> None:
+def _eval_tab(svc: Services) -> Reload:
     runs = gr.State({})
     with gr.Row():
         files = handlers.data_choices(svc)
@@ -401,3 +250,10 @@ def _eval_tab(svc: Services) -> None:
        [trace_head, trace_steps, trace_plot])
     on(q_pick.input, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
        [trace_head, trace_steps, trace_plot])
+
+    def reload():
+        """On select: the data files (uploads) and the methods (new adapters) offered."""
+        return (gr.Dropdown(choices=handlers.data_choices(svc)),
+                gr.Dropdown(choices=handlers.eval_method_options(svc)))
+
+    return Reload(reload, [], [data_dd, method])

@@ -90,7 +90,8 @@ def _argument(step: StepRecord) -> str:
 
 
 def steps_table(record: EpisodeRecord | None) -> str:
-    """t | action | sub-query or answer | the seven r_t^(k) | R_t | running return; the last row is highlighted."""
+    """t | action | sub-query or answer | the seven r_t^(k) | R_t | running return | by (the policy, or the person who
+    acted in its place, with what the policy had proposed there); the last row is highlighted."""
     if record is None or not record.steps:
         return '<div class="evo-empty">No steps yet: press Step or Run to end.</div>'
     head = "".join(f'<th title="{esc(SIGNAL_LABELS[k])}">{k}</th>' for k in SIGNAL_NAMES)
@@ -105,12 +106,23 @@ def steps_table(record: EpisodeRecord | None) -> str:
         rows.append(
             f"<tr{cur}><td>{s.t}</td><td><span class=\"act act-{name.lower()}\">{name}</span>{override}</td>"
             f'<td class="arg">{esc(_argument(s))}</td>{signals}'
-            f'<td class="num strong">{s.reward:+.3f}</td><td class="num strong">{running:+.3f}</td></tr>'
+            f'<td class="num strong">{s.reward:+.3f}</td><td class="num strong">{running:+.3f}</td>{_actor_cell(s)}</tr>'
         )
     return (
         '<table class="evo-table" id="evo-steps"><thead><tr><th>t</th><th>action</th><th>sub-query / answer</th>'
-        f"{head}<th>R<sub>t</sub></th><th>return</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{head}<th>R<sub>t</sub></th><th>return</th><th>by</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def _actor_cell(step: StepRecord) -> str:
+    """Who took the step: "agent", or a human badge with the person's name (the policy's proposal as its tooltip)."""
+    info = step.info or {}
+    if info.get("actor") != "human":
+        return '<td class="by">agent</td>'
+    proposed = info.get("proposal")
+    title = f' title="{esc(f"the policy proposed: {proposed}")}"' if proposed else ""
+    return (f'<td class="by human"{title}><span class="badge human">human</span> '
+            f'{esc(info.get("annotator") or "anonymous")}</td>')
 
 
 def step_breakdown(step: StepRecord | None) -> str:

@@ -33,7 +33,9 @@ def free_port() -> int:
 
 @contextmanager
 def serve_studio(home: Path, db_url: str, log_path: Path, *args: str) -> Iterator[tuple[str, float]]:
-    """(url, seconds from start to the first served page) of `evorag studio --home home --db db_url *args`."""
+    """(url, seconds from start to the first served page) of `evorag studio --home home --db db_url *args`; it fails
+    when the studio has used START_CPU_S of CPU time, or none for START_STALL_S, without serving the page (a budget
+    in CPU time: imports alone take minutes of wall time on a loaded machine)."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")

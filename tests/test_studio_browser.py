@@ -83,6 +83,25 @@ def choose(page, elem_id: str, text: str) -> None:
     page.locator("[role=option]", has_text=text).first.click()
 
 
+def choose_when_listed(page, elem_id: str, text: str, deadline_s: float = 120.0) -> None:
+    """Pick the option containing `text` once the dropdown lists it (its choices come from a server event that
+    may still be running): the list is opened and filtered until the option is there, then it is clicked."""
+    box = page.locator(f"#{elem_id} input")
+    option = page.locator("[role=option]", has_text=text).first
+    start = time.monotonic()
+    while True:
+        box.click()
+        box.fill(text)
+        try:
+            option.wait_for(state="visible", timeout=2_000)
+            option.click()
+            return
+        except sync_api.TimeoutError:
+            page.keyboard.press("Escape")
+            if time.monotonic() - start > deadline_s:
+                raise AssertionError(f"{text!r} never appeared in #{elem_id} within {deadline_s:.0f} s") from None
+
+
 def step_rows(page) -> int:
     return page.locator("#evo-steps tbody tr").count()
 
@@ -362,8 +381,7 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
     boot = page.locator("#evo-bootstrap").inner_text()
     assert "+1.0000" in boot
     choose(page, "evo-eval-run-pick", "1: oracle")
-    page.wait_for_timeout(1500)  # the question list of the picked run arrives
-    choose(page, "evo-eval-question", "demo-002")
+    choose_when_listed(page, "evo-eval-question", "demo-002")  # the picked run's question list arrives
     page.wait_for_function("document.querySelector('#evo-trace-box #evo-steps') !== null")
     assert "SEARCH" in page.locator("#evo-trace-box").inner_text()
     shot(page, "06_evaluate")

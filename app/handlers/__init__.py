@@ -4,6 +4,7 @@ Handlers raise the project's errors (EvoRagError subclasses, ValueError, KeyErro
 layer turns those into a one-line message in the page.
 
 - `episodes`: data files, Reset / Step / Run to end, refusal overrides, siblings and human pairs
+- `human`: a person's step in the policy's place, the policy's proposal, human-correction pairs, live counts
 - `pairs`: the pair queue with filters and counts; edit, discard, restore
 - `training`: rounds for the worker, progress and history, adapters, the header's live status
 - `evaluate`: evaluation runs, paired bootstrap, drill-down
@@ -28,6 +29,7 @@ from .episodes import (
     step_episode,
     upload_data,
 )
+from .human import human_step, loading_note, pairs_count_html, propose_action, queue_correction
 from .evaluate import (
     EVAL_PREFIX,
     EvalRun,
@@ -68,6 +70,11 @@ __all__ = [
     "sample_siblings",
     "score_siblings",
     "queue_pair",
+    "propose_action",
+    "human_step",
+    "queue_correction",
+    "pairs_count_html",
+    "loading_note",
     "PairsView",
     "pairs_view",
     "pair_fields",

@@ -3,6 +3,7 @@ and human preference pairs, and the episode's rendered view."""
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -87,6 +88,8 @@ class EpisodeView:
     message: str = ""  # HTML notice (store problems, what just happened)
     weights_key: tuple = ()  # equal keys: identical weight charts (the UI then leaves the chart alone)
     contributions_key: tuple = ()
+    running: bool = False  # an episode is under way: a person may act in the policy's place ("Act yourself")
+    proposal: str = ""  # HTML: the policy's proposal at the current state, once asked for (or how to ask)
 
 
 def policy_options(svc: Services) -> list[tuple[str, str]]:
@@ -96,8 +99,11 @@ def policy_options(svc: Services) -> list[tuple[str, str]]:
     return policy_choices(names)
 
 
-def start_episode(svc: Services, settings: EpisodeSettings) -> tuple[EpisodeView, EpisodeSession]:
-    """Reset: a new episode on the chosen question (or the typed one) with the chosen policy and schedule."""
+def start_episode(svc: Services, settings: EpisodeSettings, loading: str = "") -> tuple[EpisodeView, EpisodeSession]:
+    """Reset: a new episode on the chosen question (or the typed one) with the chosen policy and schedule.
+    `loading`: what the page said this Reset would load first (`human.loading_note`); the message says how long it
+    took."""
+    start = time.perf_counter()
     limit = svc.cfg.studio.max_question_chars
     if len(settings.free_question.strip()) > limit:
         raise ValueError(f"the typed question has {len(settings.free_question.strip()):,} characters; questions "
@@ -105,7 +111,8 @@ def start_episode(svc: Services, settings: EpisodeSettings) -> tuple[EpisodeView
     rt = svc.runtime(settings.data_path or None)
     policy = svc.policies.make(settings.policy, script=settings.script, adapter_lookup=adapter_lookup(svc))
     session = EpisodeSession.start(settings, rt, policy, svc.store_or_none())
-    return episode_view(session, "New episode started."), session
+    took = f"; {loading.rstrip('…')} took {time.perf_counter() - start:.1f} s" if loading else ""
+    return episode_view(session, f"New episode started{took}."), session
 
 
 def _require(session: EpisodeSession | None) -> EpisodeSession:
@@ -266,7 +273,21 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
         message=msg,
         weights_key=(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
         contributions_key=(rec.episode_id, tuple((s.t, s.reward) for s in rec.steps)),
+        running=not rec.done, proposal=_proposal_html(session),
     )
+
+
+def _proposal_html(session: EpisodeSession) -> str:
+    """The policy's proposal at the current state when it was asked for, else how to ask ('' once done)."""
+    if session.done:
+        return ""
+    t = session.env.view().t
+    p = session.proposal
+    if p is None or p.t != t:
+        return (f'<span class="evo-proposal" id="evo-proposal" data-t="{t}">t = {t}: press <i>Agent\'s proposal</i> '
+                "to see what the policy would do here, or act yourself.</span>")
+    return (f'<span class="evo-proposal" id="evo-proposal" data-t="{t}">the policy proposes at t = {t}: '
+            f'<b id="evo-proposal-text">{views.esc(p.completion)}</b></span>')
 
 
 def _status_html(session: EpisodeSession, rec: EpisodeRecord, source: str = "") -> str:

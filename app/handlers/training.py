@@ -28,6 +28,7 @@ __all__ = [
     "training_view",
     "activate_adapter",
     "use_base_model",
+    "round_ended",
     "header_status",
 ]
 
@@ -256,8 +257,17 @@ def use_base_model(svc: Services) -> str:
     return "No adapter is active: new LM episodes use the base model."
 
 
+def round_ended(svc: Services, round_id: int) -> bool:
+    """True once round `round_id` has succeeded, failed or been cancelled (or is gone)."""
+    try:
+        return svc.store().get_round(int(round_id)).status in ("succeeded", "failed", "cancelled")
+    except KeyError:
+        return True
+
+
 def header_status(svc: Services) -> str:
-    """Live adapter, worker and store state, for the page header."""
+    """Live adapter, pairs queued / claimed / consumed, rounds running / queued, worker and store state, for the
+    page header."""
     parts = []
     store = svc.store_or_none()
     if store is None:
@@ -266,9 +276,12 @@ def header_status(svc: Services) -> str:
         active = store.active_adapter()
         name = active.name if active is not None else "base model"
         parts.append(f'live adapter: <b id="evo-live-adapter">{views.esc(name)}</b>')
-        running = store.list_rounds(status="running", limit=5)
+        pairs = store.count_pairs("status")
+        parts.append('pairs: <span id="evo-header-pairs">' + ", ".join(
+            f'<b data-status="{s}">{pairs.get(s, 0)}</b> {s}' for s in ("queued", "claimed", "consumed")) + "</span>")
+        running = store.list_rounds(status="running", limit=50)
         queued = store.list_rounds(status="queued", limit=50)
-        parts.append(f"rounds: {len(running)} running, {len(queued)} queued")
+        parts.append(f'rounds: <span id="evo-header-rounds">{len(running)} running, {len(queued)} queued</span>')
     parts.append(views.esc(svc.worker.describe() if svc.worker is not None else "worker: not started"))
     if svc.warm_status:
         parts.append(f'<span class="chip warn" id="evo-warming">{views.esc(svc.warm_status)}…</span>')

@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     exp.add_argument("--out", type=Path, required=True, help="output .jsonl file")
     exp.add_argument("--status", default="queued", choices=["queued", "claimed", "consumed", "discarded", "all"],
                      help="which pairs (default queued)")
-    exp.add_argument("--source", choices=["rollout", "human"], default=None)
+    exp.add_argument("--source", choices=["rollout", "human", "human-correction"], default=None)
     exp.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     imp = actions.add_parser("import", help="queue the pairs of an exported file (all or nothing)")
     imp.add_argument("file", type=Path, help="a .jsonl file written by `evorag pairs export`")

@@ -9,6 +9,7 @@ from .migrate import MIGRATIONS_DIR, current_revisions, head_revisions
 from .records import (
     PAIR_SOURCES,
     PAIR_STATUSES,
+    STEP_ACTORS,
     ROUND_STATUSES,
     USER_ROLES,
     Adapter,
@@ -33,6 +34,7 @@ __all__ = [
     "head_revisions",
     "PAIR_SOURCES",
     "PAIR_STATUSES",
+    "STEP_ACTORS",
     "ROUND_STATUSES",
     "USER_ROLES",
     "Adapter",

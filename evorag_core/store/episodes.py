@@ -8,8 +8,8 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import StoreError
-from .base import StoreBase, utcnow
-from .records import Episode, Sibling, Step
+from .base import StoreBase, check_choice, utcnow
+from .records import STEP_ACTORS, Episode, Sibling, Step
 from .schema import episodes, siblings, steps
 
 __all__ = ["EpisodeOps"]
@@ -19,6 +19,7 @@ _EPISODE_COLUMNS = [c for c in episodes.c]
 
 def _insert_steps(conn: Connection, episode_id: int, new_steps: Iterable[Step]) -> None:
     for step in new_steps:
+        check_choice("step actor", step.actor, STEP_ACTORS)
         step_id = conn.execute(
             steps.insert().values(
                 episode_id=episode_id,
@@ -30,6 +31,8 @@ def _insert_steps(conn: Connection, episode_id: int, new_steps: Iterable[Step]) 
                 weights=dict(step.weights),
                 reward=step.reward,
                 judge_verdict=step.judge_verdict,
+                actor=step.actor,
+                annotator=step.annotator,
             )
         ).inserted_primary_key[0]
         if step.siblings:
@@ -59,7 +62,8 @@ def _load_steps(conn: Connection, episode_id: int) -> tuple[Step, ...]:
         Step(
             t=row["t"], action=row["action"], argument=row["argument"], passages=tuple(row["passages"]),
             signals=row["signals"], weights=row["weights"], reward=row["reward"],
-            judge_verdict=row["judge_verdict"], siblings=tuple(by_step[row["id"]]),
+            judge_verdict=row["judge_verdict"], siblings=tuple(by_step[row["id"]]), actor=row["actor"],
+            annotator=row["annotator"],
         )
         for row in step_rows
     )

@@ -8,6 +8,7 @@ from typing import Any
 __all__ = [
     "PAIR_SOURCES",
     "PAIR_STATUSES",
+    "STEP_ACTORS",
     "ROUND_STATUSES",
     "ROUND_KL_KEYS",
     "USER_ROLES",
@@ -24,7 +25,11 @@ __all__ = [
     "User",
 ]
 
-PAIR_SOURCES: tuple[str, ...] = ("rollout", "human")
+# human: a person picked one sampled candidate over another; human-correction: a person acted at a state instead of
+# the policy (the Episode tab's "Act yourself"), so their action is preferred over the policy's proposal there.
+PAIR_SOURCES: tuple[str, ...] = ("rollout", "human", "human-correction")
+# who took a step: the policy, or a person acting in its place (the Episode tab's "Act yourself")
+STEP_ACTORS: tuple[str, ...] = ("policy", "human")
 # queued -> claimed(round) -> consumed, or claimed -> released (= queued again); discarded by a person.
 PAIR_STATUSES: tuple[str, ...] = ("queued", "claimed", "consumed", "discarded")
 ROUND_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -56,7 +61,8 @@ class Sibling:
 @dataclass(frozen=True)
 class Step:
     """One environment step. `passages` holds JSON values (pid strings or {pid, title, text} objects);
-    `signals` are the seven r_t^(k) by name (ret, act, dup, bt, ref, step, ans), `weights` the w_k(t)."""
+    `signals` are the seven r_t^(k) by name (ret, act, dup, bt, ref, step, ans), `weights` the w_k(t). `actor` says
+    who took it: "policy", or "human" (a person acting in the policy's place; `annotator` is who)."""
 
     t: int
     action: str
@@ -67,6 +73,8 @@ class Step:
     reward: float = 0.0
     judge_verdict: str | None = None
     siblings: tuple[Sibling, ...] = ()
+    actor: str = "policy"
+    annotator: str | None = None
 
 
 @dataclass(frozen=True)

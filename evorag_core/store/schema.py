@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001, 0002 create exactly these).
+"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0003 create exactly these).
 
 Timestamps are stored as naive UTC and come back timezone-aware (`UTCDateTime`). JSON columns use the
 portable `JSON` type (TEXT on SQLite, json on PostgreSQL). Constraint names follow `NAMING` so that later
@@ -132,6 +132,8 @@ steps = Table(
     Column("weights", JSON, nullable=False),
     Column("reward", Float, nullable=False),
     Column("judge_verdict", String(40)),
+    Column("actor", String(20), nullable=False, server_default="policy"),  # migration 0003: policy | human
+    Column("annotator", String(200)),  # migration 0003: who acted, for a human step
     UniqueConstraint("episode_id", "t", name="uq_steps_episode_id_t"),
 )
 

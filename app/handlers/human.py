@@ -1,0 +1,79 @@
+"""Human-in-the-loop handlers: the policy's proposal at the current state, a step taken by a person instead of the
+policy (SEARCH with a typed query, BACKTRACK, ANSWER with a typed answer, REFUSE), the human-correction pair it may
+queue, and the live counts the page shows (pairs queued) and what a Reset is about to load."""
+from __future__ import annotations
+
+from evorag_core.actions import action_to_dict
+
+from .. import views
+from ..human import HUMAN_SOURCE, Correction, correction_metadata, human_action
+from ..services import Services
+from ..session import EpisodeSession, EpisodeSettings
+from .common import adapter_lookup
+from .episodes import EpisodeView, _require, episode_view
+
+__all__ = ["propose_action", "human_step", "queue_correction", "pairs_count_html", "loading_note"]
+
+
+def propose_action(session: EpisodeSession | None) -> tuple[EpisodeView, str, str]:
+    """Ask the policy what it would do at the current state: (view, action name, argument) - the action row is
+    filled with the proposal, so a person can take it as is or edit it."""
+    session = _require(session)
+    proposal = session.propose()
+    act = action_to_dict(proposal.action)
+    arg = act.get("query", act.get("answer", ""))
+    return episode_view(session, f"The policy proposes at t = {proposal.t}: {proposal.completion}"), act["action"], arg
+
+
+def human_step(session: EpisodeSession | None, svc: Services, name: str | None, argument: str | None, who: str,
+               queue: bool = False) -> tuple[EpisodeView, EpisodeSession, int | None]:
+    """A person's step instead of the policy's; with `queue`, the human-correction pair where it replaced a
+    different proposal. Returns (view, session, pair id or None). The policy continues with the next Step / Run."""
+    session = _require(session)
+    action = human_action(name, argument)
+    who = who.strip() or "anonymous"
+    if queue:  # refused before the step is taken: no half-done action
+        proposal = session.propose()
+        if proposal.prompt is None:
+            raise ValueError("correction pairs need a language-model policy (its prompt at this state is what the "
+                             "pair trains on): choose an LM policy and Reset, or untick 'queue a correction pair'")
+    step, correction = session.act_as_human(action, who)
+    took = f"t = {step.t}: you took {action_to_dict(action)['action']}; the policy had proposed {step.info['proposal']}"
+    pair_id = None
+    if queue and correction is not None:
+        pair_id = queue_correction(session, svc, correction, who)
+        took += f". Queued human-correction pair #{pair_id} (yours preferred over the policy's)"
+    elif queue:
+        took += ". Same as the policy's proposal: no correction pair to queue"
+    took += ". The episode has ended." if session.done else ". Step or Run to end hands back to the policy."
+    return episode_view(session, took), session, pair_id
+
+
+def queue_correction(session: EpisodeSession, svc: Services, correction: Correction, who: str) -> int:
+    """Queue `correction` as a pair with source human-correction; returns its id."""
+    meta = correction_metadata(correction, episode=session.record.episode_id, episode_db_id=session.db_id,
+                               question_id=session.question.id, dataset=session.question.dataset,
+                               policy=session.policy.label)
+    return svc.store().add_pair(correction.prompt, correction.chosen, correction.rejected, source=HUMAN_SOURCE,
+                                annotator=who or "anonymous", stage=session.record.stage, metadata=meta)
+
+
+def pairs_count_html(svc: Services) -> str:
+    """The Episode tab's line: how many pairs wait for a training round."""
+    store = svc.store_or_none()
+    if store is None:
+        return '<span class="evo-pairs-count">pairs: store unavailable</span>'
+    n = store.count_pairs("status", status="queued").get("queued", 0)
+    return (f'<span class="evo-pairs-count" id="evo-ep-pairs" data-n="{n}">pairs queued for training: '
+            f'<b>{n}</b></span>')
+
+
+def loading_note(svc: Services, settings: EpisodeSettings) -> str:
+    """What a Reset with `settings` will load before it starts ('' when everything is loaded), e.g. "loading adapter
+    r3 into the policy model…"; shown while it loads."""
+    if not settings.policy.startswith("lm:"):
+        return ""
+    note = svc.policies.pending_load(settings.policy, adapter_lookup(svc))
+    if svc.warm_status:
+        return f"waiting for the start-up warm-up ({svc.warm_status})" + (f", then {note}" if note else "…")
+    return note
