@@ -15,7 +15,8 @@ from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import handlers, r2ag_view, training_tab, views
+from . import handlers, r2ag_view, traces_tab, training_tab, views
+from .handlers import traces as trace_handlers
 from .handlers import EpisodeView
 from .services import Services
 from .session import EpisodeSettings
@@ -94,7 +95,7 @@ def build_ui(svc: Services) -> gr.Blocks:
             header = gr.HTML(elem_id="evo-header")
             annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=0, min_width=180,
                                    elem_id="evo-annotator")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Episode", id="episode"):
                 policy_dd = _episode_tab(svc, annotator, demo)
             with gr.Tab("Pairs", id="pairs"):
@@ -105,6 +106,7 @@ def build_ui(svc: Services) -> gr.Blocks:
                 _eval_tab(svc)
             with gr.Tab("R²AG tree", id="r2ag"):
                 r2ag_view.build_tab(svc)
+            traces_tab.build_tab(svc, demo, tabs)
 
         header_shown = gr.State("")
 
@@ -287,7 +289,22 @@ def _episode_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> gr.Dr
     on(score_btn.click, on_score, [session, shown, horizon], ep_outputs)
     on(pair_btn.click, on_pair, [session, preferred, rejected, annotator], pair_msg)
     policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
-    on(demo.load, on_data, data_dd, data_outputs, api_visibility="private")
+    def on_page(path, request: gr.Request):
+        """The page URL: ?data=FILE&question=ID loads that file and selects the question (a bad link: the default
+        file, and a message saying what was wrong)."""
+        link = trace_handlers.url_params(request)
+        if "data" not in link and "question" not in link:
+            return on_data(path)
+        try:
+            info, qid = trace_handlers.question_link(svc, link.get("data"), link.get("question"))
+        except (EvoRagError, ValueError, KeyError, OSError) as exc:
+            dd, info_html, questions = on_data(path)
+            return dd, views.message_html(f"The link was not opened: {error_message(exc)}", "error") + info_html, questions
+        note = views.message_html(f"Opened from a link: question {qid}; press Reset to run it.", "info")
+        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary_html + note,
+                gr.Dropdown(choices=info.questions, value=qid))
+
+    on(demo.load, on_page, data_dd, data_outputs, api_visibility="private")
     return policy_dd
 
 

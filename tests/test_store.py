@@ -101,10 +101,10 @@ def _run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]], limi
 
 
 def test_migration_creates_the_schema_of_the_models(url: str) -> None:
-    """A fresh database ends at head 0002 and the hand-written migrations match schema.py exactly."""
+    """A fresh database ends at head 0003 and the hand-written migrations match schema.py exactly."""
     with open_store(url) as s, s.engine.connect() as conn:
-        assert head_revisions() == ("0002",)
-        assert current_revisions(conn) == ("0002",)
+        assert head_revisions() == ("0003",)
+        assert current_revisions(conn) == ("0003",)
         assert TABLES <= set(inspect(conn).get_table_names())
         assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
 
@@ -125,7 +125,7 @@ def test_reopening_is_idempotent(url: str) -> None:
         pair_id = s.add_pair("p", "a", "b")
     for _ in range(2):
         with open_store(url) as s, s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0002"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0003"]
             assert s.get_pair(pair_id).prompt == "p"
             assert s.count_pairs() == {(): 1}
 
@@ -143,7 +143,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0099"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
@@ -193,7 +193,7 @@ def test_a_failing_migration_leaves_the_database_as_it_was(url: str, tmp_path: P
     with pytest.raises(StoreError, match="no_such_table"):
         open_store(url, script_location=broken)
     with open_store(url) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0002",)
+        assert current_revisions(conn) == ("0003",)
         assert "half_done" not in inspect(conn).get_table_names()
         assert "note" not in {c["name"] for c in inspect(conn).get_columns("pairs")}
 
@@ -216,7 +216,7 @@ def test_upgrade_from_an_existing_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
     with open_store(f"sqlite:///{path}") as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0002",)
+        assert current_revisions(conn) == ("0003",)
 
 
 def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(url: str) -> None:
