@@ -27,6 +27,7 @@ from evorag_core.store import (
     Sibling,
     Step,
     Store,
+    TraceFilter,
     current_revisions,
     head_revisions,
     open_store,
@@ -588,3 +589,26 @@ def test_datasets_and_questions(store: Store) -> None:
     assert [(d.name, d.n_questions) for d in store.list_datasets()] == [("tiny", 2)]
     assert store.get_question("tiny", "a1") == q1
     assert store.get_question("tiny", "a2") == q2
+
+
+def test_a_0002_database_gains_the_trace_columns_backfilled(url: str) -> None:
+    """0003: episodes stored before it get n_steps from their steps and a source from their config (a rollout's
+    config holds its settings); the studio's adapter and data file are read from its config; no outcome."""
+    engine = make_engine(url)
+    try:
+        assert upgrade(engine, revision="0002") == ("0002",)
+        with engine.begin() as conn:
+            for config in ('{"rollout": {"siblings": 4}}', '{"adapter": "dpo-1", "data": "/d/demo.jsonl"}'):
+                conn.execute(text("INSERT INTO episodes (question_id, dataset, question, policy, stage, schedule, "
+                                  "config, status, created_at) VALUES ('q', 'demo', 'Q?', 'p', 'discovery', 'x', "
+                                  ":c, 'finished', '2026-01-01 00:00:00')"), {"c": config})
+            conn.execute(text("INSERT INTO steps (episode_id, t, action, passages, signals, weights, reward) "
+                              "VALUES (1, 1, 'SEARCH', '[]', '{}', '{}', 0.5), (1, 2, 'ANSWER', '[]', '{}', '{}', 1)"))
+    finally:
+        engine.dispose()
+    with open_store(url) as s:
+        rows = {r.id: r for r in s.search_traces().rows}
+        assert (rows[1].source, rows[1].n_steps, rows[1].adapter) == ("rollout", 2, None)
+        assert (rows[2].source, rows[2].n_steps, rows[2].adapter, rows[2].data_path) == (
+            "studio", 0, "dpo-1", "/d/demo.jsonl")
+        assert rows[1].em is None and s.search_traces(TraceFilter(source="studio")).total == 1

@@ -210,3 +210,74 @@ def test_a_pipeline_methods_trace_is_stored_as_steps(tmp_path):
         assert [(st.action, st.argument, st.passages) for st in ep.steps] == [
             ("RETRIEVE", "who", ("p1", "p2")), ("ANSWER", "Ann", ())]
         assert ep.config["trace"][0]["query"] == "who" and (ep.em, ep.answer, ep.n_steps) == (1.0, "Ann", 2)
+
+
+# --- the studio's handlers over the query layer ------------------------------------------------------------------
+
+
+@pytest.fixture
+def svc(tmp_path):
+    from app.services import Services
+    from evorag_core.config import load_config
+
+    services = Services(load_config(), tmp_path, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+    yield services
+    services.close()
+
+
+def _signals(value: float) -> dict[str, float]:
+    from evorag_core.signals import SIGNAL_NAMES
+
+    return {k: value for k in SIGNAL_NAMES}
+
+
+def test_open_trace_draws_steps_passages_and_links_and_explains_bad_ids(svc):
+    from app.handlers.traces import open_trace
+    from evorag_core.datasets import load_dataset
+
+    q = load_dataset(DEMO).get("demo-001")
+    pid = q.passages[0].pid
+    steps = [Step(t=1, action="SEARCH", argument="Sable", passages=(pid,), signals=_signals(0.5),
+                  weights={"beta": 2.0}, reward=1.0),
+             Step(t=2, action="ANSWER", argument="Sable River", signals=_signals(1.0), weights={"beta": 2.0},
+                  reward=1.5)]
+    eid = svc.store().add_episode(question_id=q.id, dataset="demo", question=q.question, policy="oracle",
+                                  stage="discovery", schedule="time-dynamic", steps=steps, total_return=2.5,
+                                  source="studio", data_path=str(DEMO), outcome=Outcome("Sable River", 1.0, 1.0, False))
+    view = open_trace(svc, f" {eid} ", base="http://studio.example/")
+    assert view.link == f"http://studio.example/?episode={eid}"
+    assert view.steps.count("<tr") == 3 and 'id="evo-trace-steps"' in view.steps  # header + 2 steps
+    assert q.passages[0].title in view.passages and "t = 1: SEARCH" in view.passages
+    assert f"gold answer: {', '.join(q.answers)}" in view.head and "correct · EM 1 · F1 1.00" in view.head
+    assert "question=demo-001" in view.head and f'data-episode="{eid}"' in view.head
+    with pytest.raises(KeyError, match="there is no trace #999"):
+        open_trace(svc, 999)
+    for bad in ("abc", "1.5", "-3", ""):
+        with pytest.raises(ValueError, match="is not a trace id"):
+            open_trace(svc, bad)
+
+
+def test_list_traces_pages_and_says_why_nothing_matches(svc):
+    from app.handlers.traces import list_traces, trace_filter
+
+    for i in range(30):
+        svc.store().add_episode(question_id=f"q{i}", dataset="demo", question=f"question {i}", policy="oracle",
+                                stage="discovery", schedule="time-dynamic", source="eval", total_return=float(i))
+    view = list_traces(svc, trace_filter(), 2)
+    assert (view.page, view.pages, len(view.rows)) == (2, 2, 5) and "traces 26–30 of 30" in view.summary
+    assert view.ids == [5, 4, 3, 2, 1] and view.rows[0][0] == 5
+    assert list_traces(svc, trace_filter(), 9).page == 2  # past the end: the last page
+    none = list_traces(svc, trace_filter(source="rollout", text="zebra"))
+    assert none.rows == [] and "No trace matches source=rollout, text=zebra" in none.summary
+
+
+def test_the_filter_form_names_the_bad_field():
+    from app.handlers.traces import trace_filter
+
+    assert trace_filter("all", "", None, "all", f1_min=0.5).f1_min == 0.5
+    for kwargs, message in (({"f1_min": "lots"}, "lowest F1 'lots' is not a number"),
+                            ({"f1_max": 3}, "highest F1 must be between 0 and 1"),
+                            ({"date_from": "yesterday"}, "'from' date 'yesterday' is not a date"),
+                            ({"return_min": 2, "return_max": 1}, "the return range is empty")):
+        with pytest.raises(ValueError, match=message):
+            trace_filter(**kwargs)
