@@ -1,4 +1,5 @@
-"""The trace browser's query layer on a real SQLite store, evaluation runs recorded as traces, and the trace view.
+"""The trace browser's query layer on real SQLite (and PostgreSQL when a server starts), evaluation runs recorded
+as traces, and the studio's trace handlers.
 
 The seeded store (`seeded`), in insertion order (ids 1..12):
   i  dataset  policy  source   adapter  stage        em   f1    refused  return   question
@@ -21,6 +22,7 @@ from sqlalchemy import text
 from evorag_core.cli import main as cli_main
 from evorag_core.store import NO_ADAPTER, Outcome, Step, TraceFilter, open_store, parse_day
 from evorag_core.store.base import utcnow
+from tests.pg_fixture import pg_server, pg_url  # noqa: F401  (fixtures)
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 TINY = Path(__file__).resolve().parent / "fixtures" / "common_tiny.jsonl"  # 3 questions: q1, q2, q3
@@ -41,9 +43,11 @@ def _step(t: int, action: str = "SEARCH", arg: str | None = "q") -> Step:
                 weights={"beta": 2.0, "eta": 0.02}, reward=1.98)
 
 
-@pytest.fixture
-def store(tmp_path):
-    with open_store(f"sqlite:///{tmp_path / 'traces.db'}") as s:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request, tmp_path):
+    """A real store on SQLite, and on a throwaway PostgreSQL server when one starts (tests/pg_fixture.py)."""
+    url = f"sqlite:///{tmp_path / 'traces.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    with open_store(url) as s:
         yield s
 
 
@@ -156,6 +160,8 @@ def test_malformed_filters_are_refused_with_a_readable_message():
 
 def test_the_filter_columns_are_indexed(store):
     """SQLite answers the filters by index, not by a full scan of episodes."""
+    if store.dialect != "sqlite":
+        pytest.skip("EXPLAIN QUERY PLAN is SQLite's; PostgreSQL picks plans by table size")
     with store.engine.connect() as conn:
         for where in ("policy = 'x'", "run = 'x'", "adapter = 'x'", "total_return > 1", "f1 >= 0.5",
                       "created_at >= '2026-01-01'", "source = 'eval'"):
