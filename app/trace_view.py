@@ -9,6 +9,7 @@ passage ids are shown.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ from . import grading_view, views
 __all__ = ["TraceView", "render_trace", "trace_link", "question_link", "record_of", "method_trace_html"]
 
 log = logging.getLogger(__name__)
+
+# the schedule chart depends only on these five values: drawn once per combination (Plotly figures are costly)
+_weights_figure = functools.lru_cache(maxsize=128)(views.weights_figure)
 
 PassageLookup = Callable[[str], "Mapping[str, Passage] | None"]  # data path -> {pid: Passage} (None: unreadable)
 
@@ -186,7 +190,7 @@ def render_trace(episode: Any, judgments: Sequence[Any], *, by_pid: Mapping[str,
     if record is not None:
         current = min(len(record.steps), record.t_max)
         return TraceView(episode.id, head, views.steps_table(record).replace('id="evo-steps"', 'id="evo-trace-steps"'),
-                         views.weights_figure(record.stage, record.schedule, record.preset, record.t_max, current),
+                         _weights_figure(record.stage, record.schedule, record.preset, record.t_max, current),
                          views.contributions_figure(record), passages, views.verdicts_html(record), link)
     cfg = episode.config or {}
     trace = cfg.get("trace")

@@ -37,7 +37,8 @@ def studio(session_home, tmp_path_factory):
     assert cli_main(["eval", "--method", "oracle", "--limit", "3", "--data", str(DEMO), "--home", str(session_home),
                      "--db", db_url, "--json", "--no-progress"]) == 0
     with serve_studio(session_home, db_url, REPO / "artifacts" / "traces_browser.log",
-                      "--no-worker", "--no-warm", "--set", "policy.threads=1") as (url, _):
+                      "--no-worker", "--no-warm", "--set", "policy.threads=1",
+                      start_timeout_s=600) as (url, _):  # only bounds a hung start: imports take minutes under load
         yield url, db_url
 
 

@@ -148,16 +148,19 @@ def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None,
     res = next((r for r in run.results if r.question_id == question_id), None)
     if res is None:
         raise KeyError(f"question {question_id!r} is not in run {name!r}")
-    if question_id in run.episode_ids:  # the stored trace, drawn as the Traces tab draws it
-        from .traces import open_trace
-
-        view = open_trace(svc, run.episode_ids[question_id])
-        return view.head, view.steps + view.passages + view.verdicts, view.contributions
+    stored = run.episode_ids.get(question_id)
     head = (f'<div class="evo-status"><div class="evo-q">{views.esc(res.question)}</div><div class="evo-meta">'
             f"prediction: <b>{views.esc(res.prediction if res.prediction is not None else '(none)')}</b> · gold: "
             f"{views.esc(', '.join(res.gold))} · EM {res.em:.0f} · F1 {res.f1:.2f} · steps {res.steps}"
             f"{'' if res.total_return is None else f' · return {res.total_return:+.3f}'}</div></div>")
     empty = views.contributions_figure(None)
+    if stored is not None:  # the stored trace, drawn as the Traces tab draws it, with its link
+        from .traces import open_trace
+
+        view = open_trace(svc, stored)
+        head += (f'<div class="evo-meta">stored as trace <a id="evo-drill-trace-link" href="{views.esc(view.link)}">'
+                 f"#{stored}</a> (Traces tab)</div>")
+        return head, view.steps + view.passages + view.verdicts, view.contributions
     if res.extras.get("episode"):
         record = EpisodeRecord.from_dict(res.extras["episode"])
         return head, views.steps_table(record), views.contributions_figure(record)

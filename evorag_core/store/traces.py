@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 
 from .base import StoreBase, check_choice
 from .records import EPISODE_SOURCES
@@ -168,9 +168,9 @@ def _where(f: TraceFilter) -> list[ColumnElement[bool]]:
         out.append(c.created_at >= _day_start(f.date_from))
     if f.date_to is not None:
         out.append(c.created_at < _day_start(f.date_to + timedelta(days=1)))
-    if f.annotator:
-        out.append(exists().where(judgments.c.episode_id == c.id, judgments.c.is_override.is_(True),
-                                  judgments.c.who == f.annotator))
+    if f.annotator:  # an IN over the indexed judgments.who, not a correlated EXISTS probed for every episode
+        out.append(c.id.in_(select(judgments.c.episode_id).where(judgments.c.who == f.annotator,
+                                                                 judgments.c.is_override.is_(True))))
     text = (f.text or "").strip()
     if text:
         out.append(or_(c.question.icontains(text, autoescape=True), c.question_id == text))
