@@ -43,10 +43,11 @@ def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
             run = gr.Dropdown(["all"], value="all", label="Run", allow_custom_value=True, elem_id="evo-tf-run")
         with gr.Row():
             outcome = gr.Dropdown(_choices(OUTCOMES), value="all", label="Outcome", elem_id="evo-tf-outcome")
-            f1_min = gr.Number(None, label="F1 from", minimum=0, maximum=1, step=0.1, elem_id="evo-tf-f1min")
-            f1_max = gr.Number(None, label="F1 to", minimum=0, maximum=1, step=0.1, elem_id="evo-tf-f1max")
-            ret_min = gr.Number(None, label="Return from", step=0.1, elem_id="evo-tf-retmin")
-            ret_max = gr.Number(None, label="Return to", step=0.1, elem_id="evo-tf-retmax")
+            # text boxes, not gr.Number: an empty range end means "any", and this Gradio sends an empty Number as 0
+            f1_min = gr.Textbox(label="F1 from", placeholder="any (0-1)", elem_id="evo-tf-f1min")
+            f1_max = gr.Textbox(label="F1 to", placeholder="any (0-1)", elem_id="evo-tf-f1max")
+            ret_min = gr.Textbox(label="Return from", placeholder="any", elem_id="evo-tf-retmin")
+            ret_max = gr.Textbox(label="Return to", placeholder="any", elem_id="evo-tf-retmax")
             annotator = gr.Dropdown(["all"], value="all", label="Annotator (override by)", allow_custom_value=True,
                                     elem_id="evo-tf-annotator")
             date_from = gr.Textbox(label="From day (YYYY-MM-DD)", placeholder="2026-11-01", elem_id="evo-tf-from")

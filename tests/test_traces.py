@@ -280,7 +280,9 @@ def test_list_traces_pages_and_says_why_nothing_matches(svc):
 def test_the_filter_form_names_the_bad_field():
     from app.handlers.traces import trace_filter
 
-    assert trace_filter("all", "", None, "all", f1_min=0.5).f1_min == 0.5
+    assert trace_filter("all", "", None, "all", f1_min=" 0.5 ").f1_min == 0.5
+    empty = trace_filter("all", "all", "all", "all", "all", "all", "all", "", " ", "", "", "all", "", "", "", "newest")
+    assert empty.active() == {}  # the form's untouched state filters nothing
     for kwargs, message in (({"f1_min": "lots"}, "lowest F1 'lots' is not a number"),
                             ({"f1_max": 3}, "highest F1 must be between 0 and 1"),
                             ({"date_from": "yesterday"}, "'from' date 'yesterday' is not a date"),

@@ -36,7 +36,7 @@ class TracesView:
 
 
 def _float(value: Any, what: str) -> float | None:
-    if value in (None, ""):
+    if value is None or str(value).strip() == "":
         return None
     try:
         return float(value)
@@ -58,7 +58,7 @@ def trace_filter(dataset: str | None = None, policy: str | None = None, adapter:
         dataset=none_if_all(dataset), policy=none_if_all(policy), adapter=none_if_all(adapter),
         stage=none_if_all(stage), source=none_if_all(source), run=none_if_all(run), outcome=none_if_all(outcome),
         f1_min=lo, f1_max=hi, return_min=_float(return_min, "lowest return"),
-        return_max=_float(return_max, "highest return"), annotator=(annotator or "").strip() or None,
+        return_max=_float(return_max, "highest return"), annotator=none_if_all((annotator or "").strip()),
         date_from=parse_day(date_from, "'from' date"), date_to=parse_day(date_to, "'to' date"),
         text=(text or "").strip() or None, order=order or "newest",
     )
