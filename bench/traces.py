@@ -5,7 +5,7 @@
 Seeding (`Store.add_episode`, one transaction per episode, as studio sessions, `evorag eval` and rollouts write
 them): questions of the bundled demo file spread over four data set names; sources 20 % studio, 60 % eval, 20 %
 rollout; policies oracle / script / LM base / LM adapters / pipeline baselines; 1-6 steps (SEARCH... then ANSWER or
-REFUSE; mean about 3), each with the seven signals, seven weights and 5 passage ids per SEARCH; rollouts carry K=4
+REFUSE; mean about 2.4), each with the seven signals, seven weights and 5 passage ids per SEARCH; rollouts carry K=4
 siblings on up to two steps; about 2 % of the episodes get a human override by one of four annotators.
 
 Timed (each query `--runs` times; median and max, in ms): the first page with its total (COUNT + LIMIT/OFFSET), each
@@ -45,7 +45,7 @@ TARGET_S = 1.0
 
 
 def _steps(rng: random.Random, q: Any, rollout: bool) -> tuple[list[Step], Outcome, float]:
-    n = min(6, 1 + int(rng.expovariate(0.5)))  # 1..6, mean about 3
+    n = min(6, 1 + int(rng.expovariate(0.5)))  # 1..6, mean about 2.4
     pids = [p.pid for p in q.passages] or [f"{q.id}:{i}" for i in range(10)]
     steps, total = [], 0.0
     for t in range(1, n + 1):
