@@ -68,7 +68,7 @@ def test_find_an_eval_episode_by_filter_open_it_and_open_it_by_deep_link(studio)
         page.locator("#evo-tf-text textarea, #evo-tf-text input").first.fill(target.question[:25].lower())
         page.click("#evo-traces-search")
         page.wait_for_function(f"{text_of('#evo-traces-count')}.includes('of 1 ')")
-        cell = page.locator("#evo-traces-table td:visible", has_text="demo-002").first  # (Gradio keeps a hidden copy)
+        cell = page.locator("#evo-traces-table [role=gridcell]", has_text="demo-002").first
         cell.wait_for()
         shot(page, "traces_01_list_filtered")
 
