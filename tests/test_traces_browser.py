@@ -73,7 +73,7 @@ def test_find_an_eval_episode_by_filter_open_it_and_open_it_by_deep_link(studio)
         shot(page, "traces_01_list_filtered")
 
         cell.click()
-        page.wait_for_selector(f"#evo-trace-head[data-episode='{target.id}']")
+        page.wait_for_function(f"document.querySelector('#evo-trace-head')?.dataset.episode === '{target.id}'")
         rows = page.locator("#evo-trace-steps tbody tr")
         assert rows.count() == target.n_steps and target.n_steps >= 2
         assert "ANSWER" in rows.last.inner_text()
@@ -86,7 +86,7 @@ def test_find_an_eval_episode_by_filter_open_it_and_open_it_by_deep_link(studio)
         shot(page, "traces_02_opened")
 
         page.goto(f"{url}?episode={target.id}")
-        page.wait_for_selector(f"#evo-trace-head[data-episode='{target.id}']")
+        page.wait_for_function(f"document.querySelector('#evo-trace-head')?.dataset.episode === '{target.id}'")
         assert page.get_by_role("tab", name="Traces").get_attribute("aria-selected") == "true"
         shot(page, "traces_03_deep_link")
 
