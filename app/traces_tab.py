@@ -60,7 +60,7 @@ def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
             prev_btn = gr.Button("◀ Previous", size="sm", scale=0, min_width=110, elem_id="evo-traces-prev")
             next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=110, elem_id="evo-traces-next")
             summary = gr.HTML(elem_id="evo-traces-summary")
-            open_id = gr.Number(None, precision=0, minimum=1, label="Trace #", scale=0, min_width=110,
+            open_id = gr.Number(None, precision=0, label="Trace #", scale=0, min_width=110,
                                 elem_id="evo-trace-id")
             open_btn = gr.Button("Open", size="sm", scale=0, min_width=80, elem_id="evo-trace-open")
         table = gr.Dataframe(headers=th.TRACE_COLUMNS, value=[], interactive=False, wrap=True, max_height=520,
