@@ -64,8 +64,8 @@ def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
                                 elem_id="evo-trace-id")
             open_btn = gr.Button("Open", size="sm", scale=0, min_width=80, elem_id="evo-trace-open")
         table = gr.Dataframe(headers=th.TRACE_COLUMNS, value=[], interactive=False, wrap=True, max_height=520,
-                             elem_id="evo-traces-table", column_widths=["4%", "8%", "5%", "6%", "8%", "22%", "9%",
-                                                                         "6%", "6%", "4%", "8%", "4%", "4%", "4%", "5%"])
+                             elem_id="evo-traces-table", column_widths=["4%", "8%", "5%", "6%", "8%", "18%", "9%",
+                                                                         "6%", "7%", "4%", "8%", "4%", "4%", "4%", "5%"])
         message = gr.HTML(elem_id="evo-trace-msg")
         head = gr.HTML(_EMPTY_TRACE, elem_id="evo-trace-head-box")
         steps = gr.HTML(elem_id="evo-trace-steps-box")
