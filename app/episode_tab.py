@@ -14,10 +14,12 @@ from typing import Any, Callable
 import gradio as gr
 
 from evorag_core.actions import ACTION_NAMES
+from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 
 from . import handlers, views
 from .handlers import EpisodeView
+from .handlers import traces as trace_handlers
 from .services import Services
 from .session import EpisodeSettings
 
@@ -82,7 +84,7 @@ def _skip_all(n: int) -> tuple:
 
 
 def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeTab:
-    from .ui import EXAMPLE_SCRIPT, _annotator, on  # ui imports this module: its helpers are read at build time
+    from .ui import EXAMPLE_SCRIPT, _annotator, error_message, on  # ui imports this module: its helpers are read at build time
 
     session = gr.State(None)
     shown = gr.State({})  # what the episode outputs show now (see `_outputs`)
@@ -254,7 +256,23 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
     pair_done = on(pair_btn.click, on_pair, [session, shown, preferred, rejected, annotator],
                    [pair_msg, shown, pairs_count])
     policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")
-    on(demo.load, on_data, data_dd, data_outputs, api_visibility="private")
+
+    def on_page(path, request: gr.Request):
+        """The page URL: ?data=FILE&question=ID loads that file and selects the question (a bad link: the default
+        file, and a message saying what was wrong)."""
+        link = trace_handlers.url_params(request)
+        if "data" not in link and "question" not in link:
+            return on_data(path)
+        try:
+            info, qid = trace_handlers.question_link(svc, link.get("data"), link.get("question"))
+        except (EvoRagError, ValueError, KeyError, OSError) as exc:
+            dd, info_html, questions = on_data(path)
+            return dd, views.message_html(f"The link was not opened: {error_message(exc)}", "error") + info_html, questions
+        note = views.message_html(f"Opened from a link: question {qid}; press Reset to run it.", "info")
+        return (gr.Dropdown(choices=handlers.data_choices(svc), value=info.path), info.summary_html + note,
+                gr.Dropdown(choices=info.questions, value=qid))
+
+    on(demo.load, on_page, data_dd, data_outputs, api_visibility="private")
 
     def reload():
         return gr.Dropdown(choices=handlers.policy_options(svc)), handlers.pairs_count_html(svc)

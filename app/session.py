@@ -234,7 +234,7 @@ class EpisodeSession:
             self._store_call(self.store.set_override, self.db_id, t, verdict_name(answerable), who or "anonymous")
             if self.done:
                 self._store_call(self.store.finish_episode, self.db_id, total_return=self.record.total_return,
-                                 status=self._final_status())
+                                 status=self._final_status(), outcome=self._outcome())
         return next(s for s in self.record.steps if s.t == t)
 
     def set_candidates(self, candidates: list[Candidate]) -> None:
@@ -287,6 +287,7 @@ class EpisodeSession:
         self.db_id = self._store_call(
             self.store.add_episode, question_id=self.question.id, dataset=rec.dataset, question=rec.question,
             policy=self.policy.label, stage=rec.stage, schedule=rec.schedule, config=config, status="running",
+            source="studio", adapter=self.policy.adapter, data_path=str(self.runtime.dataset.path),
         )
 
     def _save_step(self, step: StepRecord, siblings: list[dict[str, Any]]) -> None:
@@ -309,10 +310,20 @@ class EpisodeSession:
                              verdict=verdict_name(step.verdict.answerable))
         if self.env.done:
             self._store_call(self.store.finish_episode, self.db_id, total_return=self.record.total_return,
-                             status=self._final_status())
+                             status=self._final_status(), outcome=self._outcome())
 
     def _final_status(self) -> str:
         return "truncated" if self.env.record.truncated else "finished"
+
+    def _outcome(self):
+        """The graded end for the store's outcome columns (EM/F1 None for a question without gold)."""
+        from evorag_core.store import Outcome
+
+        from .grading_view import episode_grade
+
+        rec = self.record
+        grade = episode_grade(self.question, rec)
+        return Outcome(rec.answer, grade.em if grade else None, grade.f1 if grade else None, rec.refused)
 
     def take_notes(self) -> list[str]:
         notes, self.notes = self.notes, []

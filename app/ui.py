@@ -15,7 +15,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import compare_tab, episode_tab, handlers, r2ag_view, training_tab, views
+from . import compare_tab, episode_tab, handlers, r2ag_view, traces_tab, training_tab, views
 from .episode_tab import Reload
 from .services import Services
 
@@ -106,6 +106,7 @@ def build_ui(svc: Services) -> gr.Blocks:
                 _eval_tab(svc).wire(tab_eval.select)
             with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
                 r2ag_view.build_tab(svc).wire(tab_r2ag.select)
+            traces_tab.build_tab(svc, demo, tabs)
         # every tab reloads its data when selected, and the Pairs tab after the Episode tab queues pairs
         episode.reload.wire(tab_episode.select)
         pairs_reload.wire(tab_pairs.select)

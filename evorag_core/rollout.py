@@ -467,11 +467,13 @@ class SavedRollout:
 
 
 def save_rollout(store, rollout: EpisodeRollout, selector: PairSelector, cfg: RolloutConfig,
-                 policy_name: str) -> SavedRollout:
+                 policy_name: str, *, run: str | None = None, adapter: str | None = None,
+                 data_path: str | None = None) -> SavedRollout:
     """Write the episode (its steps, the siblings, a summary of every branch in its config JSON), then the pairs
     the selector lets through now (held-back pairs of earlier episodes included; their metadata names their own
     episode). Two short transactions: the episode, then its pairs."""
-    from .store import NewPair
+    from .metrics import exact_match, f1_score
+    from .store import NewPair, Outcome
 
     rec = rollout.record
     config = {
@@ -484,6 +486,8 @@ def save_rollout(store, rollout: EpisodeRollout, selector: PairSelector, cfg: Ro
         question_id=rec.question_id, dataset=rec.dataset, question=rec.question, policy=policy_name,
         stage=rec.stage, schedule=rec.schedule, config=config, steps=steps,
         status="truncated" if rec.truncated else "finished", total_return=rec.total_return,
+        source="rollout", adapter=adapter, data_path=data_path, run=run,
+        outcome=Outcome(rec.answer, *_grade(rec.answer, rec.gold_answers, exact_match, f1_score), rec.refused),
     )
     offered = [replace(p, meta=pair_metadata(p, rollout, episode_id, cfg)) for p in rollout.pairs]
     ready = selector.offer(offered)
@@ -502,6 +506,13 @@ def save_rollout(store, rollout: EpisodeRollout, selector: PairSelector, cfg: Ro
     return SavedRollout(episode_id, tuple(ids), len(steps), n_siblings)
 
 
+def _grade(answer: str | None, golds: Sequence[str], em, f1) -> tuple[float | None, float | None]:
+    """(EM, F1) of the final answer as `evorag eval` scores it (0, 0 without an answer); (None, None) without gold."""
+    if not golds:
+        return None, None
+    return (0.0, 0.0) if answer is None else (em(answer, golds), f1(answer, golds))
+
+
 def run_rollouts(
     questions: Iterable[Question],
     make_env: Callable[[Question], RagEnv],
@@ -514,6 +525,9 @@ def run_rollouts(
     stage: str | None = None,
     write_guard: Callable[[], AbstractContextManager] = nullcontext,
     on_episode: Callable[[Question, SavedRollout], None] | None = None,
+    run: str | None = None,
+    adapter: str | None = None,
+    data_path: str | None = None,
 ) -> RolloutStats:
     """Roll out each question and store it before starting the next (commit per episode). An exception or Ctrl-C
     leaves every finished episode and its pairs in the store; `selector.stats` counts them. `write_guard` wraps
@@ -523,7 +537,8 @@ def run_rollouts(
         result = rollout_question(make_env(question), policy, question, cfg, stage=stage,
                                   meta={"policy": policy_name})
         with write_guard():
-            saved = save_rollout(store, result, selector, cfg, policy_name)
+            saved = save_rollout(store, result, selector, cfg, policy_name, run=run, adapter=adapter,
+                                 data_path=data_path)
         if on_episode is not None:
             on_episode(question, saved)
     return selector.stats

@@ -27,6 +27,7 @@ from evorag_core.store import (
     Sibling,
     Step,
     Store,
+    TraceFilter,
     current_revisions,
     head_revisions,
     open_store,
@@ -101,10 +102,10 @@ def _run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]], limi
 
 
 def test_migration_creates_the_schema_of_the_models(url: str) -> None:
-    """A fresh database ends at head 0003 and the hand-written migrations match schema.py exactly."""
+    """A fresh database ends at head 0004 and the hand-written migrations match schema.py exactly."""
     with open_store(url) as s, s.engine.connect() as conn:
-        assert head_revisions() == ("0003",)
-        assert current_revisions(conn) == ("0003",)
+        assert head_revisions() == ("0004",)
+        assert current_revisions(conn) == ("0004",)
         assert TABLES <= set(inspect(conn).get_table_names())
         assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
 
@@ -125,7 +126,7 @@ def test_reopening_is_idempotent(url: str) -> None:
         pair_id = s.add_pair("p", "a", "b")
     for _ in range(2):
         with open_store(url) as s, s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0003"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0004"]
             assert s.get_pair(pair_id).prompt == "p"
             assert s.count_pairs() == {(): 1}
 
@@ -143,7 +144,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0099"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
@@ -193,7 +194,7 @@ def test_a_failing_migration_leaves_the_database_as_it_was(url: str, tmp_path: P
     with pytest.raises(StoreError, match="no_such_table"):
         open_store(url, script_location=broken)
     with open_store(url) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0003",)
+        assert current_revisions(conn) == ("0004",)
         assert "half_done" not in inspect(conn).get_table_names()
         assert "note" not in {c["name"] for c in inspect(conn).get_columns("pairs")}
 
@@ -216,7 +217,7 @@ def test_upgrade_from_an_existing_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
     with open_store(f"sqlite:///{path}") as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0003",)
+        assert current_revisions(conn) == ("0004",)
 
 
 def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(url: str) -> None:
@@ -237,7 +238,7 @@ def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(ur
 
 
 def test_a_0002_database_with_steps_gains_the_step_actor_columns(url: str) -> None:
-    """0003 adds steps.actor (existing steps: 'policy') and steps.annotator (NULL); a human step then round-trips
+    """0004 adds steps.actor (existing steps: 'policy') and steps.annotator (NULL); a human step then round-trips
     with who took it, and an unknown actor is refused before anything is written."""
     engine = make_engine(url)
     try:
@@ -613,3 +614,26 @@ def test_datasets_and_questions(store: Store) -> None:
     assert [(d.name, d.n_questions) for d in store.list_datasets()] == [("tiny", 2)]
     assert store.get_question("tiny", "a1") == q1
     assert store.get_question("tiny", "a2") == q2
+
+
+def test_a_0002_database_gains_the_trace_columns_backfilled(url: str) -> None:
+    """0003: episodes stored before it get n_steps from their steps and a source from their config (a rollout's
+    config holds its settings); the studio's adapter and data file are read from its config; no outcome."""
+    engine = make_engine(url)
+    try:
+        assert upgrade(engine, revision="0002") == ("0002",)
+        with engine.begin() as conn:
+            for config in ('{"rollout": {"siblings": 4}}', '{"adapter": "dpo-1", "data": "/d/demo.jsonl"}'):
+                conn.execute(text("INSERT INTO episodes (question_id, dataset, question, policy, stage, schedule, "
+                                  "config, status, created_at) VALUES ('q', 'demo', 'Q?', 'p', 'discovery', 'x', "
+                                  ":c, 'finished', '2026-01-01 00:00:00')"), {"c": config})
+            conn.execute(text("INSERT INTO steps (episode_id, t, action, passages, signals, weights, reward) "
+                              "VALUES (1, 1, 'SEARCH', '[]', '{}', '{}', 0.5), (1, 2, 'ANSWER', '[]', '{}', '{}', 1)"))
+    finally:
+        engine.dispose()
+    with open_store(url) as s:
+        rows = {r.id: r for r in s.search_traces().rows}
+        assert (rows[1].source, rows[1].n_steps, rows[1].adapter) == ("rollout", 2, None)
+        assert (rows[2].source, rows[2].n_steps, rows[2].adapter, rows[2].data_path) == (
+            "studio", 0, "dpo-1", "/d/demo.jsonl")
+        assert rows[1].em is None and s.search_traces(TraceFilter(source="studio")).total == 1

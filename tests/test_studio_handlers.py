@@ -122,6 +122,9 @@ def test_episode_is_mirrored_to_the_store(svc):
     assert [s.action for s in ep.steps] == ["REFUSE"]
     assert ep.steps[0].judge_verdict == "unanswerable"
     assert ep.total_return == pytest.approx(0.48)
+    # the Traces tab's columns: a studio session, refused an unanswerable question = correct (EM 1), one step
+    assert (ep.source, ep.refused, ep.answer, ep.em, ep.f1, ep.n_steps) == ("studio", True, None, 1.0, 1.0, 1)
+    assert ep.data_path == str(DEMO.resolve()) and ep.adapter is None
 
 
 def test_free_question_has_no_gold_so_no_retrieval_bonus(svc):
@@ -305,6 +308,10 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     head, steps, fig = handlers.drill_down(svc, runs, run.name, "demo-002")
     assert "prediction: <b>Sable River</b>" in head and "EM 1" in head
     assert steps.count("<tr") >= 3 and len(fig.data) == 8
+    trace = run.episode_ids["demo-002"]  # every evaluated question is a stored trace, drawn as the Traces tab does
+    assert f"?episode={trace}" in head and 'id="evo-trace-steps"' in steps and "t = 1: SEARCH" in steps
+    row = svc.store().get_episode(trace)
+    assert (row.source, row.em, row.answer, row.data_path) == ("eval", 1.0, "Sable River", str(DEMO.resolve()))
     assert handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
     with pytest.raises(ValueError, match="holds no question"):
         handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)

@@ -9,10 +9,12 @@ from typing import Any, Callable
 import plotly.graph_objects as go
 
 from evorag_core.episode import EpisodeRecord
+from evorag_core.eval_traces import EvalRecorder, run_name
 from evorag_core.evaluation import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
 
 from .. import views
+from ..policies import BASE, LIVE
 from ..services import Services
 from .common import adapter_lookup, short
 from .episodes import policy_options
@@ -29,6 +31,7 @@ class EvalRun:
     summary: dict[str, Any]
     results: list[QuestionResult] = field(default_factory=list)
     path: str = ""  # the data file (to look passages up in a drill-down)
+    episode_ids: dict[str, int] = field(default_factory=dict)  # question id -> stored trace (Traces tab)
 
 
 EVAL_PREFIX = "eval:"  # method choices that are `evorag eval` methods (built by that command's METHODS table)
@@ -68,17 +71,38 @@ def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | No
                          f"({len(rt.dataset.questions)} in the file)")
     em = _eval_method(svc, rt, method, script)
     total = len(questions)
+    recorder = _recorder(svc, rt, method, em)
 
     def progress(res: QuestionResult, done: list[QuestionResult]) -> None:
+        if recorder is not None:
+            recorder(res, done)
         if on_progress is not None:
             on_progress(len(done), total, res)
 
     summary, results = evaluate(em, questions, on_result=progress)
     runs = dict(runs or {})
     name = f"{len(runs) + 1}: {method} on {rt.dataset.name}[{start}:{start + len(questions)}]"
-    run = EvalRun(name, em.label, rt.dataset.name, summary, results, str(rt.dataset.path))
+    run = EvalRun(name, em.label, rt.dataset.name, summary, results, str(rt.dataset.path),
+                  dict(recorder.episode_ids) if recorder is not None else {})
     runs[name] = run
     return runs, run
+
+
+def _recorder(svc: Services, rt: Any, method: str, em: Any) -> EvalRecorder | None:
+    """Stores the run's episodes (source 'eval') for the Traces tab; None when the store is unavailable."""
+    store = svc.store_or_none()
+    if store is None:
+        return None
+    name = method[len(EVAL_PREFIX):] if method.startswith(EVAL_PREFIX) else method
+    adapter = None
+    if name == LIVE:
+        active = store.active_adapter()
+        adapter = active.name if active is not None else None
+    elif name.startswith("lm:") and name != BASE:
+        adapter = name[3:]
+    return EvalRecorder(store, method=name, label=em.label, run=run_name(name, rt.dataset.name),
+                        data_path=str(rt.dataset.path), stage=svc.cfg.reward.stage, schedule=svc.cfg.reward.schedule,
+                        adapter=adapter)
 
 
 def eval_summary(runs: dict[str, EvalRun] | None) -> str:
@@ -124,11 +148,19 @@ def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None,
     res = next((r for r in run.results if r.question_id == question_id), None)
     if res is None:
         raise KeyError(f"question {question_id!r} is not in run {name!r}")
+    stored = run.episode_ids.get(question_id)
     head = (f'<div class="evo-status"><div class="evo-q">{views.esc(res.question)}</div><div class="evo-meta">'
             f"prediction: <b>{views.esc(res.prediction if res.prediction is not None else '(none)')}</b> · gold: "
             f"{views.esc(', '.join(res.gold))} · EM {res.em:.0f} · F1 {res.f1:.2f} · steps {res.steps}"
             f"{'' if res.total_return is None else f' · return {res.total_return:+.3f}'}</div></div>")
     empty = views.contributions_figure(None)
+    if stored is not None:  # the stored trace, drawn as the Traces tab draws it, with its link
+        from .traces import open_trace
+
+        view = open_trace(svc, stored)
+        head += (f'<div class="evo-meta">stored as trace <a id="evo-drill-trace-link" href="{views.esc(view.link)}">'
+                 f"#{stored}</a> (Traces tab)</div>")
+        return head, view.steps + view.passages + view.verdicts, view.contributions
     if res.extras.get("episode"):
         record = EpisodeRecord.from_dict(res.extras["episode"])
         return head, views.steps_table(record), views.contributions_figure(record)

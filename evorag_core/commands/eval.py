@@ -53,7 +53,26 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--resume", action="store_true", help="skip questions already in --out")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar on stderr (questions done / total, running EM/F1, ETA)")
+    p.add_argument("--db", default=None, metavar="URL",
+                   help="store each question's episode here for the studio's Traces tab "
+                        "(default $EVORAG_DB_URL or <home>/evorag.db)")
+    p.add_argument("--no-store", dest="store", action="store_false",
+                   help="do not store the episodes (only --out and the summary)")
     return p
+
+
+def _recorder(args: argparse.Namespace, cfg, rt, method):
+    """The EvalRecorder that stores this run's episodes, or None with --no-store."""
+    if not args.store:
+        return None
+    from ..eval_traces import EvalRecorder, run_name
+    from ..store import open_store
+    from .worker import db_url_from_args
+
+    store = open_store(db_url_from_args(args, rt.home))
+    return EvalRecorder(store, method=args.method, label=method.label, run=run_name(args.method, rt.dataset.name),
+                        data_path=str(rt.dataset.path), stage=cfg.reward.stage, schedule=cfg.reward.schedule,
+                        adapter=str(args.adapter) if args.adapter else None)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,8 +80,25 @@ def main(args: argparse.Namespace) -> int:
     rt = runtime_from_args(args, cfg)
     method = METHODS[args.method](args, rt)
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
-    with Progress(len(questions), desc=f"eval {args.method}", disable=not args.progress) as show:
-        summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=show)
+    recorder = _recorder(args, cfg, rt, method)
+    try:
+        with Progress(len(questions), desc=f"eval {args.method}", disable=not args.progress) as show:
+
+            def on_result(res, done) -> None:
+                show(res, done)
+                if recorder is not None:
+                    recorder(res, done)
+
+            summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=on_result)
+    finally:
+        if recorder is not None:
+            recorder.store.close()
+    if recorder is not None:
+        summary["run"] = recorder.run
+        summary["stored_episodes"] = len(recorder.episode_ids)
+        summary["db"] = recorder.store.url
+        if recorder.failed:
+            summary["store_errors"] = recorder.failed
     backend = getattr(method, "backend", None)
     if backend is not None and hasattr(backend, "tokens_generated"):
         summary["tokens_per_second"] = backend.tokens_generated / summary["seconds"] if summary["seconds"] else 0.0
@@ -77,4 +113,9 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {key:<15} {val:.4f}" if isinstance(val, float) else f"  {key:<15} {val}")
         if args.out:
             print(f"  results written to {args.out}")
+        if recorder is not None:
+            print(f"  {len(recorder.episode_ids)} episodes stored as run {recorder.run!r} in {recorder.store.url} "
+                  "(studio: Traces tab)")
+            if recorder.failed:
+                print(f"  {recorder.failed} episodes NOT stored: {recorder.last_error}")
     return 0

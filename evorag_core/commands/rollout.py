@@ -59,6 +59,7 @@ def deferred_interrupt() -> Iterator[None]:
 
 def main(args: argparse.Namespace) -> int:
     from ..datasets import load_dataset
+    from ..eval_traces import run_name
     from ..policy import LMPolicy, TransformersBackend
     from ..rollout import PairSelector, run_rollouts
     from ..runtime import Runtime
@@ -94,7 +95,9 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         run_rollouts(questions, runtime.make_env, policy, store, cfg.rollout, selector, policy_name=policy_name,
-                     stage=cfg.reward.stage, write_guard=deferred_interrupt, on_episode=progress)
+                     stage=cfg.reward.stage, write_guard=deferred_interrupt, on_episode=progress,
+                     run=run_name("rollout", dataset.name), adapter=args.adapter.name if args.adapter else None,
+                     data_path=str(dataset.path))
     except KeyboardInterrupt:
         interrupted = True
         print("evorag rollout: interrupted; finished episodes are stored", file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .migrate import MIGRATIONS_DIR, current_revisions, head_revisions
 from .records import (
+    EPISODE_SOURCES,
     PAIR_SOURCES,
     PAIR_STATUSES,
     STEP_ACTORS,
@@ -18,6 +19,7 @@ from .records import (
     ExpiryReport,
     Judgment,
     NewPair,
+    Outcome,
     Pair,
     Round,
     Sibling,
@@ -25,6 +27,7 @@ from .records import (
     User,
 )
 from .store import Store, open_store
+from .traces import NO_ADAPTER, OUTCOMES, TRACE_ORDERS, TraceFacets, TraceFilter, TracePage, TraceRow, parse_day
 
 __all__ = [
     "open_store",
@@ -32,6 +35,7 @@ __all__ = [
     "MIGRATIONS_DIR",
     "current_revisions",
     "head_revisions",
+    "EPISODE_SOURCES",
     "PAIR_SOURCES",
     "PAIR_STATUSES",
     "STEP_ACTORS",
@@ -48,4 +52,13 @@ __all__ = [
     "Sibling",
     "Step",
     "User",
+    "Outcome",
+    "TraceFilter",
+    "TraceRow",
+    "TracePage",
+    "TraceFacets",
+    "TRACE_ORDERS",
+    "OUTCOMES",
+    "NO_ADAPTER",
+    "parse_day",
 ]

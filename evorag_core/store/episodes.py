@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..errors import StoreError
 from .base import StoreBase, check_choice, utcnow
-from .records import STEP_ACTORS, Episode, Sibling, Step
+from .records import EPISODE_SOURCES, STEP_ACTORS, Episode, Outcome, Sibling, Step
 from .schema import episodes, siblings, steps
 
 __all__ = ["EpisodeOps"]
@@ -44,6 +44,12 @@ def _insert_steps(conn: Connection, episode_id: int, new_steps: Iterable[Step]) 
                     for s in step.siblings
                 ],
             )
+
+
+def _outcome_values(outcome: Outcome | None) -> dict[str, Any]:
+    if outcome is None:
+        return {}
+    return {"answer": outcome.answer, "em": outcome.em, "f1": outcome.f1, "refused": outcome.refused}
 
 
 def _episode(row: Mapping[str, Any], loaded: tuple[Step, ...] | None) -> Episode:
@@ -83,8 +89,16 @@ class EpisodeOps(StoreBase):
         steps: Sequence[Step] = (),
         status: str = "finished",
         total_return: float | None = None,
+        source: str | None = None,
+        adapter: str | None = None,
+        data_path: str | None = None,
+        run: str | None = None,
+        outcome: Outcome | None = None,
     ) -> int:
-        """Store an episode (and its steps, if any) in one transaction; returns its id."""
+        """Store an episode (and its steps, if any) in one transaction; returns its id. `source` is one of
+        EPISODE_SOURCES (where it came from); `outcome` the graded end (answer, EM, F1, refused), if known."""
+        if source is not None:
+            check_choice("source", source, EPISODE_SOURCES)
         now = utcnow()
         try:
             with self._write() as conn:
@@ -92,7 +106,9 @@ class EpisodeOps(StoreBase):
                     episodes.insert().values(
                         question_id=question_id, dataset=dataset, question=question, policy=policy, stage=stage,
                         schedule=schedule, config=dict(config or {}), status=status, total_return=total_return,
-                        created_at=now, finished_at=None if status == "running" else now,
+                        created_at=now, finished_at=None if status == "running" else now, source=source,
+                        adapter=adapter, data_path=data_path, run=run, n_steps=len(steps),
+                        **_outcome_values(outcome),
                     )
                 ).inserted_primary_key[0]
                 _insert_steps(conn, episode_id, steps)
@@ -105,16 +121,19 @@ class EpisodeOps(StoreBase):
         try:
             with self._write() as conn:
                 _insert_steps(conn, episode_id, [step])
+                conn.execute(episodes.update().where(episodes.c.id == episode_id)
+                             .values(n_steps=func.coalesce(episodes.c.n_steps, 0) + 1))
         except IntegrityError as exc:
             raise StoreError(f"cannot add step t={step.t} to episode {episode_id}: {exc.orig}") from exc
 
-    def finish_episode(self, episode_id: int, *, total_return: float, status: str = "finished") -> None:
+    def finish_episode(self, episode_id: int, *, total_return: float, status: str = "finished",
+                       outcome: Outcome | None = None) -> None:
+        """Mark the episode ended with its return (and, when graded, its outcome)."""
+        values = {"status": status, "total_return": total_return, "finished_at": utcnow()}
+        if outcome is not None:
+            values.update(_outcome_values(outcome))
         with self._write() as conn:
-            done = conn.execute(
-                episodes.update()
-                .where(episodes.c.id == episode_id)
-                .values(status=status, total_return=total_return, finished_at=utcnow())
-            )
+            done = conn.execute(episodes.update().where(episodes.c.id == episode_id).values(**values))
             if done.rowcount != 1:
                 raise KeyError(f"no episode {episode_id}")
 

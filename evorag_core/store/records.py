@@ -12,7 +12,9 @@ __all__ = [
     "ROUND_STATUSES",
     "ROUND_KL_KEYS",
     "USER_ROLES",
+    "EPISODE_SOURCES",
     "DatasetInfo",
+    "Outcome",
     "Sibling",
     "Step",
     "Episode",
@@ -37,6 +39,8 @@ ROUND_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "
 # estimator, `kl_k2` / `kl_k3` both estimates where an objective computes both (training/loop.py StepLog)
 ROUND_KL_KEYS: tuple[str, ...] = ("kl", "kl_k2", "kl_k3")
 USER_ROLES: tuple[str, ...] = ("admin", "annotator", "viewer")
+# where an episode came from: a studio session, an evaluation run (`evorag eval`, the Evaluate tab), a rollout
+EPISODE_SOURCES: tuple[str, ...] = ("studio", "eval", "rollout")
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,20 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """How an episode ended, graded: the answer (None: refused or no answer), EM and F1 (None: no gold to grade
+    against, e.g. a typed question), whether it refused."""
+
+    answer: str | None
+    em: float | None
+    f1: float | None
+    refused: bool
+
+
+@dataclass(frozen=True)
 class Episode:
-    """An episode row; `steps` is None when it was not loaded (listings), else ordered by t."""
+    """An episode row; `steps` is None when it was not loaded (listings), else ordered by t. `source`, `adapter`,
+    `data_path`, `run` and the outcome (`answer`, `em`, `f1`, `refused`) are None where they were not recorded."""
 
     id: int
     question_id: str
@@ -93,6 +109,15 @@ class Episode:
     total_return: float | None
     created_at: datetime
     finished_at: datetime | None
+    source: str | None = None  # studio | eval | rollout
+    adapter: str | None = None
+    data_path: str | None = None
+    run: str | None = None
+    answer: str | None = None
+    em: float | None = None
+    f1: float | None = None
+    refused: bool | None = None
+    n_steps: int | None = None
     steps: tuple[Step, ...] | None = None
 
 

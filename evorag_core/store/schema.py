@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0003 create exactly these).
+"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0004 create exactly these).
 
 Timestamps are stored as naive UTC and come back timezone-aware (`UTCDateTime`). JSON columns use the
 portable `JSON` type (TEXT on SQLite, json on PostgreSQL). Constraint names follow `NAMING` so that later
@@ -116,7 +116,26 @@ episodes = Table(
     Column("total_return", Float),
     _created(),
     Column("finished_at", UTCDateTime()),
+    # migration 0003: where the episode came from and its outcome, as columns the Traces tab filters on
+    Column("source", String(20)),  # studio | eval | rollout (NULL: stored before 0003 and not recognised)
+    Column("adapter", String(200)),  # the LoRA adapter the policy ran with (NULL: the base model, or none)
+    Column("data_path", Text),  # the data file the question came from
+    Column("run", String(200)),  # the evaluation / rollout run it belongs to
+    Column("answer", Text),
+    Column("em", Float),
+    Column("f1", Float),
+    Column("refused", Boolean),
+    Column("n_steps", Integer),
     Index("ix_episodes_dataset_question_id", "dataset", "question_id"),
+    Index("ix_episodes_policy", "policy"),
+    Index("ix_episodes_stage", "stage"),
+    Index("ix_episodes_created_at", "created_at"),
+    Index("ix_episodes_source", "source"),
+    Index("ix_episodes_adapter", "adapter"),
+    Index("ix_episodes_run", "run"),
+    Index("ix_episodes_em", "em"),
+    Index("ix_episodes_f1", "f1"),
+    Index("ix_episodes_total_return", "total_return"),
 )
 
 steps = Table(
@@ -132,8 +151,8 @@ steps = Table(
     Column("weights", JSON, nullable=False),
     Column("reward", Float, nullable=False),
     Column("judge_verdict", String(40)),
-    Column("actor", String(20), nullable=False, server_default="policy"),  # migration 0003: policy | human
-    Column("annotator", String(200)),  # migration 0003: who acted, for a human step
+    Column("actor", String(20), nullable=False, server_default="policy"),  # migration 0004: policy | human
+    Column("annotator", String(200)),  # migration 0004: who acted, for a human step
     UniqueConstraint("episode_id", "t", name="uq_steps_episode_id_t"),
 )
 
@@ -160,6 +179,7 @@ judgments = Table(
     Column("who", String(200)),
     _created(),
     Index("ix_judgments_episode_id_t", "episode_id", "t"),
+    Index("ix_judgments_who", "who"),  # migration 0003: the Traces tab's annotator filter
 )
 
 rounds = Table(

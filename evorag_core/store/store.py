@@ -14,12 +14,13 @@ from .judgments import JudgmentOps
 from .migrate import MIGRATIONS_DIR, upgrade
 from .pairs import PairOps
 from .rounds import RoundOps
+from .traces import TraceOps
 from .users import UserOps
 
 __all__ = ["Store", "open_store"]
 
 
-class Store(DatasetOps, EpisodeOps, JudgmentOps, PairOps, RoundOps, AdapterOps, UserOps):
+class Store(DatasetOps, EpisodeOps, TraceOps, JudgmentOps, PairOps, RoundOps, AdapterOps, UserOps):
     """Plain methods returning typed dataclasses, each in its own short transaction.
 
     Errors: KeyError for an unknown id or name, ValueError for a bad argument, StoreError for a request the

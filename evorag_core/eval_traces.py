@@ -1,0 +1,134 @@
+"""Evaluation results as stored episodes, so that every `evorag eval` run (and the studio's Evaluate tab) shows up in
+the trace browser next to studio sessions and rollouts.
+
+An environment method's result carries its whole episode (`extras["episode"]`): its steps are stored with their
+signals, weights, rewards and judge verdicts. Any other method (pipeline baselines, DynaKrag, R²AG, ARENA) is stored
+as one step per entry of its trace (the action name and its argument, no signals), with the raw trace and the
+method's extras kept in the episode's config JSON for the trace view. The outcome (answer, EM, F1, refused) and the
+run's name go into their own columns, which the Traces tab filters on.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from .actions import action_to_dict
+from .episode import EpisodeRecord
+from .methods.base import QuestionResult
+
+__all__ = ["EvalRecorder", "run_name", "result_steps", "record_result"]
+
+log = logging.getLogger(__name__)
+_ARGUMENT_KEYS = ("query", "answer", "argument", "node", "text")
+
+
+def run_name(method: str, dataset: str, when: datetime | None = None) -> str:
+    """'oracle on demo · 2026-11-25 19:40:03' (UTC): the run column of its episodes."""
+    when = when or datetime.now(timezone.utc)
+    return f"{method} on {dataset} · {when.strftime('%Y-%m-%d %H:%M:%S')}"
+
+
+def _episode_steps(record: EpisodeRecord) -> list:
+    from .store import Step
+
+    out = []
+    for s in record.steps:
+        act = action_to_dict(s.action)
+        verdict = None if s.verdict is None else ("answerable" if s.verdict.answerable else "unanswerable")
+        out.append(Step(t=s.t, action=act["action"], argument=act.get("query") or act.get("answer"),
+                        passages=tuple(s.passages), signals=dict(s.signals), weights=dict(s.weights),
+                        reward=s.reward, judge_verdict=verdict))
+    return out
+
+
+def _trace_argument(item: Mapping[str, Any]) -> str | None:
+    for key in _ARGUMENT_KEYS:
+        value = item.get(key)
+        if isinstance(value, str) and value:
+            return value
+    queries = item.get("queries")
+    if isinstance(queries, (list, tuple)) and queries:
+        return "; ".join(str(q) for q in queries)
+    return None
+
+
+def _trace_steps(trace: tuple[Mapping[str, Any], ...]) -> list:
+    from .store import Step
+
+    out = []
+    for i, item in enumerate(trace, 1):
+        item = item if isinstance(item, Mapping) else {"action": str(item)}
+        name = str(item.get("action") or item.get("type") or "STEP").upper()[:20]
+        pids = item.get("passages")
+        passages = tuple(p for p in pids if isinstance(p, str)) if isinstance(pids, (list, tuple)) else ()
+        out.append(Step(t=i, action=name, argument=_trace_argument(item), passages=passages))
+    return out
+
+
+def result_steps(result: QuestionResult) -> tuple[list, EpisodeRecord | None]:
+    """The store steps of a result and, for an environment method, its episode record."""
+    raw = result.extras.get("episode") if isinstance(result.extras, Mapping) else None
+    if raw:
+        record = EpisodeRecord.from_dict(raw)
+        return _episode_steps(record), record
+    return _trace_steps(tuple(result.trace)), None
+
+
+def record_result(store: Any, result: QuestionResult, *, method: str, label: str, run: str, data_path: str | None,
+                  stage: str, schedule: str, adapter: str | None = None) -> int:
+    """Store one evaluated question as an episode (source 'eval'); returns its id."""
+    from .store import Outcome
+
+    steps, record = result_steps(result)
+    extras = {k: v for k, v in dict(result.extras).items() if k != "episode"}
+    config: dict[str, Any] = {"method": method, "label": label, "gold": list(result.gold),
+                              "retrieved": list(result.passages), "support_recall": result.support_recall,
+                              "seconds": result.seconds, "format_valid": result.format_valid,
+                              "fallback": result.fallback, "extras": extras}
+    if record is not None:
+        stage, schedule = record.stage, record.schedule
+        config.update(preset=record.preset, t_max=record.t_max, top_k=record.top_k, episode_key=record.episode_id,
+                      gold_pids=list(record.gold_pids), truncated=record.truncated)
+    else:
+        config["trace"] = [dict(t) if isinstance(t, Mapping) else t for t in result.trace]
+    return store.add_episode(
+        question_id=result.question_id, dataset=result.dataset, question=result.question, policy=label,
+        stage=stage, schedule=schedule, config=config, steps=steps,
+        status="truncated" if record is not None and record.truncated else "finished",
+        total_return=result.total_return, source="eval", adapter=adapter, data_path=data_path, run=run,
+        outcome=Outcome(result.prediction, result.em, result.f1, result.refused),
+    )
+
+
+@dataclass
+class EvalRecorder:
+    """`evaluate(..., on_result=recorder)`: stores each result as soon as it is done. A store failure is logged
+    and counted (`failed`, `last_error`), never stops the evaluation: the JSON lines stay the primary record."""
+
+    store: Any
+    method: str
+    label: str
+    run: str
+    data_path: str | None
+    stage: str
+    schedule: str
+    adapter: str | None = None
+    episode_ids: dict[str, int] = field(default_factory=dict)  # question id -> stored episode id
+    failed: int = 0
+    last_error: str = ""
+
+    def __call__(self, result: QuestionResult, _done: list[QuestionResult] | None = None) -> None:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from .errors import StoreError
+
+        try:
+            self.episode_ids[result.question_id] = record_result(
+                self.store, result, method=self.method, label=self.label, run=self.run, data_path=self.data_path,
+                stage=self.stage, schedule=self.schedule, adapter=self.adapter)
+        except (StoreError, SQLAlchemyError, OSError) as exc:
+            self.failed += 1
+            self.last_error = str(exc)
+            log.warning("episode of %s not stored: %s", result.question_id, exc)
