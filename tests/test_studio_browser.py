@@ -382,8 +382,10 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
     assert "+1.0000" in boot
     choose(page, "evo-eval-run-pick", "1: oracle")
     choose_when_listed(page, "evo-eval-question", "demo-002")  # the picked run's question list arrives
-    page.wait_for_function("document.querySelector('#evo-trace-box #evo-steps') !== null")
+    # the drill-down draws the stored trace as the Traces tab does (its steps table is #evo-trace-steps)
+    page.wait_for_function("document.querySelector('#evo-trace-box #evo-trace-steps') !== null")
     assert "SEARCH" in page.locator("#evo-trace-box").inner_text()
+    assert page.locator("#evo-drill-trace-link").get_attribute("href").startswith("?episode=")
     shot(page, "06_evaluate")
 
 
