@@ -3,23 +3,18 @@ the first difference found; and the handler running base vs an adapter on the ti
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-import torch
 
 from app import compare as cmp
 from app.handlers.compare import compare_policies
 from app.policies import BASE
-from app.services import Services
 from app.session import EpisodeSettings
 from evorag_core.actions import Answer, Refuse, Search
-from evorag_core.config import apply_overrides, load_config
 from evorag_core.episode import EpisodeRecord, StepRecord
 from evorag_core.types import Question
-from tests.test_studio_activation import make_adapter, register
+from tests.test_studio_activation import make_adapter, register, svc, tiny  # noqa: F401 - the tiny-model Services fixtures
 
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 Q = Question("q1", "demo", "Where was <Ansel> born?", ("Mirrow",), gold_pids=frozenset({"p1", "p2"}))
 
 
@@ -68,23 +63,6 @@ def test_the_html_escapes_text_marks_rows_and_links_the_stored_episodes():
     assert re.findall(r'<tr class="(cmp-\w+)" data-t="(\d)"', html) == [("cmp-same", "1"), ("cmp-diff", "2"),
                                                                           ("cmp-diff", "3")]
     assert 'data-first-difference="2"' in html and html.count("first difference") == 1
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture()
-def svc(tiny, session_home, tmp_path):
-    torch.set_num_threads(1)
-    cfg = apply_overrides(load_config(), {"policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1,
-                                          "env.t_max": 4, "policy.max_answer_tokens": 4})
-    services = Services(cfg, session_home, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
-    yield services
-    services.close()
 
 
 def test_base_vs_an_adapter_runs_both_to_the_end_and_stores_both(svc, tmp_path):
