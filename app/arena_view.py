@@ -17,7 +17,7 @@ from evorag_core.methods.arena_parse import PARTS, parse_arena
 from evorag_core.methods.arena_rewards import ArenaReward
 from evorag_core.types import Passage
 
-from .views import esc
+from app.views import esc
 
 __all__ = ["ARENA_CSS", "render_arena_answer"]
 

@@ -14,8 +14,8 @@ from evorag_core.actions import action_to_dict
 from evorag_core.episode import EpisodeRecord, StepRecord
 from evorag_core.types import Question
 
-from . import grading_view, views
-from .grading_view import Grade
+from app import grading_view, views
+from app.grading_view import Grade
 
 __all__ = ["Side", "AlignedStep", "Comparison", "compare", "comparison_html", "side_labels"]
 

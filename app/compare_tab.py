@@ -8,11 +8,11 @@ import gradio as gr
 
 from evorag_core.scheduler import STAGES
 
-from . import handlers, views
-from .handlers import compare as hc
-from .policies import BASE
-from .services import Services
-from .session import EpisodeSettings
+from app import handlers, views
+from app.handlers import compare as hc
+from app.policies import BASE
+from app.services import Services
+from app.session import EpisodeSettings
 
 __all__ = ["CompareTab", "build_tab", "on_select", "preset_for_adapter"]
 
@@ -41,7 +41,7 @@ def preset_for_adapter(svc: Services, adapter: str | None, data: str | None, que
 
 
 def build_tab(svc: Services) -> CompareTab:
-    from .ui import on  # ui imports this module: its helpers are read at build time
+    from app.ui import on  # ui imports this module: its helpers are read at build time
 
     files = handlers.data_choices(svc)
     choices = _lm_choices(svc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .views import esc
+from app.views import esc
 
 __all__ = ["TRACE_HEADERS", "trace_rows", "trace_html"]
 

@@ -17,11 +17,11 @@ from evorag_core.actions import ACTION_NAMES
 from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 
-from . import handlers, views
-from .handlers import EpisodeView
-from .handlers import traces as trace_handlers
-from .services import Services
-from .session import EpisodeSettings
+from app import handlers, views
+from app.handlers import EpisodeView
+from app.handlers import traces as trace_handlers
+from app.services import Services
+from app.session import EpisodeSettings
 
 __all__ = ["EpisodeTab", "Reload", "build_tab"]
 
@@ -36,7 +36,7 @@ class Reload:
     outputs: list
 
     def wire(self, trigger: Callable) -> Any:
-        from .ui import on
+        from app.ui import on
 
         return on(trigger, self.fn, self.inputs, self.outputs, quiet=True, show_progress="hidden",
                   api_visibility="private")
@@ -84,7 +84,7 @@ def _skip_all(n: int) -> tuple:
 
 
 def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeTab:
-    from .ui import EXAMPLE_SCRIPT, _annotator, error_message, on  # ui imports this module: its helpers are read at build time
+    from app.ui import EXAMPLE_SCRIPT, _annotator, error_message, on  # ui imports this module: its helpers are read at build time
 
     session = gr.State(None)
     shown = gr.State({})  # what the episode outputs show now (see `_outputs`)

@@ -21,8 +21,8 @@ from evorag_core.auth.users_file import load_users
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 
-from .login import LoginGuard, file_check, login_message, threaded_check
-from .services import Services
+from app.login import LoginGuard, file_check, login_message, threaded_check
+from app.services import Services
 
 __all__ = ["make_auth", "check_exposure", "is_loopback", "launch", "run"]
 
@@ -71,8 +71,8 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
     With `auth`, failed logins are limited per user and per client address (`limiter`, default LoginLimits())."""
     from starlette.middleware import Middleware
 
-    from .style import CSS
-    from .ui import build_ui
+    from app.style import CSS
+    from app.ui import build_ui
 
     auth_fn = make_auth(svc, auth)
     extra: dict = {}

@@ -19,7 +19,7 @@ from evorag_core.methods.r2ag.scripted import ScriptedSteering
 from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import Node, Tree, TreeSettings, expand_once, new_tree, prune
 
-from .views import esc
+from app.views import esc
 
 __all__ = ["STEERING_CHOICES", "TreeSession", "TreeView", "tree_html", "rewards_html", "tree_status",
            "start_tree", "step_tree", "run_tree", "show_tree", "build_tab"]
@@ -189,8 +189,8 @@ def build_tab(svc: Any) -> Any:
     when selected (`episode_tab.Reload`)."""
     import gradio as gr
 
-    from .handlers import data_choices, load_data
-    from .ui import on  # errors become a one-line message, as in every other tab
+    from app.handlers import data_choices, load_data
+    from app.ui import on  # errors become a one-line message, as in every other tab
 
     state = gr.State(None)
     with gr.Row():
@@ -225,6 +225,6 @@ def build_tab(svc: Any) -> Any:
     on(run_btn.click, lambda sess, show: unpack(run_tree(svc, sess, show)), [state, pruning], outputs)
     on(pruning.change, lambda sess, show: (lambda v: (v.tree, v.rewards, v.status))(show_tree(sess, show)),
        [state, pruning], [tree_box, rewards_box, status])
-    from .episode_tab import Reload
+    from app.episode_tab import Reload
 
     return Reload(lambda: gr.Dropdown(choices=data_choices(svc)), [], [data_dd])

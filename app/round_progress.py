@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import plotly.graph_objects as go
 
-from .views import esc
+from app.views import esc
 
 __all__ = ["PHASES", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration", "progress_html",
            "integer_steps"]

@@ -21,7 +21,7 @@ from evorag_core.config import REPO_ROOT, Config
 from evorag_core.errors import DataAccessError, StoreError
 from evorag_core.runtime import Runtime
 
-from .policies import FeatureUnavailable, PolicyProvider
+from app.policies import FeatureUnavailable, PolicyProvider
 
 __all__ = ["FeatureUnavailable", "Services", "WorkerProcess", "worker_command_available", "BENCHMARKS_DIR"]
 

@@ -26,8 +26,8 @@ from evorag_core.runtime import Runtime
 from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.types import Passage, Question
 
-from .human import Correction, Proposal, completion_of, correction_of
-from .policies import Candidate, StudioPolicy
+from app.human import Correction, Proposal, completion_of, correction_of
+from app.policies import Candidate, StudioPolicy
 
 __all__ = ["EpisodeSettings", "EpisodeSession", "free_question", "verdict_name"]
 
@@ -319,7 +319,7 @@ class EpisodeSession:
         """The graded end for the store's outcome columns (EM/F1 None for a question without gold)."""
         from evorag_core.store import Outcome
 
-        from .grading_view import episode_grade
+        from app.grading_view import episode_grade
 
         rec = self.record
         grade = episode_grade(self.question, rec)

@@ -24,7 +24,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.judge import Verdict
 from evorag_core.types import Passage
 
-from . import grading_view, views
+from app import grading_view, views
 
 __all__ = ["TraceView", "render_trace", "trace_link", "question_link", "record_of", "method_trace_html"]
 
@@ -164,14 +164,14 @@ def method_trace_html(trace: Sequence[Mapping[str, Any]], extras: Mapping[str, A
     """The trace of a non-environment method: DynaKrag's controller trace, ARENA's cited answer, else one row per
     trace entry."""
     if extras.get("arena"):
-        from .arena_view import render_arena_answer
+        from app.arena_view import render_arena_answer
 
         arena = extras["arena"]
         refs = [by_pid[pid] for pid in arena.get("references", []) if by_pid and pid in by_pid]
         return render_arena_answer(refs, arena.get("text", ""), gold_ids=arena.get("gold_ids", ()),
                                    gold_answers=tuple(gold), anchor=anchor)
     if trace and all(isinstance(t, Mapping) and "valid" in t for t in trace):
-        from .dynakrag_view import trace_html
+        from app.dynakrag_view import trace_html
 
         return trace_html(trace)
     rows = [[t.get("t", i + 1) if isinstance(t, Mapping) else i + 1, json.dumps(t, ensure_ascii=False, default=str)]

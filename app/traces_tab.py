@@ -11,9 +11,9 @@ import gradio as gr
 from evorag_core.scheduler import STAGES
 from evorag_core.store import EPISODE_SOURCES, OUTCOMES, TRACE_ORDERS
 
-from . import views
-from .handlers import traces as th
-from .services import Services
+from app import views
+from app.handlers import traces as th
+from app.services import Services
 
 __all__ = ["build_tab"]
 
@@ -26,7 +26,7 @@ def _choices(values: tuple[str, ...]) -> list[str]:
 
 def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
     """The tab (created inside `tabs`); its page-load hook opens `?episode=ID` and selects the tab."""
-    from .ui import on  # the UI's guarded event wiring (imported here: ui imports this module)
+    from app.ui import on  # the UI's guarded event wiring (imported here: ui imports this module)
 
     with gr.Tab("Traces", id="traces", elem_id="evo-traces-tab") as tab:
         ids = gr.State([])

@@ -15,9 +15,9 @@ from evorag_core.errors import EvoRagError
 from evorag_core.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from . import compare_tab, episode_tab, handlers, r2ag_view, traces_tab, training_tab, views
-from .episode_tab import Reload
-from .services import Services
+from app import compare_tab, episode_tab, handlers, r2ag_view, traces_tab, training_tab, views
+from app.episode_tab import Reload
+from app.services import Services
 
 __all__ = ["build_ui", "guard", "on", "error_message"]
 

@@ -16,7 +16,7 @@ from evorag_core.scheduler import SIGNAL_WEIGHT, weights_at
 from evorag_core.signals import SIGNAL_NAMES
 from evorag_core.types import Passage
 
-from .grading_view import highlight
+from app.grading_view import highlight
 
 __all__ = [
     "SIGNAL_LABELS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
-from .errors import ActionParseError
+from evorag_core.errors import ActionParseError
 
 __all__ = ["Search", "Backtrack", "Answer", "Refuse", "Action", "ACTION_NAMES", "parse_action", "action_to_dict"]
 

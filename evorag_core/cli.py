@@ -9,7 +9,7 @@ import importlib
 import logging
 import sys
 
-from .errors import EvoRagError
+from evorag_core.errors import EvoRagError
 
 __all__ = ["main", "configure_logging", "COMMANDS"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, get_args, get_origin, get_type_hints
 
-from .errors import ConfigError
+from evorag_core.errors import ConfigError
 
 __all__ = [
     "ANSWERERS",

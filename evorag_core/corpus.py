@@ -10,8 +10,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Iterable
 
-from .errors import ConfigError
-from .types import Corpus, Dataset, Passage, Question
+from evorag_core.errors import ConfigError
+from evorag_core.types import Corpus, Dataset, Passage, Question
 
 __all__ = ["CORPUS_MODES", "build_corpus", "pool_passages"]
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
-from .corpus import CORPUS_MODES, build_corpus
-from .errors import DatasetFormatError
-from .types import Dataset, Passage, Question
+from evorag_core.corpus import CORPUS_MODES, build_corpus
+from evorag_core.errors import DatasetFormatError
+from evorag_core.types import Dataset, Passage, Question
 
 __all__ = ["load_dataset", "write_jsonl", "dataset_stats", "build_corpus", "CORPUS_MODES"]
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ModelLoadError
+from evorag_core.errors import ModelLoadError
 
 __all__ = ["Embedder", "embedded_minilm_path", "EMBEDDED", "DTYPES"]
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from .actions import action_to_dict
-from .episode import EpisodeRecord
-from .methods.base import QuestionResult
+from evorag_core.actions import action_to_dict
+from evorag_core.episode import EpisodeRecord
+from evorag_core.methods.base import QuestionResult
 
 __all__ = ["EvalRecorder", "run_name", "result_steps", "record_result"]
 
@@ -31,7 +31,7 @@ def run_name(method: str, dataset: str, when: datetime | None = None) -> str:
 
 
 def _episode_steps(record: EpisodeRecord) -> list:
-    from .store import Step
+    from evorag_core.store import Step
 
     out = []
     for s in record.steps:
@@ -55,7 +55,7 @@ def _trace_argument(item: Mapping[str, Any]) -> str | None:
 
 
 def _trace_steps(trace: tuple[Mapping[str, Any], ...]) -> list:
-    from .store import Step
+    from evorag_core.store import Step
 
     out = []
     for i, item in enumerate(trace, 1):
@@ -79,7 +79,7 @@ def result_steps(result: QuestionResult) -> tuple[list, EpisodeRecord | None]:
 def record_result(store: Any, result: QuestionResult, *, method: str, label: str, run: str, data_path: str | None,
                   stage: str, schedule: str, adapter: str | None = None) -> int:
     """Store one evaluated question as an episode (source 'eval'); returns its id."""
-    from .store import Outcome
+    from evorag_core.store import Outcome
 
     steps, record = result_steps(result)
     extras = {k: v for k, v in dict(result.extras).items() if k != "episode"}
@@ -122,7 +122,7 @@ class EvalRecorder:
     def __call__(self, result: QuestionResult, _done: list[QuestionResult] | None = None) -> None:
         from sqlalchemy.exc import SQLAlchemyError
 
-        from .errors import StoreError
+        from evorag_core.errors import StoreError
 
         try:
             self.episode_ids[result.question_id] = record_result(

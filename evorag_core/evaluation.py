@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from .metrics import mean, paired_bootstrap
-from .methods.base import QuestionResult
-from .types import Question
+from evorag_core.metrics import mean, paired_bootstrap
+from evorag_core.methods.base import QuestionResult
+from evorag_core.types import Question
 
 __all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "Progress",
            "SUMMARY_KEYS"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, MutableMapping, Protocol
 
-from .types import Passage
+from evorag_core.types import Passage
 
 __all__ = ["JudgeRequest", "Verdict", "SufficiencyJudge", "GoldCoverageJudge", "OverrideJudge"]
 

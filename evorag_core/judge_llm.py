@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .policy.base import PolicyBackend
-from .policy.prompts import render_passage
-from .types import Passage
+from evorag_core.policy.base import PolicyBackend
+from evorag_core.policy.prompts import render_passage
+from evorag_core.types import Passage
 
 __all__ = ["JUDGE_SYSTEM_PROMPT", "LLMVerdict", "LLMSufficiencyJudge", "judge_prompt"]
 

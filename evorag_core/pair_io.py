@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import DatasetFormatError
+from evorag_core.errors import DatasetFormatError
 
 __all__ = ["pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
            "split_chatml", "join_chatml"]
@@ -93,7 +93,7 @@ def _messages(raw: Any, path: str, line: int, field: str, *, roles: tuple[str, .
 
 def new_pair_from_record(raw: Any, path: str = "<pairs>", line: int = 1):
     """A store `NewPair` from one export line (its id and status are not imported: the pair is queued anew)."""
-    from .store import PAIR_SOURCES, NewPair
+    from evorag_core.store import PAIR_SOURCES, NewPair
 
     if not isinstance(raw, Mapping):
         raise DatasetFormatError(path, f"line {line}", None, f"expected a JSON object, got {type(raw).__name__}")

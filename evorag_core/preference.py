@@ -71,9 +71,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import Config, PreferenceConfig
-from .errors import ConfigError, ModelLoadError, TrainingError
-from .signals import SIGNAL_NAMES
+from evorag_core.config import Config, PreferenceConfig
+from evorag_core.errors import ConfigError, ModelLoadError, TrainingError
+from evorag_core.signals import SIGNAL_NAMES
 
 __all__ = [
     "PreferenceExample",
@@ -132,7 +132,7 @@ class PreferenceExample:
 def _as_pair(item: Any) -> Any:
     """Store `Pair`s and `NewPair`s as they are; an export record (a mapping, pair_io's format) as a `NewPair`."""
     if isinstance(item, Mapping):
-        from .pair_io import new_pair_from_record
+        from evorag_core.pair_io import new_pair_from_record
 
         return new_pair_from_record(item)
     return item
@@ -222,8 +222,8 @@ class PrefixEncoder:
     def encode(self, prompt: str, completions: Sequence[str]) -> np.ndarray:
         from transformers.cache_utils import DynamicCache
 
-        from .policy.base import encode_pair
-        from .policy.kv_cache import cache_kwargs
+        from evorag_core.policy.base import encode_pair
+        from evorag_core.policy.kv_cache import cache_kwargs
 
         out = np.zeros((len(completions), len(self.specs), self.dim), dtype=np.float32)
         if not completions:
@@ -578,7 +578,7 @@ def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str
     `Pair`s or export records) with margin >= cfg.rollout.preference_margin, evaluate it on the held-out questions,
     save it to `out_dir` and return its metrics. The encoder defaults to the policy LM of `cfg.policy`; features
     are cached in `<home>/cache/preference_features.safetensors`."""
-    from .config import home_dir
+    from evorag_core.config import home_dir
 
     start = time.perf_counter()
     pcfg = cfg.preference
@@ -589,7 +589,7 @@ def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str
                             f"returns; {skipped} skipped); the preference model needs at least 2")
     train, evals = split_examples(examples, pcfg.holdout, pcfg.seed)
     if encoder is None:
-        from .policy import TransformersBackend
+        from evorag_core.policy import TransformersBackend
 
         backend = TransformersBackend(cfg.policy, Path(home) if home else None)
         encoder = PrefixEncoder.from_backend(backend, ((pcfg.layer, pcfg.pooling),))
@@ -675,8 +675,8 @@ class RankedPolicy:
         if self._env is None:
             raise ConfigError("this preference model reads what each SEARCH candidate retrieves; the policy needs "
                               "the episode's environment (attach_env, as run_episode does)")
-        from .actions import Search
-        from .policy.prompts import render_search_result
+        from evorag_core.actions import Search
+        from evorag_core.policy.prompts import render_search_result
 
         chars = self.lm.cfg.passage_chars
         return [render_search_result(view, self._env.preview_search(d.action.query), chars)

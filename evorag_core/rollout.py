@@ -42,14 +42,14 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from .actions import Action, Answer, Refuse, Search, action_to_dict
-from .config import PolicyConfig, RolloutConfig
-from .env import EnvSnapshot, RagEnv
-from .episode import EpisodeRecord, StepRecord
-from .scheduler import SIGNAL_WEIGHT
-from .signals import SIGNAL_NAMES
-from .state import AgentView
-from .types import Question
+from evorag_core.actions import Action, Answer, Refuse, Search, action_to_dict
+from evorag_core.config import PolicyConfig, RolloutConfig
+from evorag_core.env import EnvSnapshot, RagEnv
+from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.scheduler import SIGNAL_WEIGHT
+from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.state import AgentView
+from evorag_core.types import Question
 
 __all__ = [
     "BranchingPolicy",
@@ -323,7 +323,7 @@ def _observation(env: RagEnv, view: AgentView, step: StepRecord, passage_chars: 
     rendered as the policy's next prompt would show them; "" for other actions."""
     if not isinstance(step.action, Search):
         return ""
-    from .policy.prompts import render_search_result  # the policy package imports torch; rollout.py need not
+    from evorag_core.policy.prompts import render_search_result  # the policy package imports torch; rollout.py need not
 
     return render_search_result(view, [env.passage(pid) for pid in step.passages], passage_chars)
 
@@ -430,7 +430,7 @@ def pair_metadata(pair: RolloutPair, rollout: EpisodeRollout, episode_db_id: int
 def store_steps(rollout: EpisodeRollout) -> list:
     """The main trajectory as store `Step`s, with the K sampled siblings (and their branch returns) on the steps
     where the rollout branched."""
-    from .store import Sibling, Step
+    from evorag_core.store import Sibling, Step
 
     by_t = {s.t: s for s in rollout.states}
     out = []
@@ -472,8 +472,8 @@ def save_rollout(store, rollout: EpisodeRollout, selector: PairSelector, cfg: Ro
     """Write the episode (its steps, the siblings, a summary of every branch in its config JSON), then the pairs
     the selector lets through now (held-back pairs of earlier episodes included; their metadata names their own
     episode). Two short transactions: the episode, then its pairs."""
-    from .metrics import exact_match, f1_score
-    from .store import NewPair, Outcome
+    from evorag_core.metrics import exact_match, f1_score
+    from evorag_core.store import NewPair, Outcome
 
     rec = rollout.record
     config = {

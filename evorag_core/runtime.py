@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Config
-from .corpus import build_corpus
-from .env import RagEnv
-from .judge import GoldCoverageJudge, SufficiencyJudge
-from .types import Corpus, Dataset, Question
+from evorag_core.config import Config
+from evorag_core.corpus import build_corpus
+from evorag_core.env import RagEnv
+from evorag_core.judge import GoldCoverageJudge, SufficiencyJudge
+from evorag_core.types import Corpus, Dataset, Question
 
 __all__ = ["Runtime"]
 
@@ -29,7 +29,7 @@ class Runtime:
 
     @cached_property
     def retrieval(self):
-        from .retrieval import RetrievalService  # heavy imports (faiss, torch) only when retrieval is used
+        from evorag_core.retrieval import RetrievalService  # heavy imports (faiss, torch) only when retrieval is used
 
         return RetrievalService(self.cfg.retrieval, self.home)
 

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from .errors import ConfigError
-from .signals import SIGNAL_NAMES, progress
+from evorag_core.errors import ConfigError
+from evorag_core.signals import SIGNAL_NAMES, progress
 
 __all__ = [
     "WEIGHT_NAMES",

@@ -9,8 +9,8 @@ from typing import Callable
 
 import numpy as np
 
-from .actions import Action, Answer, Backtrack, Refuse, Search
-from .metrics import exact_match, f1_score
+from evorag_core.actions import Action, Answer, Backtrack, Refuse, Search
+from evorag_core.metrics import exact_match, f1_score
 
 __all__ = [
     "SIGNAL_NAMES",

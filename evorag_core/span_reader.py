@@ -47,9 +47,9 @@ from typing import Any, Sequence
 
 import torch
 
-from .answers import ANSWER_SYSTEM_CTX, render_passages
-from .metrics import normalize_answer
-from .types import Passage
+from evorag_core.answers import ANSWER_SYSTEM_CTX, render_passages
+from evorag_core.metrics import normalize_answer
+from evorag_core.types import Passage
 
 __all__ = ["SpanAnswer", "SpanReader", "extract_candidates", "is_yes_no", "either_or", "is_numeric_question",
            "span_prompt", "span_in_passages", "SHORT_ANSWER_DEMOS"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .types import Passage
+from evorag_core.types import Passage
 
 __all__ = ["Hop", "AgentView"]
 

@@ -15,7 +15,7 @@ from training.data import PairExample
 from training.dpo import micro_batching, train_dpo
 from training.lora import WEIGHTS_FILE
 
-from .test_dpo import BASE_ID, CFG, PAIRS, TRAIN, build_tokenizer, chat, tiny_model
+from tests.test_dpo import BASE_ID, CFG, PAIRS, TRAIN, build_tokenizer, chat, tiny_model
 
 
 def test_micro_batching_keeps_the_pairs_per_step():

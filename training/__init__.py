@@ -3,11 +3,11 @@
 Re-exported here: the pure, torch-only pieces. `training.lora` (peft) and `training.dpo` (TRL) pull in heavier
 libraries, so import them from their modules: `from training.dpo import train_dpo`.
 """
-from .data import FitReport, PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
-from .grpo import group_advantages, grpo_loss
-from .kl import kl_estimator, kl_k2, kl_k3
-from .ppo import ValueHead, gae, ppo_losses, scalarize
-from .reduce import per_sequence, sequence_mean
+from training.data import FitReport, PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
+from training.grpo import group_advantages, grpo_loss
+from training.kl import kl_estimator, kl_k2, kl_k3
+from training.ppo import ValueHead, gae, ppo_losses, scalarize
+from training.reduce import per_sequence, sequence_mean
 
 __all__ = [
     "PairExample",

@@ -37,11 +37,11 @@ from evorag_core.methods.arena_prompt import ArenaConfig
 from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
-from .completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
-from .grpo import group_advantages
-from .job import AdapterRef, ProgressFn, RoundJob, phase
-from .loop import MAX_GRAD_NORM, StepLog, train_mode
-from .seqlogp import base_lm
+from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
+from training.grpo import group_advantages
+from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.loop import MAX_GRAD_NORM, StepLog, train_mode
+from training.seqlogp import base_lm
 
 __all__ = ["ArenaGrpoConfig", "ArenaGroup", "sample_group", "train_arena_grpo", "arena_config_from_job", "run"]
 
@@ -202,7 +202,7 @@ def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
-    from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+    from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 
     done = registered(store, job)
     if done is not None:

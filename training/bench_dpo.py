@@ -32,7 +32,7 @@ def _rss_mb() -> float:
 
 
 def _pairs(tokenizer, n: int):
-    from .data import PairExample
+    from training.data import PairExample
 
     rows = [json.loads(line) for line in (BENCHMARKS / "hotpotqa_dev300.jsonl").open(encoding="utf-8")][:n]
     pairs = []
@@ -55,7 +55,7 @@ def run_one(max_length: int, dtype: str, grad_ckpt: bool, batch: int, steps: int
     from evorag_core.policy.half_decode import cpu_has_native_bf16, cpu_model
     from evorag_core.policy.loading import load_model
 
-    from .dpo import train_dpo
+    from training.dpo import train_dpo
 
     torch.set_num_threads(threads)
     home = Path(os.environ.get("EVORAG_HOME", ".evorag"))

@@ -10,11 +10,11 @@ import torch
 
 from evorag_core.config import TrainConfig
 
-from .grpo import grpo_loss
-from .kl import kl_k2, kl_k3
-from .loop import autocast, start_policy
-from .reduce import sequence_mean
-from .seqlogp import Encoded, completion_token_logps
+from training.grpo import grpo_loss
+from training.kl import kl_k2, kl_k3
+from training.loop import autocast, start_policy
+from training.reduce import sequence_mean
+from training.seqlogp import Encoded, completion_token_logps
 
 __all__ = ["encode_group", "rows", "reference_logps", "epoch_order", "micro_step", "start_with_reference",
            "save_round"]
@@ -103,7 +103,7 @@ def save_round(policy: Any, job: Any, *, objective: str, base_id: str, reference
     """Save the trained adapter with its metadata; returns (metrics, checksum). The metrics hold what every
     completion-GRPO round records (objective, KL settings, questions, reference, timings, the job's config) plus
     `extra` (the objective's own summaries and histories)."""
-    from .lora import save_adapter
+    from training.lora import save_adapter
 
     metrics = {
         "objective": objective, "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr, **extra,

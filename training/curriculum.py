@@ -55,8 +55,8 @@ def _dev_eval(runtime, policy, questions, stage: str) -> dict[str, float]:
 
 def _policy_round(store, cfg: Config, home: Path, objective: str, values: dict[str, Any], poll_s: float = 2.0):
     """Queue a round and see it finished: run it here (worker code), or wait for the worker that took it."""
-    from .job import job_config
-    from .worker import WorkerOptions, new_worker_id, process_one
+    from training.job import job_config
+    from training.worker import WorkerOptions, new_worker_id, process_one
 
     rid = store.enqueue_round(objective, job_config(objective, **values),
                               max_attempts=cfg.train.max_attempts)
@@ -82,8 +82,8 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     from evorag_core.runtime import Runtime
     from evorag_core.scheduler import StageSwitchController
 
-    from .registry import activate
-    from .worker import quiet_progress_bars
+    from training.registry import activate
+    from training.worker import quiet_progress_bars
 
     quiet_progress_bars()
     if cfg.rollout.t_max > 0:

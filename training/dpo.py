@@ -34,9 +34,9 @@ from trl import DPOConfig, DPOTrainer
 from evorag_core.config import TrainConfig
 from evorag_core.errors import AdapterError
 
-from .data import PairExample, fit_pairs, pairs_to_dataset
-from .lora import attach_lora, load_adapter, save_adapter
-from .precision import resolve_train_dtype
+from training.data import PairExample, fit_pairs, pairs_to_dataset
+from training.lora import attach_lora, load_adapter, save_adapter
+from training.precision import resolve_train_dtype
 
 __all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accuracy", "completion_logps"]
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from evorag_core.errors import DatasetFormatError, TrainingError
 
-from .data import PairExample, split_pairs
-from .job import AdapterRef, ProgressFn, RoundJob, phase
-from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
-from .seqlogp import fit_text
+from training.data import PairExample, split_pairs
+from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from training.seqlogp import fit_text
 
 __all__ = ["run", "pair_examples", "claim_size"]
 
@@ -74,7 +74,7 @@ def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
-    from .dpo import log_phase, train_dpo
+    from training.dpo import log_phase, train_dpo
 
     done = registered(store, job)
     if done is not None:

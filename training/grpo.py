@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .kl import kl_estimator
-from .reduce import sequence_mean
+from training.kl import kl_estimator
+from training.reduce import sequence_mean
 
 __all__ = ["group_advantages", "grpo_loss"]
 

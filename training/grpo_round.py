@@ -23,13 +23,13 @@ import torch
 from evorag_core.config import TrainConfig
 from evorag_core.errors import TrainingError
 
-from .grpo import group_advantages, grpo_loss
-from .job import AdapterRef, ProgressFn, RoundJob, phase
-from .lora import save_adapter
-from .loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
-from .rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
-from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
-from .seqlogp import completion_token_logps, encode
+from training.grpo import group_advantages, grpo_loss
+from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.lora import save_adapter
+from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
+from training.rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
+from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from training.seqlogp import completion_token_logps, encode
 
 __all__ = ["GrpoSample", "grpo_samples", "train_grpo", "evaluate_grpo", "run"]
 

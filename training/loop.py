@@ -18,9 +18,9 @@ from torch import nn
 from evorag_core.config import TrainConfig
 from evorag_core.store.records import ROUND_KL_KEYS
 
-from .job import ProgressFn
-from .lora import attach_lora, load_adapter
-from .precision import resolve_train_dtype
+from training.job import ProgressFn
+from training.lora import attach_lora, load_adapter
+from training.precision import resolve_train_dtype
 
 __all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
 

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from .reduce import sequence_mean
+from training.reduce import sequence_mean
 
 __all__ = ["scalarize", "gae", "ppo_losses", "ValueHead"]
 

@@ -25,15 +25,15 @@ from safetensors.torch import load_file, save_file
 from evorag_core.config import TrainConfig
 from evorag_core.errors import TrainingError
 
-from .job import AdapterRef, ProgressFn, RoundJob, phase
-from .kl import kl_k3
-from .lora import save_adapter
-from .loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
-from .ppo import ValueHead, gae, ppo_losses
-from .reduce import sequence_mean
-from .rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
-from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
-from .seqlogp import Encoded, base_lm, completion_token_logps, encode
+from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.kl import kl_k3
+from training.lora import save_adapter
+from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
+from training.ppo import ValueHead, gae, ppo_losses
+from training.reduce import sequence_mean
+from training.rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
+from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from training.seqlogp import Encoded, base_lm, completion_token_logps, encode
 
 __all__ = ["VALUE_HEAD_FILE", "PpoStep", "ppo_steps", "train_ppo", "run"]
 

@@ -39,11 +39,11 @@ from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import retrieve_queries
 from evorag_core.types import Passage, Question
 
-from .completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
-from .grpo import group_advantages
-from .job import AdapterRef, ProgressFn, RoundJob, phase
-from .loop import MAX_GRAD_NORM, StepLog, train_mode
-from .seqlogp import base_lm
+from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
+from training.grpo import group_advantages
+from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.loop import MAX_GRAD_NORM, StepLog, train_mode
+from training.seqlogp import base_lm
 
 __all__ = ["R2agGrpoConfig", "TreeState", "R2agGroup", "sample_group", "train_r2ag_grpo", "r2ag_config_from_job",
            "run"]
@@ -269,7 +269,7 @@ def _load(job: RoundJob, cfg: R2agGrpoConfig):
 
 def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
-    from .round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+    from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 
     done = registered(store, job)
     if done is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from evorag_core.errors import AdapterError
 
-from .lora import META_FILE, read_adapter_meta, verify_adapter
+from training.lora import META_FILE, read_adapter_meta, verify_adapter
 
 __all__ = ["verify_registered", "activate", "adapter_json"]
 

@@ -23,7 +23,7 @@ from evorag_core.scheduler import SIGNAL_WEIGHT
 from evorag_core.state import AgentView, Hop
 from evorag_core.types import Passage
 
-from .ppo import scalarize
+from training.ppo import scalarize
 
 __all__ = [
     "StepState",

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from evorag_core.errors import AdapterError, ConfigError
 
-from .job import AdapterRef, ProgressFn, RoundJob, phase
+from training.job import AdapterRef, ProgressFn, RoundJob, phase
 
 __all__ = [
     "base_model_id",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .job import AdapterRef, ProgressFn, RoundJob
+from training.job import AdapterRef, ProgressFn, RoundJob
 
 __all__ = ["ROUND_MODULES", "run_round"]
 

@@ -37,7 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from evorag_core.config import Config
 from evorag_core.errors import StoreError
 
-from .job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
+from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
 
 __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars",
            "tame_malloc", "release_memory", "main"]
@@ -158,7 +158,7 @@ def process_one(
     log.info("round %s (%s, attempt %d/%d) claimed by %s", claimed.id, claimed.objective, claimed.attempts,
              claimed.max_attempts, worker_id)
     if run is None:
-        from .rounds import run_round as run
+        from training.rounds import run_round as run
     heartbeat = Heartbeat(store, claimed.id, worker_id, opts.lease_s).start()
     try:
         job = RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home)

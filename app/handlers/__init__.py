@@ -11,8 +11,8 @@ layer turns those into a one-line message in the page.
 """
 from __future__ import annotations
 
-from ..policies import FeatureUnavailable
-from .episodes import (
+from app.policies import FeatureUnavailable
+from app.handlers.episodes import (
     DataInfo,
     EpisodeView,
     data_choices,
@@ -29,8 +29,8 @@ from .episodes import (
     step_episode,
     upload_data,
 )
-from .human import human_step, loading_note, pairs_count_html, propose_action, queue_correction
-from .evaluate import (
+from app.handlers.human import human_step, loading_note, pairs_count_html, propose_action, queue_correction
+from app.handlers.evaluate import (
     EVAL_PREFIX,
     EvalRun,
     compare_runs,
@@ -40,8 +40,8 @@ from .evaluate import (
     eval_summary,
     run_eval,
 )
-from .pairs import PairsView, discard_pair, edit_pair, pair_fields, pairs_view, restore_pair
-from .training import (
+from app.handlers.pairs import PairsView, discard_pair, edit_pair, pair_fields, pairs_view, restore_pair
+from app.handlers.training import (
     KEY_METRICS,
     KL_ESTIMATORS,
     OBJECTIVES,

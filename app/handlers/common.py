@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..policies import FeatureUnavailable
-from ..services import Services
+from app.policies import FeatureUnavailable
+from app.services import Services
 
 __all__ = ["short", "none_if_all", "adapter_lookup"]
 

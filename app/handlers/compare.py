@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterator
 
-from .. import compare as cmp
-from .. import views
-from ..services import Services
-from ..session import EpisodeSession, EpisodeSettings
-from .common import adapter_lookup
-from .episodes import policy_options
+from app import compare as cmp
+from app import views
+from app.services import Services
+from app.session import EpisodeSession, EpisodeSettings
+from app.handlers.common import adapter_lookup
+from app.handlers.episodes import policy_options
 
 __all__ = ["CompareStatus", "compare_policies"]
 

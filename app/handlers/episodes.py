@@ -14,11 +14,11 @@ from evorag_core.actions import action_to_dict
 from evorag_core.episode import EpisodeRecord
 from evorag_core.types import Passage
 
-from .. import grading_view, views
-from ..policies import FeatureUnavailable, policy_choices
-from ..services import Services
-from ..session import EpisodeSession, EpisodeSettings
-from .common import adapter_lookup, short
+from app import grading_view, views
+from app.policies import FeatureUnavailable, policy_choices
+from app.services import Services
+from app.session import EpisodeSession, EpisodeSettings
+from app.handlers.common import adapter_lookup, short
 
 __all__ = [
     "DataInfo",
@@ -324,7 +324,7 @@ def _arena_answer_html(session: EpisodeSession, step) -> str:
     from evorag_core.methods.arena_parse import parse_arena
     from evorag_core.methods.arena_rewards import arena_reward, gold_reference_ids
 
-    from ..arena_view import render_arena_answer
+    from app.arena_view import render_arena_answer
 
     refs = tuple(session.env.passage(pid) for pid in arena.get("references", ()))
     gold_ids = gold_reference_ids([p.pid for p in refs], session.record.gold_pids)

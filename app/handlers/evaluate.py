@@ -13,11 +13,11 @@ from evorag_core.eval_traces import EvalRecorder, run_name
 from evorag_core.evaluation import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
 
-from .. import views
-from ..policies import BASE, LIVE
-from ..services import Services
-from .common import adapter_lookup, short
-from .episodes import policy_options
+from app import views
+from app.policies import BASE, LIVE
+from app.services import Services
+from app.handlers.common import adapter_lookup, short
+from app.handlers.episodes import policy_options
 
 __all__ = ["EvalRun", "EVAL_PREFIX", "eval_method_options", "run_eval", "eval_summary", "compare_runs",
            "eval_questions", "drill_down"]
@@ -155,7 +155,7 @@ def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None,
             f"{'' if res.total_return is None else f' · return {res.total_return:+.3f}'}</div></div>")
     empty = views.contributions_figure(None)
     if stored is not None:  # the stored trace, drawn as the Traces tab draws it, with its link
-        from .traces import open_trace
+        from app.handlers.traces import open_trace
 
         view = open_trace(svc, stored)
         head += (f'<div class="evo-meta">stored as trace <a id="evo-drill-trace-link" href="{views.esc(view.link)}">'
@@ -165,7 +165,7 @@ def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None,
         record = EpisodeRecord.from_dict(res.extras["episode"])
         return head, views.steps_table(record), views.contributions_figure(record)
     if res.extras.get("arena"):
-        from ..arena_view import render_arena_answer
+        from app.arena_view import render_arena_answer
 
         arena = res.extras["arena"]
         rt = svc.runtime(run.path or None)
@@ -175,7 +175,7 @@ def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None,
                                    gold_answers=res.gold, anchor=f"arena-{question_id}")
         return head, body, empty
     if res.trace and all(isinstance(t, dict) and "valid" in t for t in res.trace):
-        from ..dynakrag_view import trace_html
+        from app.dynakrag_view import trace_html
 
         return head, trace_html(res.trace), empty
     rows = [[t.get("t", i + 1), json.dumps(dict(t), ensure_ascii=False)] for i, t in enumerate(res.trace)]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from evorag_core.actions import action_to_dict
 
-from .. import views
-from ..human import HUMAN_SOURCE, Correction, correction_metadata, human_action
-from ..services import Services
-from ..session import EpisodeSession, EpisodeSettings
-from .common import adapter_lookup
-from .episodes import EpisodeView, _require, episode_view
+from app import views
+from app.human import HUMAN_SOURCE, Correction, correction_metadata, human_action
+from app.services import Services
+from app.session import EpisodeSession, EpisodeSettings
+from app.handlers.common import adapter_lookup
+from app.handlers.episodes import EpisodeView, _require, episode_view
 
 __all__ = ["propose_action", "human_step", "queue_correction", "pairs_count_html", "loading_note"]
 

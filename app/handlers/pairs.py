@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import views
-from ..services import Services
-from .common import none_if_all, short
+from app import views
+from app.services import Services
+from app.handlers.common import none_if_all, short
 
 __all__ = ["PairsView", "pairs_view", "pair_fields", "edit_pair", "discard_pair", "restore_pair"]
 

@@ -11,10 +11,10 @@ from evorag_core.errors import DataAccessError, DatasetFormatError
 from evorag_core.store import NO_ADAPTER, TraceFacets, TraceFilter, parse_day
 from evorag_core.types import Passage
 
-from .. import views
-from ..services import Services
-from ..trace_view import TraceView, render_trace
-from .common import none_if_all, short
+from app import views
+from app.services import Services
+from app.trace_view import TraceView, render_trace
+from app.handlers.common import none_if_all, short
 
 __all__ = ["TRACE_COLUMNS", "PAGE_SIZE", "TracesView", "trace_filter", "list_traces", "trace_facets", "open_trace",
            "parse_trace_id", "link_base", "url_params"]
@@ -179,7 +179,7 @@ def data_path_for_link(svc: Services, data: str) -> str:
 def question_link(svc: Services, data: str | None, question_id: str | None) -> tuple[Any, str | None]:
     """`?data=FILE&question=ID`: the data file loaded (a DataInfo) and the question id to select (None: the
     file's first). ValueError / DataAccessError / KeyError with a readable message for a bad link."""
-    from .episodes import load_data
+    from app.handlers.episodes import load_data
 
     if not data:
         raise ValueError("the link names a question but no data file; links look like ?data=FILE&question=ID")

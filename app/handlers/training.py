@@ -10,9 +10,9 @@ import plotly.graph_objects as go
 
 from evorag_core.store.records import ROUND_KL_KEYS
 
-from .. import round_progress, views
-from ..services import Services
-from .common import none_if_all, short
+from app import round_progress, views
+from app.services import Services
+from app.handlers.common import none_if_all, short
 
 __all__ = [
     "OBJECTIVES",

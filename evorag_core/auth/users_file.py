@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from .passwords import hash_password, is_password_hash
+from evorag_core.errors import ConfigError
+from evorag_core.auth.passwords import hash_password, is_password_hash
 
 __all__ = ["FILE_ROLES", "DEFAULT_ROLE", "FileUser", "load_users", "add_user", "check_name"]
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import ANSWERERS, REPO_ROOT, Config, home_dir, load_config
-from ..errors import ConfigError
+from evorag_core.config import ANSWERERS, REPO_ROOT, Config, home_dir, load_config
+from evorag_core.errors import ConfigError
 
 __all__ = ["DEFAULT_DATA", "add_common", "add_answerer", "config_from_args", "home_from_args", "runtime_from_args",
            "print_json"]
@@ -56,12 +56,12 @@ def home_from_args(args: argparse.Namespace) -> Path:
 
 
 def runtime_from_args(args: argparse.Namespace, cfg: Config):
-    from ..datasets import load_dataset
-    from ..runtime import Runtime
+    from evorag_core.datasets import load_dataset
+    from evorag_core.runtime import Runtime
 
     corpus = None
     if getattr(args, "corpus_from", None):
-        from ..corpus import pool_passages
+        from evorag_core.corpus import pool_passages
 
         corpus = pool_passages(p for path in args.corpus_from for q in load_dataset(path).questions for p in q.passages)
     return Runtime(cfg, home_from_args(args), load_dataset(args.data), corpus)

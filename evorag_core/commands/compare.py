@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..evaluation import compare_results, load_results
-from .common import print_json
+from evorag_core.evaluation import compare_results, load_results
+from evorag_core.commands.common import print_json
 
 __all__ = ["add_parser", "main"]
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..evaluation import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
-from ..methods.arena import build_arena_method
-from ..methods.agent import build_agent_method
-from ..methods.base import EpisodeMethod
-from ..methods.baselines import BASELINES, build_baseline
-from ..methods.dynakrag.method import build_dynakrag_method
-from ..methods.oracle import OraclePolicy
-from ..methods.r2ag.method import build_r2ag_method
-from ..methods.script import ScriptPolicy, load_script
-from .common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
+from evorag_core.errors import ConfigError
+from evorag_core.evaluation import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
+from evorag_core.methods.arena import build_arena_method
+from evorag_core.methods.agent import build_agent_method
+from evorag_core.methods.base import EpisodeMethod
+from evorag_core.methods.baselines import BASELINES, build_baseline
+from evorag_core.methods.dynakrag.method import build_dynakrag_method
+from evorag_core.methods.oracle import OraclePolicy
+from evorag_core.methods.r2ag.method import build_r2ag_method
+from evorag_core.methods.script import ScriptPolicy, load_script
+from evorag_core.commands.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
 __all__ = ["add_parser", "main", "METHODS"]
 
@@ -65,9 +65,9 @@ def _recorder(args: argparse.Namespace, cfg, rt, method):
     """The EvalRecorder that stores this run's episodes, or None with --no-store."""
     if not args.store:
         return None
-    from ..eval_traces import EvalRecorder, run_name
-    from ..store import open_store
-    from .worker import db_url_from_args
+    from evorag_core.eval_traces import EvalRecorder, run_name
+    from evorag_core.store import open_store
+    from evorag_core.commands.worker import db_url_from_args
 
     store = open_store(db_url_from_args(args, rt.home))
     return EvalRecorder(store, method=args.method, label=method.label, run=run_name(args.method, rt.dataset.name),

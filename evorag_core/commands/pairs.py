@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_common, home_from_args, print_json
-from .worker import db_url_from_args
+from evorag_core.commands.common import add_common, home_from_args, print_json
+from evorag_core.commands.worker import db_url_from_args
 
 __all__ = ["add_parser", "main"]
 
@@ -28,8 +28,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..pair_io import export_pairs, import_pairs
-    from ..store import open_store
+    from evorag_core.pair_io import export_pairs, import_pairs
+    from evorag_core.store import open_store
 
     with open_store(db_url_from_args(args, home_from_args(args))) as store:
         if args.pairs_action == "export":

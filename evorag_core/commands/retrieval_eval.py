@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from .common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
 
 __all__ = ["add_parser", "main"]
 
@@ -23,9 +23,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..datasets import load_dataset
-    from ..retrieval.evaluate import evaluate_retrieval
-    from ..types import Dataset
+    from evorag_core.datasets import load_dataset
+    from evorag_core.retrieval.evaluate import evaluate_retrieval
+    from evorag_core.types import Dataset
 
     cfg = config_from_args(args)
     if args.method == "r2ag":
@@ -47,9 +47,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _r2ag(args: argparse.Namespace, cfg) -> int:
-    from ..methods.r2ag.method import build_tree_builder
-    from ..methods.r2ag.metrics import retrieval_report
-    from .common import runtime_from_args
+    from evorag_core.methods.r2ag.method import build_tree_builder
+    from evorag_core.methods.r2ag.metrics import retrieval_report
+    from evorag_core.commands.common import runtime_from_args
 
     rt = runtime_from_args(args, replace(cfg, env=replace(cfg.env, corpus=args.corpus)))
     builder = build_tree_builder(rt, args.adapter)

@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from .common import add_common, config_from_args, home_from_args, print_json
-from .worker import db_url_from_args
+from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.commands.worker import db_url_from_args
 
 __all__ = ["add_parser", "main", "deferred_interrupt"]
 
@@ -58,12 +58,12 @@ def deferred_interrupt() -> Iterator[None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..datasets import load_dataset
-    from ..eval_traces import run_name
-    from ..policy import LMPolicy, TransformersBackend
-    from ..rollout import PairSelector, run_rollouts
-    from ..runtime import Runtime
-    from ..store import open_store
+    from evorag_core.datasets import load_dataset
+    from evorag_core.eval_traces import run_name
+    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.rollout import PairSelector, run_rollouts
+    from evorag_core.runtime import Runtime
+    from evorag_core.store import open_store
 
     cfg = config_from_args(args, {"reward.stage": args.stage, "rollout.siblings": args.siblings,
                                   "rollout.t_max": args.t_max, "rollout.max_states": args.max_states})

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError, StoreError
-from .common import add_common, home_from_args, print_json
-from .train import round_json
-from .worker import db_url_from_args
+from evorag_core.errors import ConfigError, StoreError
+from evorag_core.commands.common import add_common, home_from_args, print_json
+from evorag_core.commands.train import round_json
+from evorag_core.commands.worker import db_url_from_args
 
 __all__ = ["add_parser", "main"]
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..store import open_store
+    from evorag_core.store import open_store
 
     with open_store(db_url_from_args(args, home_from_args(args))) as store:
         if args.rounds_action == "list":

@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..actions import action_to_dict
-from ..errors import ConfigError
-from ..methods.base import run_episode
-from ..methods.oracle import OraclePolicy
-from ..methods.script import ScriptPolicy, load_script
-from .common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
+from evorag_core.actions import action_to_dict
+from evorag_core.errors import ConfigError
+from evorag_core.methods.base import run_episode
+from evorag_core.methods.oracle import OraclePolicy
+from evorag_core.methods.script import ScriptPolicy, load_script
+from evorag_core.commands.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
 __all__ = ["add_parser", "main", "episode_json"]
 
@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 def make_policy(args: argparse.Namespace, rt):
     policy = args.policy or ("script" if args.script else "oracle")
     if policy == "lm":
-        from ..methods.agent import AgentPolicy, load_backend
-        from ..policy import LMPolicy
+        from evorag_core.methods.agent import AgentPolicy, load_backend
+        from evorag_core.policy import LMPolicy
 
         backend, adapter = load_backend(rt, args.adapter)
         return _WithSiblings(AgentPolicy(LMPolicy(backend, rt.cfg.policy, rt.cfg.answer), adapter), args.siblings)

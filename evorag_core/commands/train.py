@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import ConfigError
-from .common import add_common, config_from_args, home_from_args, print_json
-from .worker import db_url_from_args
+from evorag_core.errors import ConfigError
+from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.commands.worker import db_url_from_args
 
 __all__ = ["add_parser", "main", "follow_round", "progress_line", "round_json"]
 
@@ -56,7 +56,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..store import open_store
+    from evorag_core.store import open_store
 
     cfg = config_from_args(args, {"policy.model": args.model, "train.objective": args.objective})
     home = home_from_args(args)
@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
 
         return run_curriculum_command(args, cfg, home, db_url_from_args(args, home))
     if cfg.train.objective == "dynakrag":
-        from ..methods.dynakrag.training import train_command
+        from evorag_core.methods.dynakrag.training import train_command
 
         return train_command(args.data, cfg, home, as_json=args.json)
     from training.job import job_config

@@ -12,9 +12,9 @@ import getpass
 import sys
 from pathlib import Path
 
-from ..auth.users_file import DEFAULT_ROLE, FILE_ROLES, add_user, check_name, load_users
-from ..errors import ConfigError
-from .common import print_json
+from evorag_core.auth.users_file import DEFAULT_ROLE, FILE_ROLES, add_user, check_name, load_users
+from evorag_core.errors import ConfigError
+from evorag_core.commands.common import print_json
 
 __all__ = ["add_parser", "main", "MIN_PASSWORD_LENGTH"]
 

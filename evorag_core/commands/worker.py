@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import ConfigError
-from .common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.errors import ConfigError
+from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
 
 __all__ = ["add_parser", "main", "db_url_from_args"]
 

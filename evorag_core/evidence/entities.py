@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from .text import STOPWORDS, term_overlap, title_key, words
+from evorag_core.evidence.text import STOPWORDS, term_overlap, title_key, words
 
 __all__ = ["capitalized_spans", "bridge_candidates"]
 

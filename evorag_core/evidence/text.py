@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:
-    from ..types import Passage
+    from evorag_core.types import Passage
 
 __all__ = ["STOPWORDS", "words", "content_terms", "title_key", "sentences", "term_overlap", "expansion_terms",
            "uncovered_terms"]

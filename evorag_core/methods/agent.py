@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..actions import Action
-from ..state import AgentView
-from ..types import Question
-from .base import EpisodeMethod
+from evorag_core.actions import Action
+from evorag_core.state import AgentView
+from evorag_core.types import Question
+from evorag_core.methods.base import EpisodeMethod
 
 __all__ = ["AgentPolicy", "agent_on", "build_agent_method", "load_backend", "policy_backend"]
 
@@ -47,10 +47,10 @@ class AgentPolicy:
 def policy_backend(cfg: Any, home: Any) -> Any:
     """The backend `cfg.backend` names (a PolicyConfig): transformers (default) or vLLM."""
     if cfg.backend == "vllm":
-        from ..policy.vllm_backend import VLLMBackend
+        from evorag_core.policy.vllm_backend import VLLMBackend
 
         return VLLMBackend(cfg, home)
-    from ..policy import TransformersBackend
+    from evorag_core.policy import TransformersBackend
 
     return TransformersBackend(cfg, home)
 
@@ -60,7 +60,7 @@ def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
     backend = policy_backend(rt.cfg.policy, rt.home)
     name = None
     if adapter:
-        from ..policy.resolve import resolve_adapter
+        from evorag_core.policy.resolve import resolve_adapter
 
         name, folder = resolve_adapter(adapter, rt.home)
         backend.load_adapter(name, folder)
@@ -76,11 +76,11 @@ def agent_on(backend: Any, rt: Any, adapter: str | None = None, rank_with_rm: An
     """The agent method on an already loaded backend (several methods can share one model). `rank_with_rm`: a
     saved preference model (folder); the agent then takes the best of the greedy decision and `policy.siblings`
     samples by that model at every state (best-of-K)."""
-    from ..policy import LMPolicy
+    from evorag_core.policy import LMPolicy
 
     lm = LMPolicy(backend, rt.cfg.policy, rt.cfg.answer)
     if rank_with_rm:
-        from ..preference import ranked_policy_from_path
+        from evorag_core.preference import ranked_policy_from_path
 
         policy = ranked_policy_from_path(lm, rank_with_rm, rt.cfg.policy.siblings, adapter)
     else:

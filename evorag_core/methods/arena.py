@@ -23,13 +23,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..errors import ConfigError
-from ..metrics import exact_match, f1_score, support_recall
-from ..types import Passage, Question
-from .arena_parse import ArenaParse, lenient_answer, parse_arena
-from .arena_prompt import ArenaConfig, build_prompt
-from .arena_rewards import ArenaReward, arena_reward, gold_reference_ids
-from .base import QuestionResult
+from evorag_core.errors import ConfigError
+from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.types import Passage, Question
+from evorag_core.methods.arena_parse import ArenaParse, lenient_answer, parse_arena
+from evorag_core.methods.arena_prompt import ArenaConfig, build_prompt
+from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
+from evorag_core.methods.base import QuestionResult
 
 __all__ = [
     "ArenaOutput",
@@ -207,8 +207,8 @@ def _span_evidence(out: ArenaOutput) -> tuple[tuple[Passage, ...], str]:
 def span_reader(backend: Any, answer_cfg: Any, cfg: ArenaConfig, max_tokens: int = 24) -> Any:
     """The shared reader in span mode with `answer_cfg`'s other settings (a `config.AnswerConfig`; None: the
     defaults), its passages cut as ARENA cuts its references (`cfg.passage_chars`; 0 = the full text)."""
-    from ..answers import Reader
-    from ..config import AnswerConfig
+    from evorag_core.answers import Reader
+    from evorag_core.config import AnswerConfig
 
     answer_cfg = dataclasses.replace(answer_cfg if answer_cfg is not None else AnswerConfig(), mode="span")
     return Reader(backend, answer_cfg, cfg.passage_chars or _FULL_TEXT, max_tokens)
@@ -231,7 +231,7 @@ def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
     """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (backend, device, dtype,
     threads; loaded as the agent method loads it); references cut to `policy.passage_chars` characters (0: full
     text); greedy replies; with `arena.answer_span` the final answer is the span reader's (module docstring)."""
-    from .agent import load_backend
+    from evorag_core.methods.agent import load_backend
 
     missing = [q.id for q in rt.dataset.questions if not q.passages]
     if missing:

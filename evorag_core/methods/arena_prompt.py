@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from ..types import Passage
+from evorag_core.types import Passage
 
 __all__ = [
     "ArenaConfig",

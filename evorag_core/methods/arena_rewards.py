@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from ..metrics import exact_match, f1_score
-from .arena_parse import ArenaParse
+from evorag_core.metrics import exact_match, f1_score
+from evorag_core.methods.arena_parse import ArenaParse
 
 __all__ = [
     "ArenaReward",

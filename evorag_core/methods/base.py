@@ -5,12 +5,12 @@ from dataclasses import asdict, dataclass, field
 import time
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from ..actions import Action, action_to_dict
-from ..env import RagEnv
-from ..episode import EpisodeRecord
-from ..metrics import exact_match, f1_score, support_recall
-from ..state import AgentView
-from ..types import Question
+from evorag_core.actions import Action, action_to_dict
+from evorag_core.env import RagEnv
+from evorag_core.episode import EpisodeRecord
+from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.state import AgentView
+from evorag_core.types import Question
 
 __all__ = ["EpisodePolicy", "EpisodeMethod", "QuestionResult", "run_episode", "result_from_episode"]
 

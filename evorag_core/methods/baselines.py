@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, Reader, clean_answer, render_passages
-from ..metrics import exact_match, f1_score, support_recall
-from ..types import Passage, Question
-from .base import QuestionResult
+from evorag_core.answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, Reader, clean_answer, render_passages
+from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.types import Passage, Question
+from evorag_core.methods.base import QuestionResult
 
 __all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "baseline_on", "build_baseline",
            "ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "clean_answer", "render_passages"]  # re-exported from ..answers
@@ -159,7 +159,7 @@ BASELINES = ("direct", "fixed-k", "ircot", "self-ask")
 
 
 def build_baseline(name: str, args: Any, rt: Any) -> PipelineMethod:
-    from .agent import load_backend
+    from evorag_core.methods.agent import load_backend
 
     backend, adapter = load_backend(rt, getattr(args, "adapter", None))
     if adapter:

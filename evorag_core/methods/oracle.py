@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..actions import Action, Answer, Refuse, Search
-from ..state import AgentView
-from ..types import Question
+from evorag_core.actions import Action, Answer, Refuse, Search
+from evorag_core.state import AgentView
+from evorag_core.types import Question
 
 __all__ = ["OraclePolicy", "ORACLE_LABEL"]
 

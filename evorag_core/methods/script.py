@@ -5,10 +5,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..actions import Action, Refuse, parse_action
-from ..errors import ActionParseError
-from ..state import AgentView
-from ..types import Question
+from evorag_core.actions import Action, Refuse, parse_action
+from evorag_core.errors import ActionParseError
+from evorag_core.state import AgentView
+from evorag_core.types import Question
 
 __all__ = ["ScriptPolicy", "load_script"]
 

@@ -61,15 +61,15 @@ from typing import Any
 
 import torch
 
-from ..actions import Action, Answer, Backtrack, Refuse, Search
-from ..answers import Reader, clean_answer, reader_prompt
-from ..config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
-from ..errors import ConfigError
-from ..state import AgentView
-from ..types import Passage
-from .base import Generation, PolicyBackend, encode_pair
-from .queries import choose_queries
-from .prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
+from evorag_core.actions import Action, Answer, Backtrack, Refuse, Search
+from evorag_core.answers import Reader, clean_answer, reader_prompt
+from evorag_core.config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
+from evorag_core.errors import ConfigError
+from evorag_core.state import AgentView
+from evorag_core.types import Passage
+from evorag_core.policy.base import Generation, PolicyBackend, encode_pair
+from evorag_core.policy.queries import choose_queries
+from evorag_core.policy.prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 
 __all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
@@ -243,8 +243,8 @@ class LMPolicy:
 
     def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
         """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
-        from ..methods.arena import ArenaGenerator
-        from ..methods.arena_prompt import ArenaConfig
+        from evorag_core.methods.arena import ArenaGenerator
+        from evorag_core.methods.arena_prompt import ArenaConfig
 
         cfg = ArenaConfig(max_new_tokens=self.cfg.arena_tokens, passage_chars=self.cfg.passage_chars)
         passages = reader_passages(view, self.cfg.reader_passages)

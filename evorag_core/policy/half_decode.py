@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import PREFILL_DTYPES
+from evorag_core.config import PREFILL_DTYPES
 
 __all__ = ["HalfDecodeLinear", "enable_half_decode", "half_decode", "bf16_prefill", "cpu_has_native_bf16", "cpu_model",
            "resolve_prefill_dtype", "DEFAULT_MAX_ROWS", "DEFAULT_EXACT_TOP"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelLoadError
+from evorag_core.errors import ModelLoadError
 
 __all__ = [
     "EMBEDDED_PACKAGE",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AdapterError
+from evorag_core.errors import AdapterError
 
 __all__ = ["AdapterSet", "read_adapter_config", "read_adapter_weights"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..state import AgentView, Hop
-from ..types import Passage
+from evorag_core.state import AgentView, Hop
+from evorag_core.types import Passage
 
 __all__ = [
     "SYSTEM_PROMPT",

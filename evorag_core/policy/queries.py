@@ -34,10 +34,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ..evidence.entities import bridge_candidates
-from ..evidence.text import expansion_terms, title_key, uncovered_terms, words
-from ..state import AgentView
-from ..types import Passage
+from evorag_core.evidence.entities import bridge_candidates
+from evorag_core.evidence.text import expansion_terms, title_key, uncovered_terms, words
+from evorag_core.state import AgentView
+from evorag_core.types import Passage
 
 __all__ = ["QueryCandidate", "COPY_WORDS", "FILTER_REASONS", "earlier_queries", "filter_reason", "grounded_candidates",
            "score_candidates", "choose_queries"]

@@ -5,7 +5,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import AdapterError
+from evorag_core.errors import AdapterError
 
 __all__ = ["resolve_adapter"]
 
@@ -24,7 +24,7 @@ def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
         if not db.is_file():
             raise AdapterError(f"adapter {spec!r} is not a folder, and there is no database at {db} to look it up")
         url = f"sqlite:///{db}"
-    from ..store import open_store
+    from evorag_core.store import open_store
 
     store = open_store(url)
     try:

@@ -15,11 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ..config import PolicyConfig, home_dir
-from ..errors import AdapterError, ModelLoadError
-from .base import Generation, encode_pair
-from .loading import resolve_model
-from .lora import read_adapter_config, read_adapter_weights
+from evorag_core.config import PolicyConfig, home_dir
+from evorag_core.errors import AdapterError, ModelLoadError
+from evorag_core.policy.base import Generation, encode_pair
+from evorag_core.policy.loading import resolve_model
+from evorag_core.policy.lora import read_adapter_config, read_adapter_weights
 
 __all__ = ["VLLMBackend"]
 

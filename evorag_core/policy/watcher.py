@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from ..actions import Action
-from ..errors import AdapterError
-from ..types import Question
+from evorag_core.actions import Action
+from evorag_core.errors import AdapterError
+from evorag_core.types import Question
 
 __all__ = ["AdapterWatcher", "PinnedPolicy"]
 

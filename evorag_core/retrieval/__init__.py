@@ -2,14 +2,14 @@
 persisted indexes and an embedding cache. `evaluate_retrieval` lives in `.evaluate`."""
 from __future__ import annotations
 
-from .base import Hit, Retriever
-from .bm25 import BM25_BACKENDS, BM25Retriever, passage_text
-from .dense import DenseRetriever
-from .embcache import EmbeddingCache
-from .fusion import HybridRetriever, rrf_fuse
-from .service import IndexInfo, RetrievalService, build_retrievers, open_index
-from .threads import set_cpu_threads
-from .tokenize import Tokenizer
+from evorag_core.retrieval.base import Hit, Retriever
+from evorag_core.retrieval.bm25 import BM25_BACKENDS, BM25Retriever, passage_text
+from evorag_core.retrieval.dense import DenseRetriever
+from evorag_core.retrieval.embcache import EmbeddingCache
+from evorag_core.retrieval.fusion import HybridRetriever, rrf_fuse
+from evorag_core.retrieval.service import IndexInfo, RetrievalService, build_retrievers, open_index
+from evorag_core.retrieval.threads import set_cpu_threads
+from evorag_core.retrieval.tokenize import Tokenizer
 
 __all__ = [
     "Hit",

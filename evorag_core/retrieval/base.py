@@ -9,8 +9,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..errors import RetrievalError
-from ..types import Corpus
+from evorag_core.errors import RetrievalError
+from evorag_core.types import Corpus
 
 __all__ = ["Hit", "Retriever", "top_k", "check_k", "check_corpus"]
 

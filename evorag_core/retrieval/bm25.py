@@ -26,10 +26,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import RetrievalError
-from ..types import Corpus, Passage
-from .base import Hit, check_corpus, check_k, top_k
-from .tokenize import Tokenizer
+from evorag_core.errors import RetrievalError
+from evorag_core.types import Corpus, Passage
+from evorag_core.retrieval.base import Hit, check_corpus, check_k, top_k
+from evorag_core.retrieval.tokenize import Tokenizer
 
 __all__ = ["BM25Retriever", "BM25_BACKENDS", "BM25_METHODS", "passage_text"]
 

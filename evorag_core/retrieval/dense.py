@@ -6,10 +6,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..errors import RetrievalError
-from ..types import Corpus
-from .base import Hit, check_corpus, check_k
-from .bm25 import passage_text
+from evorag_core.errors import RetrievalError
+from evorag_core.types import Corpus
+from evorag_core.retrieval.base import Hit, check_corpus, check_k
+from evorag_core.retrieval.bm25 import passage_text
 
 __all__ = ["DenseRetriever", "QueryEncoder"]
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .dense import QueryEncoder
+from evorag_core.retrieval.dense import QueryEncoder
 
 __all__ = ["EmbeddingCache", "text_digest"]
 

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..config import RetrievalConfig
-from ..corpus import build_corpus
-from ..errors import RetrievalError
-from ..types import Corpus, Dataset, Question
-from .base import Hit, Retriever
-from .service import RetrievalService
+from evorag_core.config import RetrievalConfig
+from evorag_core.corpus import build_corpus
+from evorag_core.errors import RetrievalError
+from evorag_core.types import Corpus, Dataset, Question
+from evorag_core.retrieval.base import Hit, Retriever
+from evorag_core.retrieval.service import RetrievalService
 
 __all__ = ["evaluate_retrieval", "question_metrics", "RETRIEVER_NAMES"]
 

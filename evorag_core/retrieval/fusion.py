@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..errors import RetrievalError
-from .base import Hit, Retriever, check_k
+from evorag_core.errors import RetrievalError
+from evorag_core.retrieval.base import Hit, Retriever, check_k
 
 __all__ = ["rrf_fuse", "HybridRetriever"]
 

@@ -20,17 +20,17 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import RetrievalConfig
-from ..embedding import Embedder
-from ..errors import RetrievalError
-from ..types import Corpus
-from .base import Retriever
-from .bm25 import BM25Retriever, passage_text
-from .dense import DenseRetriever, QueryEncoder
-from .embcache import EmbeddingCache
-from .fusion import HybridRetriever
-from .store import IndexFolder, corpus_key
-from .tokenize import Tokenizer
+from evorag_core.config import RetrievalConfig
+from evorag_core.embedding import Embedder
+from evorag_core.errors import RetrievalError
+from evorag_core.types import Corpus
+from evorag_core.retrieval.base import Retriever
+from evorag_core.retrieval.bm25 import BM25Retriever, passage_text
+from evorag_core.retrieval.dense import DenseRetriever, QueryEncoder
+from evorag_core.retrieval.embcache import EmbeddingCache
+from evorag_core.retrieval.fusion import HybridRetriever
+from evorag_core.retrieval.store import IndexFolder, corpus_key
+from evorag_core.retrieval.tokenize import Tokenizer
 
 __all__ = ["build_retrievers", "open_index", "build_in_memory", "IndexInfo", "RetrievalService", "make_embedder",
            "PERSIST_MIN"]

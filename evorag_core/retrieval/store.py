@@ -16,9 +16,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from ..checksum import sha256_file
-from ..errors import RetrievalError
-from ..types import Passage
+from evorag_core.checksum import sha256_file
+from evorag_core.errors import RetrievalError
+from evorag_core.types import Passage
 
 __all__ = ["IndexFolder", "corpus_key", "FORMAT_VERSION"]
 

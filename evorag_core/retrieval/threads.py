@@ -7,7 +7,7 @@ studio) should call `set_cpu_threads(1)`; bulk passage embedding may use more on
 """
 from __future__ import annotations
 
-from ..errors import ConfigError
+from evorag_core.errors import ConfigError
 
 __all__ = ["set_cpu_threads"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Sequence
 
-from ..errors import ConfigError
+from evorag_core.errors import ConfigError
 
 __all__ = ["Tokenizer", "STOPWORD_LISTS"]
 

@@ -5,8 +5,8 @@
 """
 from __future__ import annotations
 
-from .migrate import MIGRATIONS_DIR, current_revisions, head_revisions
-from .records import (
+from evorag_core.store.migrate import MIGRATIONS_DIR, current_revisions, head_revisions
+from evorag_core.store.records import (
     EPISODE_SOURCES,
     PAIR_SOURCES,
     PAIR_STATUSES,
@@ -26,8 +26,8 @@ from .records import (
     Step,
     User,
 )
-from .store import Store, open_store
-from .traces import NO_ADAPTER, OUTCOMES, TRACE_ORDERS, TraceFacets, TraceFilter, TracePage, TraceRow, parse_day
+from evorag_core.store.store import Store, open_store
+from evorag_core.store.traces import NO_ADAPTER, OUTCOMES, TRACE_ORDERS, TraceFacets, TraceFilter, TracePage, TraceRow, parse_day
 
 __all__ = [
     "open_store",

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import StoreError
-from .base import StoreBase, utcnow
-from .records import Adapter
-from .schema import adapters
+from evorag_core.errors import StoreError
+from evorag_core.store.base import StoreBase, utcnow
+from evorag_core.store.records import Adapter
+from evorag_core.store.schema import adapters
 
 __all__ = ["AdapterOps"]
 

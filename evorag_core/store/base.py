@@ -8,7 +8,7 @@ from typing import Any, Self
 
 from sqlalchemy import Connection, Engine
 
-from .engine import safe_url, writer
+from evorag_core.store.engine import safe_url, writer
 
 __all__ = ["StoreBase", "utcnow", "check_choice"]
 

@@ -5,10 +5,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ..types import Dataset, Passage, Question
-from .base import StoreBase, utcnow
-from .records import DatasetInfo
-from .schema import datasets, questions
+from evorag_core.types import Dataset, Passage, Question
+from evorag_core.store.base import StoreBase, utcnow
+from evorag_core.store.records import DatasetInfo
+from evorag_core.store.schema import datasets, questions
 
 __all__ = ["DatasetOps"]
 

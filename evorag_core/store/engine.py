@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 
-from ..errors import StoreError
+from evorag_core.errors import StoreError
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_S", "make_engine", "writer", "safe_url"]
 

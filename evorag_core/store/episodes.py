@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import StoreError
-from .base import StoreBase, check_choice, utcnow
-from .records import EPISODE_SOURCES, STEP_ACTORS, Episode, Outcome, Sibling, Step
-from .schema import episodes, siblings, steps
+from evorag_core.errors import StoreError
+from evorag_core.store.base import StoreBase, check_choice, utcnow
+from evorag_core.store.records import EPISODE_SOURCES, STEP_ACTORS, Episode, Outcome, Sibling, Step
+from evorag_core.store.schema import episodes, siblings, steps
 
 __all__ = ["EpisodeOps"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import StoreError
-from .base import StoreBase, utcnow
-from .records import Judgment
-from .schema import judgments, steps
+from evorag_core.errors import StoreError
+from evorag_core.store.base import StoreBase, utcnow
+from evorag_core.store.records import Judgment
+from evorag_core.store.schema import judgments, steps
 
 __all__ = ["JudgmentOps", "HUMAN"]
 

@@ -16,8 +16,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import StoreError
-from .engine import safe_url, writer
+from evorag_core.errors import StoreError
+from evorag_core.store.engine import safe_url, writer
 
 __all__ = ["MIGRATIONS_DIR", "alembic_config", "head_revisions", "current_revisions", "upgrade"]
 

@@ -14,10 +14,10 @@ from typing import Any, overload
 
 from sqlalchemy import Connection, Select, func, select
 
-from ..errors import StoreError
-from .base import StoreBase, check_choice, utcnow
-from .records import PAIR_SOURCES, PAIR_STATUSES, NewPair, Pair
-from .schema import pairs, rounds
+from evorag_core.errors import StoreError
+from evorag_core.store.base import StoreBase, check_choice, utcnow
+from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES, NewPair, Pair
+from evorag_core.store.schema import pairs, rounds
 
 __all__ = ["PairOps", "GROUPABLE", "lock_round", "release_round_pairs"]
 

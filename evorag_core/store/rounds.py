@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from ..errors import StoreError
-from .base import StoreBase, check_choice, utcnow
-from .pairs import release_round_pairs
-from .records import ROUND_STATUSES, ExpiryReport, Round
-from .schema import pairs, rounds
+from evorag_core.errors import StoreError
+from evorag_core.store.base import StoreBase, check_choice, utcnow
+from evorag_core.store.pairs import release_round_pairs
+from evorag_core.store.records import ROUND_STATUSES, ExpiryReport, Round
+from evorag_core.store.schema import pairs, rounds
 
 __all__ = ["RoundOps"]
 

@@ -5,17 +5,17 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
-from ..config import db_url
-from .adapters import AdapterOps
-from .datasets import DatasetOps
-from .engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
-from .episodes import EpisodeOps
-from .judgments import JudgmentOps
-from .migrate import MIGRATIONS_DIR, upgrade
-from .pairs import PairOps
-from .rounds import RoundOps
-from .traces import TraceOps
-from .users import UserOps
+from evorag_core.config import db_url
+from evorag_core.store.adapters import AdapterOps
+from evorag_core.store.datasets import DatasetOps
+from evorag_core.store.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
+from evorag_core.store.episodes import EpisodeOps
+from evorag_core.store.judgments import JudgmentOps
+from evorag_core.store.migrate import MIGRATIONS_DIR, upgrade
+from evorag_core.store.pairs import PairOps
+from evorag_core.store.rounds import RoundOps
+from evorag_core.store.traces import TraceOps
+from evorag_core.store.users import UserOps
 
 __all__ = ["Store", "open_store"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 
-from .base import StoreBase, check_choice
-from .records import EPISODE_SOURCES
-from .schema import episodes, judgments
+from evorag_core.store.base import StoreBase, check_choice
+from evorag_core.store.records import EPISODE_SOURCES
+from evorag_core.store.schema import episodes, judgments
 
 __all__ = ["TraceFilter", "TraceRow", "TracePage", "TraceFacets", "TraceOps", "TRACE_ORDERS", "OUTCOMES",
            "NO_ADAPTER", "parse_day"]

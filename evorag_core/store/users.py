@@ -7,11 +7,11 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import StoreError
-from .base import StoreBase, check_choice, utcnow
-from ..auth.passwords import check_password, check_unknown_user, hash_password, needs_rehash
-from .records import USER_ROLES, User
-from .schema import users
+from evorag_core.errors import StoreError
+from evorag_core.store.base import StoreBase, check_choice, utcnow
+from evorag_core.auth.passwords import check_password, check_unknown_user, hash_password, needs_rehash
+from evorag_core.store.records import USER_ROLES, User
+from evorag_core.store.schema import users
 
 __all__ = ["UserOps"]
 

@@ -22,11 +22,11 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from ...config import DynaKragConfig
-from ...errors import ModelLoadError
-from .features import FEATURE_NAMES, STATE_FEATURES, action_matrix, state_features
-from .ops import estimated_cost
-from .state import EvidenceState
+from evorag_core.config import DynaKragConfig
+from evorag_core.errors import ModelLoadError
+from evorag_core.methods.dynakrag.features import FEATURE_NAMES, STATE_FEATURES, action_matrix, state_features
+from evorag_core.methods.dynakrag.ops import estimated_cost
+from evorag_core.methods.dynakrag.state import EvidenceState
 
 __all__ = ["Decision", "Controller", "ValueModels", "LearnedController", "UniformController", "make_forest",
            "save_models", "load_models", "model_folder", "MODEL_FILES"]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...config import DynaKragConfig
-from .ops import estimated_cost
-from .state import CONTROL, SCORED, EvidenceState
-from ...evidence.text import content_terms, term_overlap, title_key, words
+from evorag_core.config import DynaKragConfig
+from evorag_core.methods.dynakrag.ops import estimated_cost
+from evorag_core.methods.dynakrag.state import CONTROL, SCORED, EvidenceState
+from evorag_core.evidence.text import content_terms, term_overlap, title_key, words
 
 __all__ = ["STATE_FEATURES", "FEATURE_NAMES", "state_features", "action_features", "action_matrix"]
 

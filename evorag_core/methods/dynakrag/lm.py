@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ...config import DynaKragConfig
-from ...policy.base import PolicyBackend
-from ...policy.prompts import render_passage
-from ...answers import Reader, clean_answer
-from ...types import Passage
-from ...evidence.text import content_terms, sentences, uncovered_terms
+from evorag_core.config import DynaKragConfig
+from evorag_core.policy.base import PolicyBackend
+from evorag_core.policy.prompts import render_passage
+from evorag_core.answers import Reader, clean_answer
+from evorag_core.types import Passage
+from evorag_core.evidence.text import content_terms, sentences, uncovered_terms
 
 __all__ = ["Usage", "EvidenceLM", "align_snippets", "clean_answer", "uncovered_terms"]
 

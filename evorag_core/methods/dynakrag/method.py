@@ -16,16 +16,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ...config import DynaKragConfig
-from ...errors import ConfigError
-from ...metrics import support_recall
-from ...types import Corpus, Question
-from ..base import QuestionResult, score
-from .controller import Controller, Decision, LearnedController, UniformController, load_models, model_folder
-from .lm import EvidenceLM, Usage
-from .ops import OpContext, execute, final_context
-from .state import ACTIONS, RETRIEVAL, EvidenceState, initial_state
-from .validity import valid_actions
+from evorag_core.config import DynaKragConfig
+from evorag_core.errors import ConfigError
+from evorag_core.metrics import support_recall
+from evorag_core.types import Corpus, Question
+from evorag_core.methods.base import QuestionResult, score
+from evorag_core.methods.dynakrag.controller import Controller, Decision, LearnedController, UniformController, load_models, model_folder
+from evorag_core.methods.dynakrag.lm import EvidenceLM, Usage
+from evorag_core.methods.dynakrag.ops import OpContext, execute, final_context
+from evorag_core.methods.dynakrag.state import ACTIONS, RETRIEVAL, EvidenceState, initial_state
+from evorag_core.methods.dynakrag.validity import valid_actions
 
 __all__ = ["StepTrace", "Episode", "run_dynakrag", "DynaKragMethod", "build_dynakrag_method", "method_label",
            "episode_metrics"]
@@ -175,7 +175,7 @@ def build_dynakrag_method(args: Any, rt: Any, backend: Any = None) -> DynaKragMe
     cfg = rt.cfg.dynakrag
     controller = _controller(cfg, rt.home)  # fail on a missing model before loading the LM
     if backend is None:
-        from ..agent import policy_backend
+        from evorag_core.methods.agent import policy_backend
 
         backend = policy_backend(rt.cfg.policy, rt.home)
     lm = EvidenceLM(backend, cfg, rt.cfg.answer)

@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Protocol, Sequence
 
-from ...config import GAP_SOURCES, DynaKragConfig
-from ...errors import ConfigError, EnvStateError
-from ...types import Passage
-from ...evidence.text import expansion_terms, title_key, uncovered_terms
-from .lm import EvidenceLM, Usage
-from .state import RETRIEVAL, EvidenceDoc, EvidenceState
-from .validity import check_valid
+from evorag_core.config import GAP_SOURCES, DynaKragConfig
+from evorag_core.errors import ConfigError, EnvStateError
+from evorag_core.types import Passage
+from evorag_core.evidence.text import expansion_terms, title_key, uncovered_terms
+from evorag_core.methods.dynakrag.lm import EvidenceLM, Usage
+from evorag_core.methods.dynakrag.state import RETRIEVAL, EvidenceDoc, EvidenceState
+from evorag_core.methods.dynakrag.validity import check_valid
 
 __all__ = ["SearchHit", "Searcher", "OpContext", "OPS", "execute", "estimated_cost", "rewrite_query_text",
            "bridge_query_text", "recorded_gap", "final_context"]

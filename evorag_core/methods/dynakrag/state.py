@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ...types import Passage
-from ...evidence.entities import bridge_candidates
-from ...evidence.text import title_key
+from evorag_core.types import Passage
+from evorag_core.evidence.entities import bridge_candidates
+from evorag_core.evidence.text import title_key
 
 __all__ = [
     "ACQUISITION",

@@ -28,17 +28,17 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ...config import CONTINUATION_TARGETS, REPO_ROOT, Config, DynaKragConfig
-from ...errors import ConfigError
-from ...types import Dataset, Passage, Question
-from .controller import ValueModels, make_forest, model_folder, save_models
-from .features import action_features, state_features
-from .lm import EvidenceLM, Usage
-from ..base import score
-from .method import make_context_factory
-from .ops import OpContext, execute, final_context
-from .state import ACQUISITION, SCORED, EvidenceState, initial_state
-from .validity import valid_actions
+from evorag_core.config import CONTINUATION_TARGETS, REPO_ROOT, Config, DynaKragConfig
+from evorag_core.errors import ConfigError
+from evorag_core.types import Dataset, Passage, Question
+from evorag_core.methods.dynakrag.controller import ValueModels, make_forest, model_folder, save_models
+from evorag_core.methods.dynakrag.features import action_features, state_features
+from evorag_core.methods.dynakrag.lm import EvidenceLM, Usage
+from evorag_core.methods.base import score
+from evorag_core.methods.dynakrag.method import make_context_factory
+from evorag_core.methods.dynakrag.ops import OpContext, execute, final_context
+from evorag_core.methods.dynakrag.state import ACQUISITION, SCORED, EvidenceState, initial_state
+from evorag_core.methods.dynakrag.validity import valid_actions
 
 __all__ = ["Transition", "Prefix", "state_support_recall", "target", "check_continuation_target",
            "continuation_utility", "explore_question", "collect", "fit_models", "train_dynakrag", "train_command"]
@@ -270,7 +270,7 @@ def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir:
     start = time.perf_counter()
     check_continuation_target(cfg)  # before the generator loads
     if backend is None:
-        from ..agent import policy_backend
+        from evorag_core.methods.agent import policy_backend
 
         backend = policy_backend(runtime.cfg.policy, runtime.home)
     context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg, runtime.cfg.answer))
@@ -291,8 +291,8 @@ def train_command(data: Path | None, cfg: Config, home: Path, *, as_json: bool =
     forests take seconds; the LM calls of the sufficiency checks dominate)."""
     import sys
 
-    from ...datasets import load_dataset
-    from ...runtime import Runtime
+    from evorag_core.datasets import load_dataset
+    from evorag_core.runtime import Runtime
 
     dataset = load_dataset(data or REPO_ROOT / "data" / "demo" / "demo.jsonl")
     out = model_folder(cfg.dynakrag, home)

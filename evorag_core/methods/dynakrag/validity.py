@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...config import DynaKragConfig
-from ...errors import EnvStateError
-from .state import ACQUISITION, ACTIONS, EvidenceState
+from evorag_core.config import DynaKragConfig
+from evorag_core.errors import EnvStateError
+from evorag_core.methods.dynakrag.state import ACQUISITION, ACTIONS, EvidenceState
 
 __all__ = ["RULES", "valid_actions", "is_valid", "check_valid"]
 

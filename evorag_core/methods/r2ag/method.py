@@ -14,16 +14,16 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from ...answers import Reader
-from ...errors import ConfigError
-from ...metrics import support_recall
-from ...types import Corpus, Passage, Question
-from ..base import QuestionResult, score
-from .metrics import SR_KS, list_metrics
-from .rewards import RewardWeights
-from .scripted import ScriptedSteering
-from .steering import LMSteering, Steering
-from .tree import Tree, TreeSettings, grow, new_tree
+from evorag_core.answers import Reader
+from evorag_core.errors import ConfigError
+from evorag_core.metrics import support_recall
+from evorag_core.types import Corpus, Passage, Question
+from evorag_core.methods.base import QuestionResult, score
+from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics
+from evorag_core.methods.r2ag.rewards import RewardWeights
+from evorag_core.methods.r2ag.scripted import ScriptedSteering
+from evorag_core.methods.r2ag.steering import LMSteering, Steering
+from evorag_core.methods.r2ag.tree import Tree, TreeSettings, grow, new_tree
 
 __all__ = ["answer_from_passages", "make_steering", "TreeBuilder", "R2agMethod", "build_r2ag_method",
            "build_tree_builder", "STEERINGS"]
@@ -116,7 +116,7 @@ class R2agMethod:
 def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
     """`evorag eval --method r2ag [--adapter NAME|FOLDER] [--set r2ag.steering=scripted]`: the policy LM answers
     (and steers, with steering = "lm")."""
-    from ..agent import load_backend
+    from evorag_core.methods.agent import load_backend
 
     cfg = rt.cfg.r2ag
     backend, adapter = load_backend(rt, getattr(args, "adapter", None))
@@ -131,7 +131,7 @@ def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
 def build_tree_builder(rt: Any, adapter: str | None = None) -> TreeBuilder:
     """The tree builder of a Runtime (`evorag retrieval-eval --method r2ag`): the policy LM is loaded only for
     steering = "lm"."""
-    from ..agent import load_backend
+    from evorag_core.methods.agent import load_backend
 
     cfg = rt.cfg.r2ag
     backend = None

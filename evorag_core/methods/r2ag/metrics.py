@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ...types import Corpus, Question
-from .tree import Tree
+from evorag_core.types import Corpus, Question
+from evorag_core.methods.r2ag.tree import Tree
 
 __all__ = ["ListMetrics", "list_metrics", "average_precision_at", "summarize_rows", "retrieval_report", "SR_KS"]
 

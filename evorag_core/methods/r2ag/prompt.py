@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ...types import Passage
+from evorag_core.types import Passage
 
 __all__ = ["SYSTEM_PROMPT", "DEMO_TURN", "render_user", "build_prompt"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .parse import parse_expansion
-from .steering import Proposal, SteerRequest
+from evorag_core.methods.r2ag.parse import parse_expansion
+from evorag_core.methods.r2ag.steering import Proposal, SteerRequest
 
 __all__ = ["ScriptedSteering", "entities", "focus_words"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-from ...types import Passage
-from .parse import Expansion, parse_expansion
-from .prompt import build_prompt
+from evorag_core.types import Passage
+from evorag_core.methods.r2ag.parse import Expansion, parse_expansion
+from evorag_core.methods.r2ag.prompt import build_prompt
 
 __all__ = ["SteerRequest", "Proposal", "Steering", "LMSteering"]
 

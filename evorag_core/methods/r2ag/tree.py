@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ...errors import ConfigError
-from ...types import Passage
-from .parse import Expansion
-from .rewards import R2agReward, RewardWeights, expansion_reward
-from .steering import SteerRequest, Steering
+from evorag_core.errors import ConfigError
+from evorag_core.types import Passage
+from evorag_core.methods.r2ag.parse import Expansion
+from evorag_core.methods.r2ag.rewards import R2agReward, RewardWeights, expansion_reward
+from evorag_core.methods.r2ag.steering import SteerRequest, Steering
 
 __all__ = ["TreeSettings", "Node", "ExpansionRecord", "Tree", "new_tree", "frontier", "expand_once", "grow",
            "prune", "pruned_context", "retrieve_queries"]
