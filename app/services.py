@@ -151,7 +151,7 @@ class Services:
     def runtime(self, path: str | Path | None = None) -> Runtime:
         """The Runtime of a data file (loaded once, then cached); the default data file when `path` is empty.
         Only files under `data_roots()` (or the default file) are read: DataAccessError for any other path."""
-        from evorag_core.datasets import load_dataset
+        from evorag_core.data.datasets import load_dataset
 
         resolved = self.allowed_data_path(path) if path else self.default_data
         with self._lock:

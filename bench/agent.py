@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evorag_core.config import home_dir, load_config  # noqa: E402
-from evorag_core.corpus import pool_passages  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.corpus import pool_passages  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.evaluation import Progress, compare_results, evaluate  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
 

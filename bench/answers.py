@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from evorag_core.answers import Reader  # noqa: E402
 from evorag_core.config import AnswerConfig, home_dir, load_config  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.metrics import exact_match, f1_score, normalize_answer  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
 from evorag_core.span_reader import extract_candidates, span_in_passages  # noqa: E402

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evorag_core.config import PolicyConfig, TrainConfig, home_dir, load_config  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.evaluation import compare_results, evaluate, summarize  # noqa: E402
 from evorag_core.methods.arena import ArenaGenerator, ArenaMethod, span_reader  # noqa: E402
 from evorag_core.methods.base import QuestionResult  # noqa: E402

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CHILD = """
 import json, sys, time
-from evorag_core.datasets import load_dataset
+from evorag_core.data.datasets import load_dataset
 from evorag_core.errors import DatasetFormatError
 status_kb = lambda key: int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1])
 with open("/proc/self/clear_refs", "w") as f:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from evorag_core.commands.common import config_from_args  # noqa: E402
 from evorag_core.config import home_dir  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.errors import EvoRagError  # noqa: E402
 from evorag_core.evaluation import evaluate  # noqa: E402
 from evorag_core.metrics import paired_bootstrap  # noqa: E402

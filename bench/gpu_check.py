@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from evorag_core.actions import action_name  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.base import run_episode  # noqa: E402
 from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
 from evorag_core.policy.prompts import LABELS  # noqa: E402

@@ -54,7 +54,7 @@ import gpu_check  # noqa: E402  (bench/gpu_check.py: HashEmbedder, demo_view, _t
 from evorag_core.actions import action_name  # noqa: E402
 from evorag_core.checksum import sha256_file  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.base import run_episode  # noqa: E402
 from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
 from evorag_core.policy.agent import allowed_actions  # noqa: E402

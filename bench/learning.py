@@ -78,7 +78,7 @@ def _set_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _write_slice(path: Path, lo: int, hi: int) -> Path:
-    from evorag_core.datasets import load_dataset, write_jsonl
+    from evorag_core.data.datasets import load_dataset, write_jsonl
     from evorag_core.types import Dataset
 
     dataset = load_dataset(DATA)
@@ -89,7 +89,7 @@ def _write_slice(path: Path, lo: int, hi: int) -> Path:
 def _corpus_source(args: argparse.Namespace, dataset):
     """The dataset whose passages make the corpus: each question's own (per-question), or every question's of the
     whole data file (pooled: the same corpus for the training and the evaluation slice, ~3,000 passages)."""
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
 
     return load_dataset(DATA) if args.corpus == "pooled" else dataset
 
@@ -114,7 +114,7 @@ def rollout_part(args: argparse.Namespace, lo: int, hi: int) -> None:
     """Child process: roll out questions [lo, hi) of the data file (skipping those already in the store)."""
     import torch
 
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.policy import LMPolicy, TransformersBackend
     from evorag_core.rollout import PairSelector, run_rollouts
     from evorag_core.runtime import Runtime
@@ -167,7 +167,7 @@ def reuse_rollouts(args: argparse.Namespace) -> dict[str, Any]:
     import sqlite3
     from contextlib import closing
 
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.store import open_store
 
     source = Path(args.rollouts_from).resolve()
@@ -198,7 +198,7 @@ def _children_cpu() -> float:
 # -- phase 2: held-out pairs ----------------------------------------------------------------------------------------
 
 def phase_heldout(args: argparse.Namespace) -> dict[str, Any]:
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.store import open_store
 
     questions = [q.id for q in load_dataset(args.train_file).questions]
@@ -312,7 +312,7 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
     """Child process: greedy episodes of one policy on the eval slice; results appended to JSON lines (resumable)."""
     import torch
 
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.evaluation import evaluate
     from evorag_core.methods.base import EpisodeMethod
     from evorag_core.policy import LMPolicy, TransformersBackend

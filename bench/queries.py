@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.evaluation import load_results  # noqa: E402
 from evorag_core.evidence.text import title_key  # noqa: E402
 from evorag_core.metrics import mean, paired_bootstrap  # noqa: E402

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evorag_core.config import home_dir, load_config  # noqa: E402
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.r2ag.method import TreeBuilder, make_steering  # noqa: E402
 from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics, retrieval_report  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402

@@ -30,7 +30,7 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evorag_core.datasets import load_dataset  # noqa: E402
+from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.signals import SIGNAL_NAMES  # noqa: E402
 from evorag_core.store import Outcome, Sibling, Step, TraceFilter, open_store  # noqa: E402
 

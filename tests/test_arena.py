@@ -486,7 +486,7 @@ def test_arena_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_pa
     2 steps of G = 4 with the k3 ablation named in the job; the adapter is saved, registered under r<id>-arena-grpo
     with the estimator recorded, and its metadata keeps the per-step KL under both estimators."""
     from evorag_core.config import apply_overrides, load_config
-    from evorag_core.datasets import write_jsonl
+    from evorag_core.data.datasets import write_jsonl
     from evorag_core.store import open_store
     from evorag_core.types import Dataset
     from training.job import RoundJob, job_config
@@ -531,7 +531,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     import torch
 
     from evorag_core.config import apply_overrides, load_config
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.methods.arena import build_arena_method
     from evorag_core.policy.loading import load_model
     from evorag_core.runtime import Runtime

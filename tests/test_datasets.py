@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evorag_core.datasets import build_corpus, dataset_stats, load_dataset, write_jsonl
+from evorag_core.data.datasets import build_corpus, dataset_stats, load_dataset, write_jsonl
 from evorag_core.errors import ConfigError, DatasetFormatError
 from evorag_core.types import Passage, Question
 
@@ -284,7 +284,7 @@ def test_the_first_bad_record_fails_before_the_rest_is_read(tmp_path, monkeypatc
     """Records are checked as they are read: line 2's empty answers fail the load before line 3 (not even UTF-8)
     is read; in a list, element 1's missing answer fails before the broken element 2, and broken JSON in element 1
     fails before the bytes after it (not UTF-8) are read, also when the list is read 64 bytes at a time."""
-    from evorag_core import datasets
+    from evorag_core.data import datasets
 
     not_utf8 = b"\xff\xfe" * 1000 + b"\n"
     path = _write(tmp_path, "a.jsonl", _jsonl(GOOD, _good(answers=[])).encode() + not_utf8)
@@ -308,7 +308,7 @@ def test_the_first_bad_record_fails_before_the_rest_is_read(tmp_path, monkeypatc
 def test_json_lists_read_in_small_pieces_load_the_same(tmp_path, monkeypatch, chunk):
     """The list reader decodes one element at a time from reads of `_CHUNK` bytes: elements (and numbers, which
     could go on after a read) cut by a read are read whole, and errors keep their line numbers."""
-    from evorag_core import datasets
+    from evorag_core.data import datasets
 
     whole = {p: load_dataset(p) for p in (HOTPOT, TWOWIKI)}
     musique = _write(tmp_path, "m.json", "\ufeff [\n" + ",\n".join(MUSIQUE.read_text().splitlines()) + "\n]\n")

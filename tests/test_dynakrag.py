@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from evorag_core.config import DynaKragConfig, PolicyConfig, load_config
-from evorag_core.corpus import build_corpus
-from evorag_core.datasets import load_dataset
+from evorag_core.data.corpus import build_corpus
+from evorag_core.data.datasets import load_dataset
 from evorag_core.errors import ConfigError, EnvStateError, ModelLoadError
 from evorag_core.methods.dynakrag import (
     ACTIONS, FEATURE_NAMES, SCORED, EvidenceDoc, EvidenceState, LearnedController, OpContext, UniformController,

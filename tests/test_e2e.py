@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from evorag_core.config import apply_overrides, load_config
-from evorag_core.datasets import load_dataset
+from evorag_core.data.datasets import load_dataset
 from evorag_core.policy import LMPolicy, TransformersBackend
 from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
 from evorag_core.runtime import Runtime

@@ -335,7 +335,7 @@ def test_agent_method_ranks_with_a_saved_preference_model(backend, session_home,
     direction, as above) ranks the greedy decision + 2 siblings at every state of a demo episode (T_max 3); every
     step records its preference score and candidate count, and the episode ends well-formed."""
     from evorag_core.config import load_config
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.methods.agent import agent_on
     from evorag_core.runtime import Runtime
 

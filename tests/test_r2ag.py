@@ -18,7 +18,7 @@ from typing import Sequence
 import pytest
 
 from evorag_core.config import AnswerConfig, R2agConfig, load_config
-from evorag_core.datasets import load_dataset
+from evorag_core.data.datasets import load_dataset
 from evorag_core.methods.r2ag import (
     RewardWeights,
     ScriptedSteering,

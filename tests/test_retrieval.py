@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from evorag_core.config import RetrievalConfig
-from evorag_core.corpus import build_corpus
-from evorag_core.datasets import load_dataset
+from evorag_core.data.corpus import build_corpus
+from evorag_core.data.datasets import load_dataset
 from evorag_core.errors import RetrievalError
 from evorag_core.retrieval import (
     BM25Retriever,

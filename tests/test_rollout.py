@@ -11,7 +11,7 @@ import pytest
 from evorag_core.actions import Action, Answer, Backtrack, Refuse, Search
 from evorag_core.cli import main as cli_main
 from evorag_core.config import EnvConfig, PolicyConfig, RewardConfig, RolloutConfig, load_config
-from evorag_core.datasets import load_dataset
+from evorag_core.data.datasets import load_dataset
 from evorag_core.env import RagEnv
 from evorag_core.episode import StepRecord
 from evorag_core.errors import DatasetFormatError

@@ -140,7 +140,7 @@ def test_replay_rebuilds_the_views_the_policy_saw(tmp_path):
 def test_passage_ids_resolve_through_the_store_when_the_episode_names_no_file(tmp_path):
     """Rollout episodes store pids only: without a data file the resolver asks the store for the question (once
     the data set is registered there); with neither it is a ConfigError naming what it tried."""
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
 
     with open_store(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
         eid = store.add_episode(question_id="demo-001", dataset="demo", question=Q1, policy="t", stage="discovery",

@@ -158,7 +158,7 @@ def test_agent_answers_with_passage_spans(tiny_backend):
 
 @pytest.mark.slow
 def test_embedded_model_answers_demo_questions_with_passage_spans(session_home):
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
 
     rows = {json.loads(line)["id"]: json.loads(line) for line in DEMO.open(encoding="utf-8")}
     questions = [q for q in load_dataset(DEMO).questions if q.type == "bridge"][:5]

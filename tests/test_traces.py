@@ -239,7 +239,7 @@ def _signals(value: float) -> dict[str, float]:
 
 def test_open_trace_draws_steps_passages_and_links_and_explains_bad_ids(svc):
     from app.handlers.traces import open_trace
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
 
     q = load_dataset(DEMO).get("demo-001")
     pid = q.passages[0].pid

@@ -189,7 +189,7 @@ def arena_config_from_job(job: RoundJob) -> tuple[ArenaGrpoConfig, TrainConfig]:
 
 
 def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
 
     if not job.data:
         raise TrainingError(f"round {job.round_id}: arena-grpo needs `data`, a data file whose questions have passages")

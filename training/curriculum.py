@@ -74,7 +74,7 @@ def _policy_round(store, cfg: Config, home: Path, objective: str, values: dict[s
 def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
                    on_decision: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run the curriculum (see the module docstring); returns one decision record per round."""
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.policy import LMPolicy, TransformersBackend
     from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.preference import PrefixEncoder, train_preference_model

@@ -252,8 +252,8 @@ def r2ag_config_from_job(job: RoundJob) -> R2agGrpoConfig:
 
 def _load(job: RoundJob, cfg: R2agGrpoConfig):
     from evorag_core.config import RetrievalConfig
-    from evorag_core.corpus import build_corpus
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.corpus import build_corpus
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.retrieval import RetrievalService
 
     if not job.data:

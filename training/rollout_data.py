@@ -114,7 +114,7 @@ class PassageResolver:
 
     def _file(self, path: str) -> dict[str, Passage]:
         if path not in self._tables:
-            from evorag_core.datasets import load_dataset
+            from evorag_core.data.datasets import load_dataset
 
             dataset = load_dataset(Path(path))
             self._tables[path] = {p.pid: p for q in dataset.questions for p in q.passages}

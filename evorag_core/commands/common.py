@@ -56,12 +56,12 @@ def home_from_args(args: argparse.Namespace) -> Path:
 
 
 def runtime_from_args(args: argparse.Namespace, cfg: Config):
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.runtime import Runtime
 
     corpus = None
     if getattr(args, "corpus_from", None):
-        from evorag_core.corpus import pool_passages
+        from evorag_core.data.corpus import pool_passages
 
         corpus = pool_passages(p for path in args.corpus_from for q in load_dataset(path).questions for p in q.passages)
     return Runtime(cfg, home_from_args(args), load_dataset(args.data), corpus)

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.retrieval.evaluate import evaluate_retrieval
     from evorag_core.types import Dataset
 

@@ -58,7 +58,7 @@ def deferred_interrupt() -> Iterator[None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.eval_traces import run_name
     from evorag_core.policy import LMPolicy, TransformersBackend
     from evorag_core.rollout import PairSelector, run_rollouts

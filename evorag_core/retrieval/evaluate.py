@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from evorag_core.config import RetrievalConfig
-from evorag_core.corpus import build_corpus
+from evorag_core.data.corpus import build_corpus
 from evorag_core.errors import RetrievalError
 from evorag_core.types import Corpus, Dataset, Question
 from evorag_core.retrieval.base import Hit, Retriever

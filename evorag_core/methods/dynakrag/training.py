@@ -291,7 +291,7 @@ def train_command(data: Path | None, cfg: Config, home: Path, *, as_json: bool =
     forests take seconds; the LM calls of the sufficiency checks dominate)."""
     import sys
 
-    from evorag_core.datasets import load_dataset
+    from evorag_core.data.datasets import load_dataset
     from evorag_core.runtime import Runtime
 
     dataset = load_dataset(data or REPO_ROOT / "data" / "demo" / "demo.jsonl")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
-from evorag_core.corpus import CORPUS_MODES, build_corpus
+from evorag_core.data.corpus import CORPUS_MODES, build_corpus
 from evorag_core.errors import DatasetFormatError
 from evorag_core.types import Dataset, Passage, Question
 
