@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from evorag_core.config import RetrievalConfig, load_config  # noqa: E402
 from evorag_core.data.corpus import build_corpus  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.embedding import Embedder  # noqa: E402
+from evorag_core.retrieval.embedding import Embedder  # noqa: E402
 from evorag_core.retrieval import (  # noqa: E402
     BM25Retriever,
     DenseRetriever,

@@ -141,7 +141,7 @@ def test_choice_rules_match_the_modules_that_use_them():
     """The choices live beside the settings (config must stay import-light); the modules that dispatch on them
     must accept exactly these."""
     from evorag_core.data.corpus import CORPUS_MODES
-    from evorag_core.embedding import DTYPES
+    from evorag_core.retrieval.embedding import DTYPES
     from evorag_core.methods.r2ag.method import STEERINGS
     from evorag_core.policy.loading import _DTYPES
     from evorag_core.preference import POOLINGS

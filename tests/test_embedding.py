@@ -7,7 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from evorag_core.embedding import Embedder, embedded_minilm_path
+from evorag_core.retrieval.embedding import Embedder, embedded_minilm_path
 from evorag_core.errors import ModelLoadError
 
 TEXTS = [

@@ -32,7 +32,7 @@ QUESTION = Question(
 
 @pytest.fixture(scope="module")
 def embedder():
-    from evorag_core.embedding import Embedder
+    from evorag_core.retrieval.embedding import Embedder
 
     return Embedder()
 

@@ -59,7 +59,7 @@ class CountingEmbedder:
 @pytest.fixture(scope="module")
 def embedder():
     """One real embedder; its string LRU spares re-running the model when tests rebuild the same index."""
-    from evorag_core.embedding import Embedder
+    from evorag_core.retrieval.embedding import Embedder
 
     return Embedder()
 

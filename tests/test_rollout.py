@@ -125,7 +125,7 @@ QUESTION = Question("q1", "test", "In which year was the town on the Velmora Riv
 
 @pytest.fixture(scope="module")
 def embedder():
-    from evorag_core.embedding import Embedder
+    from evorag_core.retrieval.embedding import Embedder
 
     return Embedder()
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from evorag_core.config import RetrievalConfig
-from evorag_core.embedding import Embedder
+from evorag_core.retrieval.embedding import Embedder
 from evorag_core.errors import RetrievalError
 from evorag_core.types import Corpus
 from evorag_core.retrieval.base import Retriever
