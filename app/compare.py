@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from evorag_core.actions import action_to_dict
-from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.env.actions import action_to_dict
+from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.types import Question
 
 from app import grading_view, views

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evorag_core.scheduler import STAGES
+from evorag_core.env.scheduler import STAGES
 
 from app import handlers, views
 from app.handlers import compare as hc

@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from evorag_core.actions import ACTION_NAMES
+from evorag_core.env.actions import ACTION_NAMES
 from evorag_core.errors import EvoRagError
-from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
+from evorag_core.env.scheduler import PRESETS, SCHEDULES, STAGES
 
 from app import handlers, views
 from app.handlers import EpisodeView

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from evorag_core.episode import EpisodeRecord
+from evorag_core.env.episode import EpisodeRecord
 from evorag_core.metrics import exact_match, f1_score, normalize_answer
 from evorag_core.types import Passage, Question
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from evorag_core.actions import ACTION_NAMES, Action, Answer, Backtrack, Refuse, Search, action_to_dict
+from evorag_core.env.actions import ACTION_NAMES, Action, Answer, Backtrack, Refuse, Search, action_to_dict
 from evorag_core.errors import ActionParseError
 
 __all__ = ["HUMAN_SOURCE", "Proposal", "Correction", "human_action", "completion_of", "correction_of",

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from evorag_core.actions import Action, action_to_dict
+from evorag_core.env.actions import Action, action_to_dict
 from evorag_core.config import Config
 from evorag_core.errors import ActionParseError, EvoRagError
 from evorag_core.methods.oracle import ORACLE_LABEL, OraclePolicy
 from evorag_core.methods.script import ScriptPolicy, load_script
-from evorag_core.state import AgentView
+from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
 __all__ = [

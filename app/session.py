@@ -17,13 +17,13 @@ from typing import Any, Iterator
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from evorag_core.actions import Action, action_to_dict
-from evorag_core.env import RagEnv
-from evorag_core.episode import EpisodeRecord, StepRecord, apply_override
+from evorag_core.env.actions import Action, action_to_dict
+from evorag_core.env.env import RagEnv
+from evorag_core.env.episode import EpisodeRecord, StepRecord, apply_override
 from evorag_core.errors import ConfigError, EnvStateError, StoreError
-from evorag_core.judge import GoldCoverageJudge, OverrideJudge, Verdict
+from evorag_core.env.judges import GoldCoverageJudge, OverrideJudge, Verdict
 from evorag_core.runtime import Runtime
-from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
+from evorag_core.env.scheduler import PRESETS, SCHEDULES, STAGES
 from evorag_core.types import Passage, Question
 
 from app.human import Correction, Proposal, completion_of, correction_of

@@ -18,10 +18,10 @@ from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 
-from evorag_core.actions import parse_action
-from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.env.actions import parse_action
+from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.errors import EvoRagError
-from evorag_core.judge import Verdict
+from evorag_core.env.judges import Verdict
 from evorag_core.types import Passage
 
 from app import grading_view, views

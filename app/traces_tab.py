@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from evorag_core.scheduler import STAGES
+from evorag_core.env.scheduler import STAGES
 from evorag_core.store import EPISODE_SOURCES, OUTCOMES, TRACE_ORDERS
 
 from app import views

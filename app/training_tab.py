@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from evorag_core.scheduler import STAGES
+from evorag_core.env.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES
 
 from app import handlers, views

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from evorag_core.errors import EvoRagError
-from evorag_core.scheduler import STAGES
+from evorag_core.env.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
 from app import compare_tab, episode_tab, handlers, r2ag_view, traces_tab, training_tab, views

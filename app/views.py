@@ -10,10 +10,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from evorag_core.actions import action_to_dict
-from evorag_core.episode import EpisodeRecord, StepRecord
-from evorag_core.scheduler import SIGNAL_WEIGHT, weights_at
-from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.env.actions import action_to_dict
+from evorag_core.env.episode import EpisodeRecord, StepRecord
+from evorag_core.env.scheduler import SIGNAL_WEIGHT, weights_at
+from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.types import Passage
 
 from app.grading_view import highlight

@@ -54,7 +54,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.actions import action_name  # noqa: E402
+from evorag_core.env.actions import action_name  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.base import run_episode  # noqa: E402
@@ -62,7 +62,7 @@ from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
 from evorag_core.policy.prompts import LABELS  # noqa: E402
 from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
-from evorag_core.state import AgentView, Hop  # noqa: E402
+from evorag_core.env.state import AgentView, Hop  # noqa: E402
 from training.worker import quiet_progress_bars  # noqa: E402
 
 DEMO = ROOT / "data" / "demo" / "demo.jsonl"

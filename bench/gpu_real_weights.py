@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_check  # noqa: E402  (bench/gpu_check.py: HashEmbedder, demo_view, _timed, run_round, environment)
-from evorag_core.actions import action_name  # noqa: E402
+from evorag_core.env.actions import action_name  # noqa: E402
 from evorag_core.checksum import sha256_file  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402

@@ -34,7 +34,7 @@ from evorag_core.config import PREFILL_DTYPES, PolicyConfig, home_dir  # noqa: E
 from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
 from evorag_core.policy.half_decode import cpu_model, resolve_prefill_dtype  # noqa: E402
 from evorag_core.policy.prompts import LABELS  # noqa: E402
-from evorag_core.state import AgentView, Hop  # noqa: E402
+from evorag_core.env.state import AgentView, Hop  # noqa: E402
 from evorag_core.types import Passage  # noqa: E402
 
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"

@@ -57,7 +57,7 @@ def agent_pairs(n: int) -> list[tuple[str, str, str]]:
     turns, the current turn with two searches over a demo question's passages), ChatML as SmolLM2's template writes
     it; chosen/rejected alternate between a SEARCH and the gold ANSWER."""
     from evorag_core.policy.prompts import SYSTEM_PROMPT, demo_turns, render_user
-    from evorag_core.state import AgentView, Hop
+    from evorag_core.env.state import AgentView, Hop
     from evorag_core.types import Passage
 
     rows = [json.loads(line) for line in (ROOT / "data" / "demo" / "demo.jsonl").open(encoding="utf-8")]

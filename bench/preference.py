@@ -137,7 +137,7 @@ def _cv_head_accuracy(xc, xr, examples, cfg, folds: int = 5) -> dict:
 def _true_signs(examples):
     import numpy as np
 
-    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.env.signals import SIGNAL_NAMES
 
     d = np.array([[e.deltas[k] for k in SIGNAL_NAMES] for e in examples], dtype=float).reshape(-1, len(SIGNAL_NAMES))
     return np.sign(d) * (np.abs(d) >= 1e-3), np.abs(d)
@@ -167,7 +167,7 @@ def _sign_ceiling(train, evals) -> dict:
     the overall direction on the signs), and, for comparison, c_k = the training pairs' mean |dG^(k)|."""
     import numpy as np
 
-    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.env.signals import SIGNAL_NAMES
 
     signs, magnitude = _true_signs(train)
     out = {}
@@ -185,7 +185,7 @@ def _head_accuracy_by_conflict(model, chosen, rejected, evals) -> dict:
     depends on which signal weighs more) and on the rest."""
     import torch
 
-    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.env.signals import SIGNAL_NAMES
 
     signs, _ = _true_signs(evals)
     with torch.no_grad():
@@ -209,7 +209,7 @@ def _head_right(model, chosen, rejected, examples) -> dict:
     import numpy as np
     import torch
 
-    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.env.signals import SIGNAL_NAMES
 
     signs, _ = _true_signs(examples)
     with torch.no_grad():
@@ -326,7 +326,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
     from evorag_core.policy import TransformersBackend
     from evorag_core.preference import (POOLINGS, FeatureCache, PrefixEncoder, encode_examples, examples_from_pairs,
                                         fit_preference_model, metrics_for, split_examples)
-    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.env.signals import SIGNAL_NAMES
     from evorag_core.store import open_store
 
     torch.set_num_threads(args.threads)

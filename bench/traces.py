@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.signals import SIGNAL_NAMES  # noqa: E402
+from evorag_core.env.signals import SIGNAL_NAMES  # noqa: E402
 from evorag_core.store import Outcome, Sibling, Step, TraceFilter, open_store  # noqa: E402
 
 DEMO = REPO / "data" / "demo" / "demo.jsonl"

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from evorag_core.actions import action_to_dict
-from evorag_core.episode import EpisodeRecord
+from evorag_core.env.actions import action_to_dict
+from evorag_core.env.episode import EpisodeRecord
 from evorag_core.methods.base import QuestionResult
 
 __all__ = ["EvalRecorder", "run_name", "result_steps", "record_result"]

@@ -73,7 +73,7 @@ from torch import nn
 
 from evorag_core.config import Config, PreferenceConfig
 from evorag_core.errors import ConfigError, ModelLoadError, TrainingError
-from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.env.signals import SIGNAL_NAMES
 
 __all__ = [
     "PreferenceExample",
@@ -675,7 +675,7 @@ class RankedPolicy:
         if self._env is None:
             raise ConfigError("this preference model reads what each SEARCH candidate retrieves; the policy needs "
                               "the episode's environment (attach_env, as run_episode does)")
-        from evorag_core.actions import Search
+        from evorag_core.env.actions import Search
         from evorag_core.policy.prompts import render_search_result
 
         chars = self.lm.cfg.passage_chars

@@ -42,13 +42,13 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from evorag_core.actions import Action, Answer, Refuse, Search, action_to_dict
+from evorag_core.env.actions import Action, Answer, Refuse, Search, action_to_dict
 from evorag_core.config import PolicyConfig, RolloutConfig
-from evorag_core.env import EnvSnapshot, RagEnv
-from evorag_core.episode import EpisodeRecord, StepRecord
-from evorag_core.scheduler import SIGNAL_WEIGHT
-from evorag_core.signals import SIGNAL_NAMES
-from evorag_core.state import AgentView
+from evorag_core.env.env import EnvSnapshot, RagEnv
+from evorag_core.env.episode import EpisodeRecord, StepRecord
+from evorag_core.env.scheduler import SIGNAL_WEIGHT
+from evorag_core.env.signals import SIGNAL_NAMES
+from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
 __all__ = [

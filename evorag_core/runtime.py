@@ -11,8 +11,8 @@ import numpy as np
 
 from evorag_core.config import Config
 from evorag_core.data.corpus import build_corpus
-from evorag_core.env import RagEnv
-from evorag_core.judge import GoldCoverageJudge, SufficiencyJudge
+from evorag_core.env.env import RagEnv
+from evorag_core.env.judges import GoldCoverageJudge, SufficiencyJudge
 from evorag_core.types import Corpus, Dataset, Question
 
 __all__ = ["Runtime"]

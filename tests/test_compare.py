@@ -10,8 +10,8 @@ from app import compare as cmp
 from app.handlers.compare import compare_policies
 from app.policies import BASE
 from app.session import EpisodeSettings
-from evorag_core.actions import Answer, Refuse, Search
-from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.env.actions import Answer, Refuse, Search
+from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.types import Question
 from tests.test_studio_activation import make_adapter, register, svc, tiny  # noqa: F401 - the tiny-model Services fixtures
 

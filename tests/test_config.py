@@ -147,7 +147,7 @@ def test_choice_rules_match_the_modules_that_use_them():
     from evorag_core.preference import POOLINGS
     from evorag_core.retrieval.bm25 import BM25_BACKENDS, BM25_METHODS
     from evorag_core.retrieval.tokenize import STOPWORD_LISTS
-    from evorag_core.scheduler import PRESETS, SCHEDULES, STAGES
+    from evorag_core.env.scheduler import PRESETS, SCHEDULES, STAGES
     from training.kl import KL_ESTIMATORS
     from training.rounds import ROUND_MODULES
 

@@ -20,7 +20,7 @@ from evorag_core.data.datasets import load_dataset
 from evorag_core.policy import LMPolicy, TransformersBackend
 from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
 from evorag_core.runtime import Runtime
-from evorag_core.state import AgentView
+from evorag_core.env.state import AgentView
 from evorag_core.store import open_store
 from training.lora import attach_lora, save_adapter
 from training.registry import activate

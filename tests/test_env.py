@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from evorag_core.actions import Answer, Backtrack, Refuse, Search
+from evorag_core.env.actions import Answer, Backtrack, Refuse, Search
 from evorag_core.config import EnvConfig, RewardConfig
-from evorag_core.env import RagEnv
-from evorag_core.episode import EpisodeRecord, apply_override
+from evorag_core.env.env import RagEnv
+from evorag_core.env.episode import EpisodeRecord, apply_override
 from evorag_core.errors import EnvStateError
-from evorag_core.judge import GoldCoverageJudge, OverrideJudge, Verdict
-from evorag_core.scheduler import step_reward, weights_at
+from evorag_core.env.judges import GoldCoverageJudge, OverrideJudge, Verdict
+from evorag_core.env.scheduler import step_reward, weights_at
 from evorag_core.types import Corpus, Passage, Question
 
 PASSAGES = (

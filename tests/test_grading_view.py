@@ -14,9 +14,9 @@ from app.grading_view import (Grade, episode_grade, gold_text, grade_episode, gr
                               source_index)
 from app.services import Services
 from app.session import EpisodeSettings, free_question
-from evorag_core.actions import Answer, Refuse, Search
+from evorag_core.env.actions import Answer, Refuse, Search
 from evorag_core.config import load_config
-from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.types import Passage, Question
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"

@@ -227,7 +227,7 @@ def test_embedded_model_bf16_prefill_keeps_the_agent_decisions(session_home):
     at a token the fp32 model itself finds within 0.15 nat of its own choice."""
     from evorag_core.policy import LMPolicy
     from evorag_core.policy.prompts import LABELS
-    from evorag_core.state import AgentView, Hop
+    from evorag_core.env.state import AgentView, Hop
     from evorag_core.types import Passage
 
     bf16 = TransformersBackend(PolicyConfig(device="cpu", prefill_dtype="bfloat16"), session_home)

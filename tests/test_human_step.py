@@ -15,7 +15,7 @@ from app import handlers
 from app.human import Correction, Proposal, completion_of, correction_metadata, correction_of, human_action
 from app.services import Services
 from app.session import EpisodeSettings
-from evorag_core.actions import Answer, Backtrack, Refuse, Search, action_to_dict
+from evorag_core.env.actions import Answer, Backtrack, Refuse, Search, action_to_dict
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import ActionParseError, EnvStateError
 

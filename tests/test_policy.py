@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evorag_core.actions import Answer, Backtrack, Refuse, Search
+from evorag_core.env.actions import Answer, Backtrack, Refuse, Search
 from evorag_core.config import AnswerConfig, PolicyConfig
 from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
 from evorag_core.judge_llm import LLMSufficiencyJudge
@@ -25,7 +25,7 @@ from evorag_core.policy.hf_backend import _pick
 from evorag_core.policy.kv_cache import (PrefixPool, cache_kwargs, common_prefix_length, fork_cache, growing_cache,
                                          shared_prefix_cache)
 from evorag_core.policy.prompts import render_passage, render_user
-from evorag_core.state import AgentView, Hop
+from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
 P1 = Passage("p1", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.")

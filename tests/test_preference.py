@@ -26,7 +26,7 @@ from evorag_core.preference import (
     split_examples,
     train_preference_model,
 )
-from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.store import NewPair
 
 
@@ -289,7 +289,7 @@ def test_probe_pooling_reads_the_question_asked_after_the_candidate(backend, tmp
 def test_ranking_and_best_of_k_policy(backend):
     """A model whose only head scores +1 on the 'SEARCH' direction of the features picks a SEARCH candidate."""
     from evorag_core.policy import LMPolicy
-    from evorag_core.state import AgentView, Hop
+    from evorag_core.env.state import AgentView, Hop
     from evorag_core.types import Passage
 
     policy = LMPolicy(backend, PolicyConfig(max_query_tokens=8, max_answer_tokens=6))

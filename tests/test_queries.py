@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 import evorag_core.policy.agent as agent_module
-from evorag_core.actions import Search
+from evorag_core.env.actions import Search
 from evorag_core.config import PolicyConfig
 from evorag_core.errors import ConfigError
 from evorag_core.evidence.text import title_key, words
 from evorag_core.policy import LMPolicy, TransformersBackend
 from evorag_core.policy.prompts import LABELS
 from evorag_core.policy.queries import choose_queries, filter_reason, grounded_candidates, score_candidates
-from evorag_core.state import AgentView, Hop
+from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
 QUESTION = "In which country was the engineer whose company designed the Eiffel Tower born?"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from evorag_core.actions import Action, Answer, Backtrack, Refuse, Search
+from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
 from evorag_core.cli import main as cli_main
 from evorag_core.config import EnvConfig, PolicyConfig, RewardConfig, RolloutConfig, load_config
 from evorag_core.data.datasets import load_dataset
-from evorag_core.env import RagEnv
-from evorag_core.episode import StepRecord
+from evorag_core.env.env import RagEnv
+from evorag_core.env.episode import StepRecord
 from evorag_core.errors import DatasetFormatError
-from evorag_core.judge import GoldCoverageJudge
+from evorag_core.env.judges import GoldCoverageJudge
 from evorag_core.pair_io import export_pairs, import_pairs, join_chatml, read_pairs, split_chatml
 from evorag_core.policy.prompts import render_search_result
 from evorag_core.rollout import (
@@ -29,7 +29,7 @@ from evorag_core.rollout import (
     signal_returns,
 )
 from evorag_core.runtime import Runtime
-from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.store import NewPair, open_store
 from evorag_core.types import Corpus, Passage, Question
 

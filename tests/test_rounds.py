@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import ConfigError, TrainingError
-from evorag_core.scheduler import step_reward, weights_at
+from evorag_core.env.scheduler import step_reward, weights_at
 from evorag_core.store import NewPair, Sibling, Step, open_store
 from training.job import RoundJob, job_config
 from training.rollout_data import PassageResolver, candidate_groups, replay_episode

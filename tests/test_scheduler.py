@@ -2,7 +2,7 @@
 import pytest
 
 from evorag_core.errors import ConfigError
-from evorag_core.scheduler import PAPER_TABLE, StageSwitchController, step_reward, weights_at
+from evorag_core.env.scheduler import PAPER_TABLE, StageSwitchController, step_reward, weights_at
 
 
 def test_weights_hit_endpoints():

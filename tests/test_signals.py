@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from evorag_core.actions import Answer, Backtrack, Refuse, Search
-from evorag_core.signals import (
+from evorag_core.env.actions import Answer, Backtrack, Refuse, Search
+from evorag_core.env.signals import (
     SIGNAL_NAMES,
     StepContext,
     action_penalty,

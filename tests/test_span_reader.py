@@ -14,7 +14,7 @@ from evorag_core.errors import ConfigError
 from evorag_core.policy import LMPolicy, TransformersBackend
 from evorag_core.span_reader import (SpanReader, either_or, extract_candidates, is_numeric_question, is_yes_no,
                                      span_in_passages)
-from evorag_core.state import AgentView, Hop
+from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"

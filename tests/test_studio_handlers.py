@@ -17,7 +17,7 @@ from app.session import EpisodeSettings
 from app.ui import _annotator, error_message, guard
 from evorag_core.config import load_config
 from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
-from evorag_core.signals import SIGNAL_NAMES
+from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.store import NewPair
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
@@ -432,7 +432,7 @@ class _ArenaAnswer:
         pass
 
     def act(self, view):
-        from evorag_core.actions import Answer
+        from evorag_core.env.actions import Answer
         from evorag_core.methods.arena import ArenaGenerator
         from evorag_core.policy.agent import reader_passages
 

@@ -232,7 +232,7 @@ def svc(tmp_path):
 
 
 def _signals(value: float) -> dict[str, float]:
-    from evorag_core.signals import SIGNAL_NAMES
+    from evorag_core.env.signals import SIGNAL_NAMES
 
     return {k: value for k in SIGNAL_NAMES}
 

@@ -1,6 +1,6 @@
 """The two-stage curriculum (SPEC §3, §5): Discovery -> Refinement, rounds of
 rollout -> pairs -> preference model -> policy update -> dev evaluation, with the stage switch decided by the
-EMA / tolerance / patience controller (`evorag_core.scheduler.StageSwitchController`) on the mean dev return.
+EMA / tolerance / patience controller (`evorag_core.env.scheduler.StageSwitchController`) on the mean dev return.
 
 Each round:
 1. rollout: sibling-branch rollouts (`evorag_core.rollout.run_rollouts`) of the current policy (the active adapter,
@@ -80,7 +80,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     from evorag_core.preference import PrefixEncoder, train_preference_model
     from evorag_core.rollout import PairSelector, run_rollouts
     from evorag_core.runtime import Runtime
-    from evorag_core.scheduler import StageSwitchController
+    from evorag_core.env.scheduler import StageSwitchController
 
     from training.registry import activate
     from training.worker import quiet_progress_bars

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.policy.prompts import LABELS, completion_text
-from evorag_core.scheduler import SIGNAL_WEIGHT
-from evorag_core.state import AgentView, Hop
+from evorag_core.env.scheduler import SIGNAL_WEIGHT
+from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
 from training.ppo import scalarize

@@ -10,8 +10,8 @@ from typing import Iterator
 
 import plotly.graph_objects as go
 
-from evorag_core.actions import action_to_dict
-from evorag_core.episode import EpisodeRecord
+from evorag_core.env.actions import action_to_dict
+from evorag_core.env.episode import EpisodeRecord
 from evorag_core.types import Passage
 
 from app import grading_view, views

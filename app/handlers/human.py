@@ -3,7 +3,7 @@ policy (SEARCH with a typed query, BACKTRACK, ANSWER with a typed answer, REFUSE
 queue, and the live counts the page shows (pairs queued) and what a Reset is about to load."""
 from __future__ import annotations
 
-from evorag_core.actions import action_to_dict
+from evorag_core.env.actions import action_to_dict
 
 from app import views
 from app.human import HUMAN_SOURCE, Correction, correction_metadata, human_action

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evorag_core.actions import action_to_dict
+from evorag_core.env.actions import action_to_dict
 from evorag_core.errors import ConfigError
 from evorag_core.methods.base import run_episode
 from evorag_core.methods.oracle import OraclePolicy

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from evorag_core.actions import Action
-from evorag_core.state import AgentView
+from evorag_core.env.actions import Action
+from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 from evorag_core.methods.base import EpisodeMethod
 

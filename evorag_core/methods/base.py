@@ -5,11 +5,11 @@ from dataclasses import asdict, dataclass, field
 import time
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from evorag_core.actions import Action, action_to_dict
-from evorag_core.env import RagEnv
-from evorag_core.episode import EpisodeRecord
+from evorag_core.env.actions import Action, action_to_dict
+from evorag_core.env.env import RagEnv
+from evorag_core.env.episode import EpisodeRecord
 from evorag_core.metrics import exact_match, f1_score, support_recall
-from evorag_core.state import AgentView
+from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
 __all__ = ["EpisodePolicy", "EpisodeMethod", "QuestionResult", "run_episode", "result_from_episode"]

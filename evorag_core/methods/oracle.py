@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from evorag_core.actions import Action, Answer, Refuse, Search
-from evorag_core.state import AgentView
+from evorag_core.env.actions import Action, Answer, Refuse, Search
+from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
 __all__ = ["OraclePolicy", "ORACLE_LABEL"]

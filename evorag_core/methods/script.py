@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from evorag_core.actions import Action, Refuse, parse_action
+from evorag_core.env.actions import Action, Refuse, parse_action
 from evorag_core.errors import ActionParseError
-from evorag_core.state import AgentView
+from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
 __all__ = ["ScriptPolicy", "load_script"]

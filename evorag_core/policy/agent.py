@@ -61,11 +61,11 @@ from typing import Any
 
 import torch
 
-from evorag_core.actions import Action, Answer, Backtrack, Refuse, Search
+from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
 from evorag_core.answers import Reader, clean_answer, reader_prompt
 from evorag_core.config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
 from evorag_core.errors import ConfigError
-from evorag_core.state import AgentView
+from evorag_core.env.state import AgentView
 from evorag_core.types import Passage
 from evorag_core.policy.base import Generation, PolicyBackend, encode_pair
 from evorag_core.policy.queries import choose_queries

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from evorag_core.state import AgentView, Hop
+from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
 __all__ = [

@@ -36,7 +36,7 @@ import torch
 
 from evorag_core.evidence.entities import bridge_candidates
 from evorag_core.evidence.text import expansion_terms, title_key, uncovered_terms, words
-from evorag_core.state import AgentView
+from evorag_core.env.state import AgentView
 from evorag_core.types import Passage
 
 __all__ = ["QueryCandidate", "COPY_WORDS", "FILTER_REASONS", "earlier_queries", "filter_reason", "grounded_candidates",

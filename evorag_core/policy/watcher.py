@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from evorag_core.actions import Action
+from evorag_core.env.actions import Action
 from evorag_core.errors import AdapterError
 from evorag_core.types import Question
 

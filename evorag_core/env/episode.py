@@ -5,9 +5,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
-from evorag_core.actions import Action, Answer, Refuse, action_to_dict, parse_action
-from evorag_core.judge import Verdict
-from evorag_core.scheduler import step_reward
+from evorag_core.env.actions import Action, Answer, Refuse, action_to_dict, parse_action
+from evorag_core.env.judges import Verdict
+from evorag_core.env.scheduler import step_reward
 
 __all__ = ["StepRecord", "EpisodeRecord", "apply_override"]
 

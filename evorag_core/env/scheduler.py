@@ -6,7 +6,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from evorag_core.errors import ConfigError
-from evorag_core.signals import SIGNAL_NAMES, progress
+from evorag_core.env.signals import SIGNAL_NAMES, progress
 
 __all__ = [
     "WEIGHT_NAMES",

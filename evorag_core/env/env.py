@@ -7,14 +7,14 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from evorag_core.actions import Action, Answer, Backtrack, Refuse, Search
+from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
 from evorag_core.config import EnvConfig, RewardConfig
-from evorag_core.episode import EpisodeRecord, StepRecord
+from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.errors import EnvStateError
-from evorag_core.judge import JudgeRequest, SufficiencyJudge, Verdict
-from evorag_core.scheduler import step_reward, weights_at
-from evorag_core.signals import StepContext, compute_signals
-from evorag_core.state import AgentView, Hop
+from evorag_core.env.judges import JudgeRequest, SufficiencyJudge, Verdict
+from evorag_core.env.scheduler import step_reward, weights_at
+from evorag_core.env.signals import StepContext, compute_signals
+from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Corpus, Passage, Question
 
 __all__ = ["SearchBackend", "Observation", "StepResult", "EnvSnapshot", "RagEnv"]
