@@ -172,14 +172,14 @@ class PolicyProvider:
         with self._lock:
             if self._backend is None:
                 try:
-                    from evorag_core.policy import TransformersBackend
+                    from evorag_core.lm.hf_backend import TransformersBackend
                 except ImportError as exc:
                     raise FeatureUnavailable(f"the LM policy is not available yet (evorag_core.policy: {exc})") from None
                 self._backend = TransformersBackend(self.cfg.policy, self.home)
             return self._backend
 
     def _lm_policy(self, backend):
-        from evorag_core.policy import LMPolicy
+        from evorag_core.policy.agent import LMPolicy
 
         return LMPolicy(backend, self.cfg.policy, self.cfg.answer)
 

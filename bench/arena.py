@@ -44,7 +44,7 @@ from evorag_core.evaluation import compare_results, evaluate, summarize  # noqa:
 from evorag_core.methods.arena import ArenaGenerator, ArenaMethod, span_reader  # noqa: E402
 from evorag_core.methods.base import QuestionResult  # noqa: E402
 from evorag_core.methods.arena_prompt import ArenaConfig  # noqa: E402
-from evorag_core.policy import TransformersBackend  # noqa: E402
+from evorag_core.lm.hf_backend import TransformersBackend  # noqa: E402
 
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
@@ -93,7 +93,7 @@ def _answer_span_report(evaluated: dict) -> dict:
 
 
 def _train(args, datasets, home: Path, out_dir: Path) -> tuple[Path, dict]:
-    from evorag_core.policy.loading import load_model
+    from evorag_core.lm.loading import load_model
     from training.arena_grpo import ArenaGrpoConfig, train_arena_grpo
     from training.lora import attach_lora, save_adapter
     from training.round_io import base_model_id

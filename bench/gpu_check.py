@@ -58,7 +58,8 @@ from evorag_core.env.actions import action_name  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.base import run_episode  # noqa: E402
-from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
+from evorag_core.policy.agent import LMPolicy  # noqa: E402
+from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.policy.prompts import LABELS  # noqa: E402
 from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402

@@ -56,9 +56,10 @@ from evorag_core.checksum import sha256_file  # noqa: E402
 from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.methods.base import run_episode  # noqa: E402
-from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
+from evorag_core.policy.agent import LMPolicy  # noqa: E402
+from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.policy.agent import allowed_actions  # noqa: E402
-from evorag_core.policy.loading import (_convert_gguf, _is_model_folder, embedded_gguf_path,  # noqa: E402
+from evorag_core.lm.loading import (_convert_gguf, _is_model_folder, embedded_gguf_path,  # noqa: E402
                                         gguf_fingerprint)
 from evorag_core.policy.prompts import LABELS  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402

@@ -115,7 +115,8 @@ def rollout_part(args: argparse.Namespace, lo: int, hi: int) -> None:
     import torch
 
     from evorag_core.data.datasets import load_dataset
-    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.policy.agent import LMPolicy
+    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.rollout import PairSelector, run_rollouts
     from evorag_core.runtime import Runtime
     from evorag_core.store import open_store
@@ -262,7 +263,7 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
 def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from evorag_core.policy.loading import load_model
+    from evorag_core.lm.loading import load_model
     from evorag_core.store import open_store
     from training.dpo import pair_margins
     from training.dpo_round import pair_examples
@@ -315,7 +316,8 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
     from evorag_core.data.datasets import load_dataset
     from evorag_core.evaluation import evaluate
     from evorag_core.methods.base import EpisodeMethod
-    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.policy.agent import LMPolicy
+    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.runtime import Runtime
 
     cfg = _config(args, **{"env.t_max": args.eval_t_max})
@@ -385,7 +387,7 @@ def _targets(state: dict[str, Any]) -> dict[str, Any]:
 
 def _machine(args: argparse.Namespace) -> dict[str, Any]:
     """The host, with what decides training speed: CPU model and whether train.dtype resolved to bf16 natively."""
-    from evorag_core.policy.half_decode import cpu_has_native_bf16, cpu_model
+    from evorag_core.lm.half_decode import cpu_has_native_bf16, cpu_model
     from training.precision import resolve_train_dtype
 
     return {"cpus": os.cpu_count(), "platform": platform.platform(), "cpu_model": cpu_model(),

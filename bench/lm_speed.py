@@ -7,7 +7,7 @@ Measures (medians over --runs): cached load time; for a ~600-token agent prompt:
 prefill tok/s, decode tok/s at batch 1 and aggregate at batch 4/8 (HF `generate` at batch 1 for comparison); the
 per-step cost of the agent's action scoring as an episode's prompt grows, with and without prefix reuse; and the cost
 of K=4 sibling candidates vs one sampled decision. The default backend decodes with fp16 weight copies
-(`policy.half_decode_rows`, evorag_core/policy/half_decode.py) and, where the CPU has native bf16 instructions,
+(`policy.half_decode_rows`, evorag_core/lm/half_decode.py) and, where the CPU has native bf16 instructions,
 prefills with bf16 copies (`policy.prefill_dtype` "auto"); `--half-decode-rows 0 --prefill-dtype float32` times the
 exact fp32 path. The K = 4 cost is reported from blocks of runs and from back-to-back pairs (`k4_over_one_paired`).
 `--variants` also times decode/prefill for exact fp32, fp32 with fp16 decode copies, the same with bf16 prefill
@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evorag_core.config import PREFILL_DTYPES, PolicyConfig, home_dir  # noqa: E402
-from evorag_core.policy import LMPolicy, TransformersBackend  # noqa: E402
-from evorag_core.policy.half_decode import cpu_model, resolve_prefill_dtype  # noqa: E402
+from evorag_core.policy.agent import LMPolicy  # noqa: E402
+from evorag_core.lm.hf_backend import TransformersBackend
+from evorag_core.lm.half_decode import cpu_model, resolve_prefill_dtype  # noqa: E402
 from evorag_core.policy.prompts import LABELS  # noqa: E402
 from evorag_core.env.state import AgentView, Hop  # noqa: E402
 from evorag_core.types import Passage  # noqa: E402

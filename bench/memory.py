@@ -207,7 +207,7 @@ def measure(args: argparse.Namespace) -> dict:
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if not args.cold:
         subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                        "from evorag_core.policy.loading import resolve_model; resolve_model('embedded', Path(sys.argv[1]))",
+                        "from evorag_core.lm.loading import resolve_model; resolve_model('embedded', Path(sys.argv[1]))",
                         str(home)], cwd=ROOT, env=env, check=True)
     db_url = f"sqlite:///{tmp / 'studio.db'}"
     env["EVORAG_DB_URL"] = db_url

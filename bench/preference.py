@@ -323,7 +323,7 @@ def evaluate_models(db: str, args: argparse.Namespace) -> dict:
     import torch
 
     from evorag_core.config import PolicyConfig, PreferenceConfig
-    from evorag_core.policy import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.preference import (POOLINGS, FeatureCache, PrefixEncoder, encode_examples, examples_from_pairs,
                                         fit_preference_model, metrics_for, split_examples)
     from evorag_core.env.signals import SIGNAL_NAMES

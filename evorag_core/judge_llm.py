@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from evorag_core.policy.base import PolicyBackend
+from evorag_core.lm.base import PolicyBackend
 from evorag_core.policy.prompts import render_passage
 from evorag_core.types import Passage
 

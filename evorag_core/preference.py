@@ -222,8 +222,8 @@ class PrefixEncoder:
     def encode(self, prompt: str, completions: Sequence[str]) -> np.ndarray:
         from transformers.cache_utils import DynamicCache
 
-        from evorag_core.policy.base import encode_pair
-        from evorag_core.policy.kv_cache import cache_kwargs
+        from evorag_core.lm.base import encode_pair
+        from evorag_core.lm.kv_cache import cache_kwargs
 
         out = np.zeros((len(completions), len(self.specs), self.dim), dtype=np.float32)
         if not completions:
@@ -589,7 +589,7 @@ def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str
                             f"returns; {skipped} skipped); the preference model needs at least 2")
     train, evals = split_examples(examples, pcfg.holdout, pcfg.seed)
     if encoder is None:
-        from evorag_core.policy import TransformersBackend
+        from evorag_core.lm.hf_backend import TransformersBackend
 
         backend = TransformersBackend(cfg.policy, Path(home) if home else None)
         encoder = PrefixEncoder.from_backend(backend, ((pcfg.layer, pcfg.pooling),))

@@ -34,7 +34,7 @@ from evorag_core.methods.arena_rewards import (
     gold_reference_ids,
     relevance_reward,
 )
-from evorag_core.policy.base import Generation
+from evorag_core.lm.base import Generation
 from evorag_core.types import Passage, Question
 
 P = (
@@ -247,7 +247,7 @@ def tiny_reader_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tiny_reader_backend(tiny_reader_folder, tmp_path_factory):
     """The tiny Llama as the span reader's scorer."""
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.config import PolicyConfig
 
     return TransformersBackend(PolicyConfig(model=str(tiny_reader_folder), device="cpu"),
@@ -401,7 +401,7 @@ def warm_tiny(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from training.tiny import build_tiny_model
 
     before = torch.get_num_threads()
@@ -441,7 +441,7 @@ def test_arena_grpo_round_on_tiny_llama(warm_tiny, one_thread):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evorag_core.config import TrainConfig
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from training.arena_grpo import ArenaGrpoConfig, sample_group, train_arena_grpo
     from training.completion_grpo import encode_group
     from training.lora import attach_lora
@@ -533,7 +533,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     from evorag_core.config import apply_overrides, load_config
     from evorag_core.data.datasets import load_dataset
     from evorag_core.methods.arena import build_arena_method
-    from evorag_core.policy.loading import load_model
+    from evorag_core.lm.loading import load_model
     from evorag_core.runtime import Runtime
     from training.lora import attach_lora, save_adapter
     from training.round_io import base_model_id
@@ -577,7 +577,7 @@ def test_micro_batches_accumulate_the_group_gradient(warm_tiny, one_thread):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evorag_core.config import TrainConfig
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from training.arena_grpo import ArenaGrpoConfig, sample_group
     from training.completion_grpo import encode_group, micro_step, rows
     from training.lora import attach_lora

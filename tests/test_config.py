@@ -143,7 +143,7 @@ def test_choice_rules_match_the_modules_that_use_them():
     from evorag_core.data.corpus import CORPUS_MODES
     from evorag_core.retrieval.embedding import DTYPES
     from evorag_core.methods.r2ag.method import STEERINGS
-    from evorag_core.policy.loading import _DTYPES
+    from evorag_core.lm.loading import _DTYPES
     from evorag_core.preference import POOLINGS
     from evorag_core.retrieval.bm25 import BM25_BACKENDS, BM25_METHODS
     from evorag_core.retrieval.tokenize import STOPWORD_LISTS

@@ -293,7 +293,7 @@ def test_fit_pairs_cuts_the_prompt_middle(tokenizer):
 def test_two_steps_on_the_embedded_model(session_home, tmp_path):
     """SmolLM2-135M, 4 pairs, batch 2, max_length 128: two steps; first loss ln 2; the adapter verifies.
     (The first use of a session home also converts the GGUF to safetensors: ~35 s of this test's time.)"""
-    from evorag_core.policy.loading import load_model
+    from evorag_core.lm.loading import load_model
 
     torch.set_num_threads(2)
     model, tok, folder = load_model("embedded", session_home, device="cpu")

@@ -405,7 +405,7 @@ def test_eval_method_is_registered():
 def backend(tmp_path_factory):
     import torch
 
-    from evorag_core.policy import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     return TransformersBackend(PolicyConfig(device="cpu"), tmp_path_factory.mktemp("dynakrag-home"))

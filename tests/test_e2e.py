@@ -17,7 +17,8 @@ import torch
 
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.data.datasets import load_dataset
-from evorag_core.policy import LMPolicy, TransformersBackend
+from evorag_core.policy.agent import LMPolicy
+from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
 from evorag_core.runtime import Runtime
 from evorag_core.env.state import AgentView

@@ -1,4 +1,4 @@
-"""fp16 weight copies for decode steps and bf16 copies for prompt forwards (evorag_core/policy/half_decode.py).
+"""fp16 weight copies for decode steps and bf16 copies for prompt forwards (evorag_core/lm/half_decode.py).
 
 A tiny random Llama checks the mechanics; two slow tests bound the drift on the embedded SmolLM2-135M.
 """
@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from evorag_core.config import PolicyConfig
 from evorag_core.errors import ConfigError
-from evorag_core.policy import TransformersBackend
-from evorag_core.policy.half_decode import (
+from evorag_core.lm.hf_backend import TransformersBackend
+from evorag_core.lm.half_decode import (
     HalfDecodeLinear,
     bf16_prefill,
     cpu_has_native_bf16,
@@ -225,7 +225,7 @@ def test_embedded_model_bf16_prefill_keeps_the_agent_decisions(session_home):
     stays fp32) the four action labels score within 0.15 nat of fp32 prefill (measured up to 0.07) with the same best
     label (at 3 hops SEARCH and ANSWER are 0.05 apart), and the greedy 16-token query is the same text or first differs
     at a token the fp32 model itself finds within 0.15 nat of its own choice."""
-    from evorag_core.policy import LMPolicy
+    from evorag_core.policy.agent import LMPolicy
     from evorag_core.policy.prompts import LABELS
     from evorag_core.env.state import AgentView, Hop
     from evorag_core.types import Passage

@@ -16,13 +16,15 @@ from evorag_core.env.actions import Answer, Backtrack, Refuse, Search
 from evorag_core.config import AnswerConfig, PolicyConfig
 from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
 from evorag_core.judge_llm import LLMSufficiencyJudge
-from evorag_core.policy import LMPolicy, TransformersBackend, allowed_actions, load_model
-from evorag_core.policy import loading
+from evorag_core.policy.agent import LMPolicy, allowed_actions
+from evorag_core.lm.hf_backend import TransformersBackend
+from evorag_core.lm.loading import load_model
+from evorag_core.lm import loading
 from evorag_core.policy.agent import reader_passages
-from evorag_core.policy.hf_backend import _pack
-from evorag_core.policy.cascade import shared_prefix_attention, supports_cascade
-from evorag_core.policy.hf_backend import _pick
-from evorag_core.policy.kv_cache import (PrefixPool, cache_kwargs, common_prefix_length, fork_cache, growing_cache,
+from evorag_core.lm.hf_backend import _pack
+from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
+from evorag_core.lm.hf_backend import _pick
+from evorag_core.lm.kv_cache import (PrefixPool, cache_kwargs, common_prefix_length, fork_cache, growing_cache,
                                          shared_prefix_cache)
 from evorag_core.policy.prompts import render_passage, render_user
 from evorag_core.env.state import AgentView, Hop

@@ -224,7 +224,7 @@ def test_train_from_pairs_saves_and_caches_features(tmp_path):
 
 @pytest.fixture(scope="module")
 def backend(session_home):
-    from evorag_core.policy import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     return TransformersBackend(PolicyConfig(device="cpu", max_query_tokens=8, max_answer_tokens=6), session_home)
 
@@ -233,7 +233,7 @@ def backend(session_home):
 def test_encoder_matches_a_full_forward_and_is_cached(backend, tmp_path):
     """Prompt once, completions on its KV cache == one uncached forward of prompt + completion (mean over the
     completion positions of hidden layer 20, and the last position of layer 30)."""
-    from evorag_core.policy.base import encode_pair
+    from evorag_core.lm.base import encode_pair
 
     enc = PrefixEncoder.from_backend(backend, ((20, "mean"), (30, "last")))
     prompt = backend.chat_prompt("You answer questions.", "Question: Who wrote Hamlet?\nStep 1 of 5. Your action:")
@@ -260,7 +260,7 @@ def test_encoder_matches_a_full_forward_and_is_cached(backend, tmp_path):
 def test_probe_pooling_reads_the_question_asked_after_the_candidate(backend, tmp_path):
     """"probe" = mean over the hidden states of the question re-asked after the completion (one forward of prompt +
     completion + probe); the completion's own mean/last features are the same with or without a probe spec."""
-    from evorag_core.policy.base import encode_pair
+    from evorag_core.lm.base import encode_pair
     from evorag_core.preference import probe_text
 
     prompt = backend.chat_prompt("You answer questions.", "Question: Who wrote Hamlet?\nStep 1 of 5. Your action:")
@@ -288,7 +288,7 @@ def test_probe_pooling_reads_the_question_asked_after_the_candidate(backend, tmp
 @pytest.mark.slow
 def test_ranking_and_best_of_k_policy(backend):
     """A model whose only head scores +1 on the 'SEARCH' direction of the features picks a SEARCH candidate."""
-    from evorag_core.policy import LMPolicy
+    from evorag_core.policy.agent import LMPolicy
     from evorag_core.env.state import AgentView, Hop
     from evorag_core.types import Passage
 

@@ -12,7 +12,8 @@ from evorag_core.env.actions import Search
 from evorag_core.config import PolicyConfig
 from evorag_core.errors import ConfigError
 from evorag_core.evidence.text import title_key, words
-from evorag_core.policy import LMPolicy, TransformersBackend
+from evorag_core.policy.agent import LMPolicy
+from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.policy.prompts import LABELS
 from evorag_core.policy.queries import choose_queries, filter_reason, grounded_candidates, score_candidates
 from evorag_core.env.state import AgentView, Hop

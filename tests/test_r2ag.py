@@ -36,7 +36,7 @@ from evorag_core.methods.r2ag import (
 )
 from evorag_core.methods.r2ag.rewards import average_precision, format_reward, joint_hit, multi_hit
 from evorag_core.methods.r2ag.scripted import entities, focus_words
-from evorag_core.policy.base import Generation
+from evorag_core.lm.base import Generation
 from evorag_core.runtime import Runtime
 from evorag_core.types import Passage
 
@@ -349,7 +349,7 @@ def warm_tiny(tmp_path_factory, demo_rt) -> Path:
 
     from evorag_core.methods.r2ag.prompt import SYSTEM_PROMPT, render_user
     from evorag_core.methods.r2ag.steering import LMSteering
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from training.tiny import build_tiny_model
 
     before = torch.get_num_threads()
@@ -389,7 +389,7 @@ def test_r2ag_grpo_steps_change_the_adapter_and_follow_the_reward(warm_tiny, dem
 
     from evorag_core.config import TrainConfig
     from evorag_core.methods.r2ag.steering import LMSteering
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
     from training.completion_grpo import encode_group
     from training.lora import attach_lora
     from training.r2ag_grpo import R2agGrpoConfig, TreeState, sample_group, train_r2ag_grpo
@@ -494,7 +494,7 @@ def test_lm_steering_smoke(demo_rt, session_home, one_thread):
     from evorag_core.config import apply_overrides
     from evorag_core.methods.r2ag.prompt import DEMO_TURN, SYSTEM_PROMPT
     from evorag_core.methods.r2ag.steering import LMSteering
-    from evorag_core.policy import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     cfg = apply_overrides(load_config(), {"policy.device": "cpu"})
     backend = TransformersBackend(cfg.policy, session_home)

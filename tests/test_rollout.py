@@ -290,7 +290,8 @@ def test_lm_rollout_of_demo_questions(demo_runtime, tmp_path):
     """The embedded SmolLM2 policy, T_max 2 (t=1 must SEARCH, t=2 = T_max must ANSWER or REFUSE), K = 3."""
     import torch
 
-    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.policy.agent import LMPolicy
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

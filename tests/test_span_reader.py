@@ -11,7 +11,8 @@ import torch
 from evorag_core.answers import Reader
 from evorag_core.config import AnswerConfig, PolicyConfig, apply_overrides, load_config
 from evorag_core.errors import ConfigError
-from evorag_core.policy import LMPolicy, TransformersBackend
+from evorag_core.policy.agent import LMPolicy
+from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.span_reader import (SpanReader, either_or, extract_candidates, is_numeric_question, is_yes_no,
                                      span_in_passages)
 from evorag_core.env.state import AgentView, Hop

@@ -117,7 +117,7 @@ def train_arena_grpo(
     The reference is the base model (adapters disabled) or the frozen adapter `ref_adapter`. Returns the per-step
     log (loss, policy_loss, kl (the optimised estimator), kl_k2, kl_k3, reward and its four parts, ...) and a
     sample of the replies (first reply of each group, per step) for inspection."""
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     if not questions:
         raise TrainingError("ARENA GRPO needs at least one question")

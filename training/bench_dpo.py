@@ -52,8 +52,8 @@ def run_one(max_length: int, dtype: str, grad_ckpt: bool, batch: int, steps: int
     import torch
 
     from evorag_core.config import TrainConfig
-    from evorag_core.policy.half_decode import cpu_has_native_bf16, cpu_model
-    from evorag_core.policy.loading import load_model
+    from evorag_core.lm.half_decode import cpu_has_native_bf16, cpu_model
+    from evorag_core.lm.loading import load_model
 
     from training.dpo import train_dpo
 

@@ -75,7 +75,8 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
                    on_decision: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run the curriculum (see the module docstring); returns one decision record per round."""
     from evorag_core.data.datasets import load_dataset
-    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.policy.agent import LMPolicy
+    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.preference import PrefixEncoder, train_preference_model
     from evorag_core.rollout import PairSelector, run_rollouts

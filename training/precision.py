@@ -16,7 +16,7 @@ import logging
 import torch
 
 from evorag_core.config import TRAIN_DTYPES
-from evorag_core.policy.half_decode import cpu_has_native_bf16
+from evorag_core.lm.half_decode import cpu_has_native_bf16
 
 __all__ = ["resolve_train_dtype", "native_bf16"]
 

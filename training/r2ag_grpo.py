@@ -152,7 +152,7 @@ def train_r2ag_grpo(
     """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place); `gold_for(question)`
     gives a question's gold pids in the corpus of `retriever` / `passages`. Returns the per-step log (loss, kl,
     reward, its parts, forest size, ...) and a sample of replies (the first of each group) for inspection."""
-    from evorag_core.policy.hf_backend import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     forest = [TreeState(q, frozenset(gold_for(q)), ()) for q in questions]
     forest = [s for s in forest if s.gold]

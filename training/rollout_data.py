@@ -124,7 +124,8 @@ class PassageResolver:
 def prompt_renderer(model: Any, tokenizer: Any, model_id: str, policy_cfg: Any) -> Render:
     """`LMPolicy.prompt` of a transformers backend around `model` (built before LoRA is attached; only the
     tokenizer's chat template is used to render)."""
-    from evorag_core.policy import LMPolicy, TransformersBackend
+    from evorag_core.policy.agent import LMPolicy
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     return LMPolicy(TransformersBackend.from_model(model, tokenizer, model_id=model_id), policy_cfg).prompt
 

@@ -35,7 +35,7 @@ def base_model_id(spec: str, home: Path) -> str:
     model (the same string as `TransformersBackend.model_id`; computed without converting the GGUF), else `spec`."""
     if spec != "embedded":
         return spec
-    from evorag_core.policy.loading import embedded_gguf_path, gguf_fingerprint
+    from evorag_core.lm.loading import embedded_gguf_path, gguf_fingerprint
 
     gguf = embedded_gguf_path()
     return f"embedded:{gguf.stem}-{gguf_fingerprint(gguf)}"
@@ -43,7 +43,7 @@ def base_model_id(spec: str, home: Path) -> str:
 
 def load_base(job: RoundJob) -> tuple[Any, Any, str]:
     """(fresh base model, tokenizer, base model id) for the job's policy model; a new copy per round."""
-    from evorag_core.policy.loading import load_model
+    from evorag_core.lm.loading import load_model
 
     model, tokenizer, _ = load_model(job.policy.model, job.home, device=job.policy.device, dtype=job.policy.dtype)
     return model, tokenizer, base_model_id(job.policy.model, job.home)

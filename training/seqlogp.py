@@ -1,6 +1,6 @@
 """Per-token log-probs of completions after prompts, with gradients, for the step-level objectives (GRPO, PPO).
 
-Tokens follow the policy's boundary rule (`evorag_core.policy.base.encode_pair`): the prompt's ids, then the
+Tokens follow the policy's boundary rule (`evorag_core.lm.base.encode_pair`): the prompt's ids, then the
 completion's ids, each encoded without special tokens and no EOS — so a completion's summed log-prob here equals
 `backend.sequence_logprob(prompt, completion)` at sampling time. A prompt longer than the budget loses its middle:
 its head (HEAD_SHARE = 1/6 of the budget: the system prompt) and its tail (the current user turn — question, hops —
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from evorag_core.policy.base import encode_pair
+from evorag_core.lm.base import encode_pair
 
 __all__ = ["HEAD_SHARE", "Encoded", "encode", "fit_prompt", "fit_text", "completion_token_logps", "base_lm"]
 

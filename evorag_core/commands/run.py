@@ -38,7 +38,7 @@ def make_policy(args: argparse.Namespace, rt):
     policy = args.policy or ("script" if args.script else "oracle")
     if policy == "lm":
         from evorag_core.methods.agent import AgentPolicy, load_backend
-        from evorag_core.policy import LMPolicy
+        from evorag_core.policy.agent import LMPolicy
 
         backend, adapter = load_backend(rt, args.adapter)
         return _WithSiblings(AgentPolicy(LMPolicy(backend, rt.cfg.policy, rt.cfg.answer), adapter), args.siblings)

@@ -47,10 +47,10 @@ class AgentPolicy:
 def policy_backend(cfg: Any, home: Any) -> Any:
     """The backend `cfg.backend` names (a PolicyConfig): transformers (default) or vLLM."""
     if cfg.backend == "vllm":
-        from evorag_core.policy.vllm_backend import VLLMBackend
+        from evorag_core.lm.vllm_backend import VLLMBackend
 
         return VLLMBackend(cfg, home)
-    from evorag_core.policy import TransformersBackend
+    from evorag_core.lm.hf_backend import TransformersBackend
 
     return TransformersBackend(cfg, home)
 
@@ -76,7 +76,7 @@ def agent_on(backend: Any, rt: Any, adapter: str | None = None, rank_with_rm: An
     """The agent method on an already loaded backend (several methods can share one model). `rank_with_rm`: a
     saved preference model (folder); the agent then takes the best of the greedy decision and `policy.siblings`
     samples by that model at every state (best-of-K)."""
-    from evorag_core.policy import LMPolicy
+    from evorag_core.policy.agent import LMPolicy
 
     lm = LMPolicy(backend, rt.cfg.policy, rt.cfg.answer)
     if rank_with_rm:

@@ -67,7 +67,7 @@ from evorag_core.config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfi
 from evorag_core.errors import ConfigError
 from evorag_core.env.state import AgentView
 from evorag_core.types import Passage
-from evorag_core.policy.base import Generation, PolicyBackend, encode_pair
+from evorag_core.lm.base import Generation, PolicyBackend, encode_pair
 from evorag_core.policy.queries import choose_queries
 from evorag_core.policy.prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
 

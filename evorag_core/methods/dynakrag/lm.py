@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from evorag_core.config import DynaKragConfig
-from evorag_core.policy.base import PolicyBackend
+from evorag_core.lm.base import PolicyBackend
 from evorag_core.policy.prompts import render_passage
 from evorag_core.answers import Reader, clean_answer
 from evorag_core.types import Passage

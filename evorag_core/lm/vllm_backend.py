@@ -17,8 +17,8 @@ from typing import Sequence
 
 from evorag_core.config import PolicyConfig, home_dir
 from evorag_core.errors import AdapterError, ModelLoadError
-from evorag_core.policy.base import Generation, encode_pair
-from evorag_core.policy.loading import resolve_model
+from evorag_core.lm.base import Generation, encode_pair
+from evorag_core.lm.loading import resolve_model
 from evorag_core.policy.lora import read_adapter_config, read_adapter_weights
 
 __all__ = ["VLLMBackend"]

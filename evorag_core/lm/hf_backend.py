@@ -27,12 +27,12 @@ import torch
 
 from evorag_core.config import PolicyConfig, home_dir
 from evorag_core.errors import ConfigError
-from evorag_core.policy.base import Generation, encode_pair
-from evorag_core.policy.half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
-from evorag_core.policy.cascade import shared_prefix_attention, supports_cascade
-from evorag_core.policy.kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, cache_kwargs, common_prefix_length, fork_cache,
+from evorag_core.lm.base import Generation, encode_pair
+from evorag_core.lm.half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
+from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
+from evorag_core.lm.kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, cache_kwargs, common_prefix_length, fork_cache,
                        growing_cache, shared_prefix_cache)
-from evorag_core.policy.loading import load_model
+from evorag_core.lm.loading import load_model
 from evorag_core.policy.lora import AdapterSet
 
 __all__ = ["TransformersBackend"]
