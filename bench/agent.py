@@ -165,7 +165,7 @@ def _auc(scores: list[float], labels: list[bool]) -> float | None:
 def judge_agreement(args, backend, overrides, home) -> dict:
     """The LLM judge against the gold-coverage judge on three evidence sets per HotpotQA question."""
     from evorag_core.env.judges import GoldCoverageJudge, JudgeRequest
-    from evorag_core.judge_llm import LLMSufficiencyJudge
+    from evorag_core.policy.llm_judge import LLMSufficiencyJudge
 
     rt = _runtime("hotpot-per-question", overrides, home)
     cfg = rt.cfg

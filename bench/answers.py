@@ -1,4 +1,4 @@
-"""The reader's answer modes on the same retrieved passages: the tuning bench of `evorag_core/span_reader.py`.
+"""The reader's answer modes on the same retrieved passages: the tuning bench of `evorag_core/reader/span.py`.
 
     python bench/answers.py [--sets hotpot:0:60,2wiki:0:30] [--variant NAME:KEY=VALUE,...]... [--timing 20]
                             [--out bench/results/answers_dev.json]
@@ -24,12 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.answers import Reader  # noqa: E402
+from evorag_core.reader.answers import Reader  # noqa: E402
 from evorag_core.config import AnswerConfig, home_dir, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.metrics import exact_match, f1_score, normalize_answer  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
-from evorag_core.span_reader import extract_candidates, span_in_passages  # noqa: E402
+from evorag_core.reader.span import extract_candidates, span_in_passages  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}

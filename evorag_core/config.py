@@ -534,15 +534,15 @@ class R2agConfig(_Checked):
     }
 
 
-# AnswerConfig.mode: "span" = a span of the reader's passages, yes/no, or a refusal (evorag_core/span_reader.py);
-# "free" = the reader's greedy generation, cleaned (evorag_core/answers.py)
+# AnswerConfig.mode: "span" = a span of the reader's passages, yes/no, or a refusal (evorag_core/reader/span.py);
+# "free" = the reader's greedy generation, cleaned (evorag_core/reader/answers.py)
 ANSWER_MODES: tuple[str, ...] = ("span", "free")
 YES_NO_CALIBRATIONS: tuple[str, ...] = ("none", "content_free")
 
 
 @dataclass(frozen=True)
 class AnswerConfig(_Checked):
-    """The reader every method answers with (evorag_core/answers.py, span_reader.py)."""
+    """The reader every method answers with (evorag_core/reader/answers.py, span_reader.py)."""
 
     mode: str = "span"  # one of ANSWER_MODES
     passage_chars: int = 0  # span mode: passage cut in the reader prompt (0 = the method's own, e.g. policy.passage_chars)

@@ -15,7 +15,7 @@ import torch
 from evorag_core.env.actions import Answer, Backtrack, Refuse, Search
 from evorag_core.config import AnswerConfig, PolicyConfig
 from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
-from evorag_core.judge_llm import LLMSufficiencyJudge
+from evorag_core.policy.llm_judge import LLMSufficiencyJudge
 from evorag_core.policy.agent import LMPolicy, allowed_actions
 from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.lm.loading import load_model
@@ -431,7 +431,7 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
     text is the reader's greedy answer over the chain's passages (same for every ANSWER sibling at T=0), cleaned,
     and its log-prob is the completion's under the AGENT prompt. answer_with="policy": the agent prompt's own
     continuation, whose token log-probs add up to the same sequence log-prob."""
-    from evorag_core.answers import clean_answer, reader_prompt
+    from evorag_core.reader.answers import clean_answer, reader_prompt
 
     backend.activate(None)
     view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)
@@ -513,7 +513,7 @@ def test_arena_answerer_cites_the_reader_passages(backend):
     the answer is the reply's <answer> part (or the lenient extraction), cleaned, or REFUSE("empty_answer") when
     the reply holds none; the greedy reply is ArenaGenerator's own; the log-prob is the completion's under the
     AGENT prompt; SEARCH siblings carry no reply."""
-    from evorag_core.answers import clean_answer
+    from evorag_core.reader.answers import clean_answer
     from evorag_core.methods.arena import ArenaGenerator
     from evorag_core.methods.arena_prompt import ArenaConfig
 

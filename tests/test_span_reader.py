@@ -1,4 +1,4 @@
-"""Grounded short answers (`evorag_core/span_reader.py`, `answers.Reader`): spans of the passages, yes/no by
+"""Grounded short answers (`evorag_core/reader/span.py`, `answers.Reader`): spans of the passages, yes/no by
 calibrated label scores, counted refusals. Fast tests use a tiny random model; the slow one the embedded SmolLM2."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from evorag_core.answers import Reader
+from evorag_core.reader.answers import Reader
 from evorag_core.config import AnswerConfig, PolicyConfig, apply_overrides, load_config
 from evorag_core.errors import ConfigError
 from evorag_core.policy.agent import LMPolicy
 from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.span_reader import (SpanReader, either_or, extract_candidates, is_numeric_question, is_yes_no,
+from evorag_core.reader.span import (SpanReader, either_or, extract_candidates, is_numeric_question, is_yes_no,
                                      span_in_passages)
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
@@ -128,7 +128,7 @@ def test_refusals_are_counted_with_their_reason(tiny_backend):
 
 
 def test_free_mode_generates_as_before(tiny_backend):
-    from evorag_core.answers import clean_answer, reader_prompt
+    from evorag_core.reader.answers import clean_answer, reader_prompt
 
     free = Reader(tiny_backend, AnswerConfig(mode="free"), 300, 6)
     assert free.span is None

@@ -1,6 +1,6 @@
 """Sufficiency judgments for the refusal signal: one interface, a gold-coverage judge and a human-override layer.
 
-The LLM judge (`evorag_core.judge_llm`) implements the same interface.
+The LLM judge (`evorag_core.policy.llm_judge`) implements the same interface.
 """
 from __future__ import annotations
 

@@ -207,7 +207,7 @@ def _span_evidence(out: ArenaOutput) -> tuple[tuple[Passage, ...], str]:
 def span_reader(backend: Any, answer_cfg: Any, cfg: ArenaConfig, max_tokens: int = 24) -> Any:
     """The shared reader in span mode with `answer_cfg`'s other settings (a `config.AnswerConfig`; None: the
     defaults), its passages cut as ARENA cuts its references (`cfg.passage_chars`; 0 = the full text)."""
-    from evorag_core.answers import Reader
+    from evorag_core.reader.answers import Reader
     from evorag_core.config import AnswerConfig
 
     answer_cfg = dataclasses.replace(answer_cfg if answer_cfg is not None else AnswerConfig(), mode="span")

@@ -62,7 +62,7 @@ from typing import Any
 import torch
 
 from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
-from evorag_core.answers import Reader, clean_answer, reader_prompt
+from evorag_core.reader.answers import Reader, clean_answer, reader_prompt
 from evorag_core.config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
 from evorag_core.errors import ConfigError
 from evorag_core.env.state import AgentView

@@ -2,7 +2,7 @@
 
 The tree grows with the configured steering (`[r2ag] steering = "lm"`: the policy LM of `[policy]`, optionally with
 `--adapter`; `"scripted"`: `ScriptedSteering`), over the question's corpus (`env.corpus`) and the `[r2ag] retriever`
-of the shared retrieval service. The answer comes from the shared reader (`evorag_core.answers`, the prompt every
+of the shared retrieval service. The answer comes from the shared reader (`evorag_core.reader.answers`, the prompt every
 method answers with) over the first `answer_docs` passages of the tree in order of retrieval. Gold pids only
 annotate the tree (rewards, hits) for the result's extras; they steer nothing.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from evorag_core.answers import Reader
+from evorag_core.reader.answers import Reader
 from evorag_core.errors import ConfigError
 from evorag_core.metrics import support_recall
 from evorag_core.types import Corpus, Passage, Question
@@ -33,7 +33,7 @@ STEERINGS = ("lm", "scripted")
 
 def answer_from_passages(backend: Any, question: str, passages: Sequence[Passage], *, max_tokens: int = 24,
                          chars: int = 300, answer_cfg: Any = None) -> str:
-    """The shared reader (`evorag_core.answers.Reader`, `answer_cfg` an `AnswerConfig`, None: its defaults): a span
+    """The shared reader (`evorag_core.reader.answers.Reader`, `answer_cfg` an `AnswerConfig`, None: its defaults): a span
     of the passages / yes / no / "" (refusal) in span mode, greedy cleaned text in free mode."""
     return Reader(backend, answer_cfg, chars, max_tokens).answer(question, passages)
 

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 
 import torch
 
-from evorag_core.answers import ANSWER_SYSTEM_CTX, render_passages
+from evorag_core.reader.answers import ANSWER_SYSTEM_CTX, render_passages
 from evorag_core.metrics import normalize_answer
 from evorag_core.types import Passage
 

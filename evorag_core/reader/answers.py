@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from evorag_core.types import Passage
 
 if TYPE_CHECKING:
-    from evorag_core.span_reader import SpanAnswer
+    from evorag_core.reader.span import SpanAnswer
 
 __all__ = ["ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "Reader", "clean_answer", "reader_prompt", "render_passages"]
 
@@ -60,7 +60,7 @@ class Reader:
 
     def __init__(self, backend: Any, cfg: Any = None, chars: int = 300, max_tokens: int = 24) -> None:
         from evorag_core.config import AnswerConfig
-        from evorag_core.span_reader import SpanReader
+        from evorag_core.reader.span import SpanReader
 
         self.backend, self.cfg = backend, cfg if cfg is not None else AnswerConfig()
         self.chars, self.max_tokens = chars, max_tokens
@@ -69,7 +69,7 @@ class Reader:
     def prompt(self, question: str, passages: Sequence[Passage]) -> str:
         """The prompt the answer is read under (the free mode's generation prompt)."""
         if self.span is not None and passages:
-            from evorag_core.span_reader import span_prompt
+            from evorag_core.reader.span import span_prompt
 
             return span_prompt(self.backend, question, passages, self.span.chars, self.cfg.demos)
         return reader_prompt(self.backend, question, passages, self.chars)
@@ -79,7 +79,7 @@ class Reader:
         """`n` answers (greedy: the same one n times) with where each came from: the span mode's `SpanAnswer`s
         (a span's source passage in `source` / `source_pid`); in free mode kind "free" (or "refusal" when the
         cleaned text is empty) and no source."""
-        from evorag_core.span_reader import SpanAnswer
+        from evorag_core.reader.span import SpanAnswer
 
         if self.span is not None:
             return self.span.read(question, passages, temperature=temperature, n=n, seed=seed)
