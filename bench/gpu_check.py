@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
 def demo_rollouts(runtime: Runtime, lm: LMPolicy, backend, store, cfg: Config, questions: int) -> tuple[list, dict]:
     """Discovery-stage sibling rollouts of the first `questions` demo questions into `store`; returns the queued pairs
     and the figures (rollout stats, pairs queued, seconds, generated tokens)."""
-    from evorag_core.rollout import PairSelector, run_rollouts
+    from evorag_core.pairs.rollout import PairSelector, run_rollouts
 
     selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
     start, tokens0 = time.perf_counter(), backend.tokens_generated

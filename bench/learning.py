@@ -9,7 +9,7 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
                              [--home DIR] [--out bench/results/learning.json]
 
 Phases (each resumable; finished phases are kept in <home>/learning_state.json, so a re-run continues):
-1. rollouts: `evorag_core.rollout.run_rollouts` of the base policy on the training slice of
+1. rollouts: `evorag_core.pairs.rollout.run_rollouts` of the base policy on the training slice of
    ../shared/benchmarks/hotpotqa_dev300.jsonl, `--workers` processes with `--threads` torch threads each, into a
    SQLite store. `--corpus`: pooled (default, as in the config) = all ~3,000 passages of the file, for training and
    evaluation alike; per-question = each question's 10 passages. `--stage`, default Discovery: its schedule scores
@@ -117,7 +117,7 @@ def rollout_part(args: argparse.Namespace, lo: int, hi: int) -> None:
     from evorag_core.data.datasets import load_dataset
     from evorag_core.policy.agent import LMPolicy
     from evorag_core.lm.hf_backend import TransformersBackend
-    from evorag_core.rollout import PairSelector, run_rollouts
+    from evorag_core.pairs.rollout import PairSelector, run_rollouts
     from evorag_core.runtime import Runtime
     from evorag_core.store import open_store
 

@@ -300,7 +300,7 @@ class JudgeConfig(_Checked):
 
 @dataclass(frozen=True)
 class RolloutConfig(_Checked):
-    """Sibling-branch rollouts (evorag_core/rollout.py explains each bound and its default)."""
+    """Sibling-branch rollouts (evorag_core/pairs/rollout.py explains each bound and its default)."""
 
     siblings: int = 4  # K candidates sampled per branch state
     temperature: float = 1.0  # sampling temperature of the siblings

@@ -132,7 +132,7 @@ class PreferenceExample:
 def _as_pair(item: Any) -> Any:
     """Store `Pair`s and `NewPair`s as they are; an export record (a mapping, pair_io's format) as a `NewPair`."""
     if isinstance(item, Mapping):
-        from evorag_core.pair_io import new_pair_from_record
+        from evorag_core.pairs.io import new_pair_from_record
 
         return new_pair_from_record(item)
     return item

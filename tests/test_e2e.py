@@ -126,8 +126,8 @@ def test_an_episode_in_flight_finishes_on_the_adapter_it_started_with(cfg, tiny,
 # -- the end-to-end run ---------------------------------------------------------------------------------------------
 
 def rollout_pairs(runtime: Runtime, backend, cfg, store, questions) -> tuple[list[int], object]:
-    """The project's sibling-branch rollouts (evorag_core/rollout.py) of the LM policy into the store."""
-    from evorag_core.rollout import PairSelector, run_rollouts
+    """The project's sibling-branch rollouts (evorag_core/pairs/rollout.py) of the LM policy into the store."""
+    from evorag_core.pairs.rollout import PairSelector, run_rollouts
 
     selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
     stats = run_rollouts(questions, runtime.make_env, LMPolicy(backend, cfg.policy), store, cfg.rollout, selector,

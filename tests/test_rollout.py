@@ -16,9 +16,9 @@ from evorag_core.env.env import RagEnv
 from evorag_core.env.episode import StepRecord
 from evorag_core.errors import DatasetFormatError
 from evorag_core.env.judges import GoldCoverageJudge
-from evorag_core.pair_io import export_pairs, import_pairs, join_chatml, read_pairs, split_chatml
+from evorag_core.pairs.io import export_pairs, import_pairs, join_chatml, read_pairs, split_chatml
 from evorag_core.policy.prompts import render_search_result
-from evorag_core.rollout import (
+from evorag_core.pairs.rollout import (
     Branch,
     BranchState,
     PairSelector,

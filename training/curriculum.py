@@ -3,7 +3,7 @@ rollout -> pairs -> preference model -> policy update -> dev evaluation, with th
 EMA / tolerance / patience controller (`evorag_core.env.scheduler.StageSwitchController`) on the mean dev return.
 
 Each round:
-1. rollout: sibling-branch rollouts (`evorag_core.rollout.run_rollouts`) of the current policy (the active adapter,
+1. rollout: sibling-branch rollouts (`evorag_core.pairs.rollout.run_rollouts`) of the current policy (the active adapter,
    hot-swapped into one backend) on the next `train_per_round` training questions, with the stage's weights;
    episodes, siblings and pairs go to the store;
 2. preference model: the multi-head model is fitted on the stored pairs (`evorag_core.preference`) and its held-out
@@ -79,7 +79,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.preference import PrefixEncoder, train_preference_model
-    from evorag_core.rollout import PairSelector, run_rollouts
+    from evorag_core.pairs.rollout import PairSelector, run_rollouts
     from evorag_core.runtime import Runtime
     from evorag_core.env.scheduler import StageSwitchController
 

@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from evorag_core.pair_io import export_pairs, import_pairs
+    from evorag_core.pairs.io import export_pairs, import_pairs
     from evorag_core.store import open_store
 
     with open_store(db_url_from_args(args, home_from_args(args))) as store:
