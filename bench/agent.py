@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from evorag_core.config import home_dir, load_config  # noqa: E402
 from evorag_core.data.corpus import pool_passages  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation import Progress, compare_results, evaluate  # noqa: E402
+from evorag_core.evaluation.runner import Progress, compare_results, evaluate  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "benchmarks"

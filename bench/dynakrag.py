@@ -31,8 +31,8 @@ from evorag_core.commands.common import config_from_args  # noqa: E402
 from evorag_core.config import home_dir  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.errors import EvoRagError  # noqa: E402
-from evorag_core.evaluation import evaluate  # noqa: E402
-from evorag_core.metrics import paired_bootstrap  # noqa: E402
+from evorag_core.evaluation.runner import evaluate  # noqa: E402
+from evorag_core.evaluation.metrics import paired_bootstrap  # noqa: E402
 from evorag_core.methods.dynakrag import LearnedController, UniformController, load_models  # noqa: E402
 from evorag_core.methods.dynakrag.lm import EvidenceLM  # noqa: E402
 from evorag_core.methods.dynakrag.method import DynaKragMethod, make_context_factory, method_label  # noqa: E402

@@ -314,7 +314,7 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
     import torch
 
     from evorag_core.data.datasets import load_dataset
-    from evorag_core.evaluation import evaluate
+    from evorag_core.evaluation.runner import evaluate
     from evorag_core.methods.base import EpisodeMethod
     from evorag_core.policy.agent import LMPolicy
     from evorag_core.lm.hf_backend import TransformersBackend
@@ -336,7 +336,7 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
 
 
 def phase_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, Any]:
-    from evorag_core.evaluation import compare_results, load_results, summarize
+    from evorag_core.evaluation.runner import compare_results, load_results, summarize
 
     policies = [("base", None)] + [(o, r["adapter_path"]) for o, r in rounds.items() if r.get("status") == "succeeded"]
     started = time.perf_counter()

@@ -15,7 +15,7 @@ import pytest
 
 from evorag_core.config import AnswerConfig, ArenaSettings, apply_overrides, load_config
 from evorag_core.errors import AdapterError, ConfigError
-from evorag_core.evaluation import compare_results, evaluate, summarize
+from evorag_core.evaluation.runner import compare_results, evaluate, summarize
 from evorag_core.methods.arena import (
     METRIC_KEYS,
     ArenaGenerator,

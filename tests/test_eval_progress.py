@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from evorag_core.cli import main as cli_main
-from evorag_core.evaluation import Progress
+from evorag_core.evaluation.runner import Progress
 from evorag_core.methods.base import QuestionResult
 
 TINY = Path(__file__).resolve().parent / "fixtures" / "common_tiny.jsonl"  # 3 questions: q1, q2, q3

@@ -7,7 +7,7 @@ import pytest
 
 from evorag_core.config import Config, apply_overrides
 from evorag_core.data.datasets import load_dataset
-from evorag_core.evaluation import evaluate
+from evorag_core.evaluation.runner import evaluate
 from evorag_core.methods.baselines import BASELINES, clean_answer
 from evorag_core.runtime import Runtime
 

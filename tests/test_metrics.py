@@ -1,7 +1,7 @@
 """EM/F1 normalization and the paired bootstrap."""
 import pytest
 
-from evorag_core.metrics import exact_match, f1_score, normalize_answer, paired_bootstrap, support_recall
+from evorag_core.evaluation.metrics import exact_match, f1_score, normalize_answer, paired_bootstrap, support_recall
 
 
 def test_normalize():
@@ -71,7 +71,7 @@ def test_compare_results_and_the_cli_say_too_few(tmp_path, capsys):
     import json
 
     from evorag_core.cli import main as cli_main
-    from evorag_core.evaluation import compare_results
+    from evorag_core.evaluation.runner import compare_results
 
     a, b = _results([1.0, 1.0]), _results([0.0, 0.0])
     out = compare_results(a, b, resamples=500)

@@ -270,7 +270,7 @@ def test_eval_method_end_to_end_with_scripted_steering(demo_rt, tmp_path):
     """`r2ag` over demo-001/-002 through the shared evaluator: the answer prompt numbers the tree's passages in
     order of retrieval (at most answer_docs); 'Answer: Caddock River.' is cleaned to 'Caddock River' (not demo-002's
     gold 'Sable River': EM 0); the per-question metrics are averaged into the summary; the tree is in the extras."""
-    from evorag_core.evaluation import evaluate
+    from evorag_core.evaluation.runner import evaluate
     from evorag_core.methods.r2ag.method import R2agMethod, TreeBuilder
 
     cfg = replace(R2agConfig(), steering="scripted", answer_docs=3)

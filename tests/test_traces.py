@@ -202,7 +202,7 @@ def test_evorag_eval_stores_each_question_as_a_trace(tmp_path, capsys):
 
 def test_a_pipeline_methods_trace_is_stored_as_steps(tmp_path):
     """A result without an environment episode: one step per trace entry, the raw trace in the config."""
-    from evorag_core.eval_traces import record_result
+    from evorag_core.evaluation.traces import record_result
     from evorag_core.methods.base import QuestionResult
 
     res = QuestionResult(question_id="q9", dataset="d", question="Who?", prediction="Ann", gold=("Ann",), em=1.0,

@@ -9,8 +9,8 @@ from typing import Any, Callable
 import plotly.graph_objects as go
 
 from evorag_core.env.episode import EpisodeRecord
-from evorag_core.eval_traces import EvalRecorder, run_name
-from evorag_core.evaluation import compare_results, evaluate
+from evorag_core.evaluation.traces import EvalRecorder, run_name
+from evorag_core.evaluation.runner import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
 
 from app import views

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evorag_core.evaluation import compare_results, load_results
+from evorag_core.evaluation.runner import compare_results, load_results
 from evorag_core.commands.common import print_json
 
 __all__ = ["add_parser", "main"]

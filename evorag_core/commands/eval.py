@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from evorag_core.errors import ConfigError
-from evorag_core.evaluation import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
+from evorag_core.evaluation.runner import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
 from evorag_core.methods.arena import build_arena_method
 from evorag_core.methods.agent import build_agent_method
 from evorag_core.methods.base import EpisodeMethod
@@ -65,7 +65,7 @@ def _recorder(args: argparse.Namespace, cfg, rt, method):
     """The EvalRecorder that stores this run's episodes, or None with --no-store."""
     if not args.store:
         return None
-    from evorag_core.eval_traces import EvalRecorder, run_name
+    from evorag_core.evaluation.traces import EvalRecorder, run_name
     from evorag_core.store import open_store
     from evorag_core.commands.worker import db_url_from_args
 

@@ -59,7 +59,7 @@ def deferred_interrupt() -> Iterator[None]:
 
 def main(args: argparse.Namespace) -> int:
     from evorag_core.data.datasets import load_dataset
-    from evorag_core.eval_traces import run_name
+    from evorag_core.evaluation.traces import run_name
     from evorag_core.policy.agent import LMPolicy
     from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.pairs.rollout import PairSelector, run_rollouts

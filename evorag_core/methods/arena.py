@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from evorag_core.errors import ConfigError
-from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.evaluation.metrics import exact_match, f1_score, support_recall
 from evorag_core.types import Passage, Question
 from evorag_core.methods.arena_parse import ArenaParse, lenient_answer, parse_arena
 from evorag_core.methods.arena_prompt import ArenaConfig, build_prompt

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from evorag_core.metrics import exact_match, f1_score
+from evorag_core.evaluation.metrics import exact_match, f1_score
 from evorag_core.methods.arena_parse import ArenaParse
 
 __all__ = [

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from evorag_core.reader.answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, Reader, clean_answer, render_passages
-from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.evaluation.metrics import exact_match, f1_score, support_recall
 from evorag_core.types import Passage, Question
 from evorag_core.methods.base import QuestionResult
 

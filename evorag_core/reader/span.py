@@ -48,7 +48,7 @@ from typing import Any, Sequence
 import torch
 
 from evorag_core.reader.answers import ANSWER_SYSTEM_CTX, render_passages
-from evorag_core.metrics import normalize_answer
+from evorag_core.evaluation.metrics import normalize_answer
 from evorag_core.types import Passage
 
 __all__ = ["SpanAnswer", "SpanReader", "extract_candidates", "is_yes_no", "either_or", "is_numeric_question",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 from evorag_core.config import DynaKragConfig
 from evorag_core.errors import ConfigError
-from evorag_core.metrics import support_recall
+from evorag_core.evaluation.metrics import support_recall
 from evorag_core.types import Corpus, Question
 from evorag_core.methods.base import QuestionResult, score
 from evorag_core.methods.dynakrag.controller import Controller, Decision, LearnedController, UniformController, load_models, model_folder

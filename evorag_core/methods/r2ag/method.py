@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from evorag_core.reader.answers import Reader
 from evorag_core.errors import ConfigError
-from evorag_core.metrics import support_recall
+from evorag_core.evaluation.metrics import support_recall
 from evorag_core.types import Corpus, Passage, Question
 from evorag_core.methods.base import QuestionResult, score
 from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics
