@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from evorag_core.methods.arena_parse import PARTS, parse_arena
-from evorag_core.methods.arena_rewards import ArenaReward
+from evorag_core.methods.arena.parse import PARTS, parse_arena
+from evorag_core.methods.arena.rewards import ArenaReward
 from evorag_core.types import Passage
 
 from app.views import esc

@@ -16,7 +16,7 @@ import pytest
 from evorag_core.config import AnswerConfig, ArenaSettings, apply_overrides, load_config
 from evorag_core.errors import AdapterError, ConfigError
 from evorag_core.evaluation.runner import compare_results, evaluate, summarize
-from evorag_core.methods.arena import (
+from evorag_core.methods.arena.method import (
     METRIC_KEYS,
     ArenaGenerator,
     ArenaMethod,
@@ -24,9 +24,9 @@ from evorag_core.methods.arena import (
     span_reader,
 )
 from evorag_core.policy.resolve import resolve_adapter
-from evorag_core.methods.arena_parse import find_citations, lenient_answer, parse_arena, parse_id_list
-from evorag_core.methods.arena_prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
-from evorag_core.methods.arena_rewards import (
+from evorag_core.methods.arena.parse import find_citations, lenient_answer, parse_arena, parse_id_list
+from evorag_core.methods.arena.prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
+from evorag_core.methods.arena.rewards import (
     accuracy_reward,
     arena_reward,
     bonus_reward,
@@ -310,7 +310,7 @@ def test_eval_builder_reads_answer_span(tiny_reader_folder, tmp_path):
     a label saying so) with `--set arena.answer_span=true`."""
     from types import SimpleNamespace
 
-    from evorag_core.methods.arena import build_arena_method
+    from evorag_core.methods.arena.method import build_arena_method
 
     def build(answer_span: bool) -> ArenaMethod:
         cfg = apply_overrides(load_config(), {"policy.model": str(tiny_reader_folder), "policy.device": "cpu",
@@ -532,7 +532,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
 
     from evorag_core.config import apply_overrides, load_config
     from evorag_core.data.datasets import load_dataset
-    from evorag_core.methods.arena import build_arena_method
+    from evorag_core.methods.arena.method import build_arena_method
     from evorag_core.lm.loading import load_model
     from evorag_core.runtime import Runtime
     from training.lora import attach_lora, save_adapter

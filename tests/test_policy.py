@@ -514,8 +514,8 @@ def test_arena_answerer_cites_the_reader_passages(backend):
     the reply holds none; the greedy reply is ArenaGenerator's own; the log-prob is the completion's under the
     AGENT prompt; SEARCH siblings carry no reply."""
     from evorag_core.reader.answers import clean_answer
-    from evorag_core.methods.arena import ArenaGenerator
-    from evorag_core.methods.arena_prompt import ArenaConfig
+    from evorag_core.methods.arena.method import ArenaGenerator
+    from evorag_core.methods.arena.prompt import ArenaConfig
 
     backend.activate(None)
     view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)

@@ -433,7 +433,7 @@ class _ArenaAnswer:
 
     def act(self, view):
         from evorag_core.env.actions import Answer
-        from evorag_core.methods.arena import ArenaGenerator
+        from evorag_core.methods.arena.method import ArenaGenerator
         from evorag_core.policy.agent import reader_passages
 
         refs = tuple(reader_passages(view, 5))

@@ -32,9 +32,9 @@ import torch
 
 from evorag_core.config import TrainConfig
 from evorag_core.errors import ConfigError, TrainingError
-from evorag_core.methods.arena import ArenaGenerator, ArenaOutput
-from evorag_core.methods.arena_prompt import ArenaConfig
-from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
+from evorag_core.methods.arena.method import ArenaGenerator, ArenaOutput
+from evorag_core.methods.arena.prompt import ArenaConfig
+from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
 from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference

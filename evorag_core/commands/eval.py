@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evorag_core.errors import ConfigError
 from evorag_core.evaluation.runner import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
-from evorag_core.methods.arena import build_arena_method
+from evorag_core.methods.arena.method import build_arena_method
 from evorag_core.methods.agent import build_agent_method
 from evorag_core.methods.base import EpisodeMethod
 from evorag_core.methods.baselines import BASELINES, build_baseline

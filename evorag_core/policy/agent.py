@@ -243,8 +243,8 @@ class LMPolicy:
 
     def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
         """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
-        from evorag_core.methods.arena import ArenaGenerator
-        from evorag_core.methods.arena_prompt import ArenaConfig
+        from evorag_core.methods.arena.method import ArenaGenerator
+        from evorag_core.methods.arena.prompt import ArenaConfig
 
         cfg = ArenaConfig(max_new_tokens=self.cfg.arena_tokens, passage_chars=self.cfg.passage_chars)
         passages = reader_passages(view, self.cfg.reader_passages)

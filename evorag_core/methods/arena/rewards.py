@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
 from evorag_core.evaluation.metrics import exact_match, f1_score
-from evorag_core.methods.arena_parse import ArenaParse
+from evorag_core.methods.arena.parse import ArenaParse
 
 __all__ = [
     "ArenaReward",

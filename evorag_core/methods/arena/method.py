@@ -26,9 +26,9 @@ from typing import Any, Sequence
 from evorag_core.errors import ConfigError
 from evorag_core.evaluation.metrics import exact_match, f1_score, support_recall
 from evorag_core.types import Passage, Question
-from evorag_core.methods.arena_parse import ArenaParse, lenient_answer, parse_arena
-from evorag_core.methods.arena_prompt import ArenaConfig, build_prompt
-from evorag_core.methods.arena_rewards import ArenaReward, arena_reward, gold_reference_ids
+from evorag_core.methods.arena.parse import ArenaParse, lenient_answer, parse_arena
+from evorag_core.methods.arena.prompt import ArenaConfig, build_prompt
+from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.methods.base import QuestionResult
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""ARENA: the traceable, citing answer generator (structured prompt, parser, the four rewards, the method)."""
