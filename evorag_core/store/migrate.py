@@ -1,6 +1,6 @@
 """Alembic, driven from code: the schema is brought to the newest revision when a store opens.
 
-The migration scripts live in `evorag_core/migrations/` (hand-written, shipped as package data). The upgrade
+The migration scripts live in `evorag_core/store/migrations/` (hand-written, shipped as package data). The upgrade
 runs in one transaction that first serialises concurrent openers (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
 a transaction-level advisory lock), so several processes may open a fresh database at once. A database
 whose revision this code does not know (written by a newer version) is refused with `StoreError`.
@@ -21,7 +21,7 @@ from evorag_core.store.engine import safe_url, writer
 
 __all__ = ["MIGRATIONS_DIR", "alembic_config", "head_revisions", "current_revisions", "upgrade"]
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 _PG_LOCK_KEY = 0x65766F72  # "evor": any constant shared by every evorag process
 
 
