@@ -61,7 +61,7 @@ from evorag_core.methods.base import run_episode  # noqa: E402
 from evorag_core.policy.agent import LMPolicy  # noqa: E402
 from evorag_core.lm.hf_backend import TransformersBackend
 from evorag_core.policy.prompts import LABELS  # noqa: E402
-from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy  # noqa: E402
+from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
 from evorag_core.env.state import AgentView, Hop  # noqa: E402
 from training.worker import quiet_progress_bars  # noqa: E402
@@ -253,7 +253,7 @@ def _pair_logprobs(backend: TransformersBackend, pairs) -> list[float]:
 def run_round(store, cfg: Config, home: Path, objective: str, job: dict[str, Any], backend, watcher, policy,
               probe_pairs, base_lps: list[float], probe_view: AgentView) -> dict[str, Any]:
     """Enqueue and run one round with the worker, activate its adapter, let the watcher hot-swap it in, decode."""
-    from training.registry import activate
+    from evorag_core.adapters.registry import activate
     from training.worker import WorkerOptions, process_one
 
     rid = store.enqueue_round(objective, job)

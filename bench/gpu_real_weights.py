@@ -270,7 +270,7 @@ def speed(cfg: Config, home: Path, runtime: Runtime, backend: TransformersBacken
 
 def rounds(args, cfg: Config, home: Path, runtime: Runtime, backend: TransformersBackend, report: dict, save) -> None:
     """Rollouts, then a GRPO round (and a DPO round when pairs were queued), each hot-swapped into `backend`."""
-    from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
+    from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.store import open_store
     from training.job import job_config
     from training.worker import quiet_progress_bars

@@ -267,7 +267,7 @@ def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: 
     from evorag_core.store import open_store
     from training.dpo import pair_margins
     from training.dpo_round import pair_examples
-    from training.lora import load_adapter
+    from evorag_core.adapters.files import load_adapter
     from training.round_io import base_model_id
 
     cfg = _config(args)

@@ -23,7 +23,7 @@ from evorag_core.methods.arena.method import (
     arena_answer,
     span_reader,
 )
-from evorag_core.policy.resolve import resolve_adapter
+from evorag_core.adapters.resolve import resolve_adapter
 from evorag_core.methods.arena.parse import find_citations, lenient_answer, parse_arena, parse_id_list
 from evorag_core.methods.arena.prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
 from evorag_core.methods.arena.rewards import (
@@ -490,7 +490,7 @@ def test_arena_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_pa
     from evorag_core.store import open_store
     from evorag_core.types import Dataset
     from training.job import RoundJob, job_config
-    from training.lora import read_adapter_meta
+    from evorag_core.adapters.files import read_adapter_meta
     from training.rounds import run_round
 
     data = tmp_path / "q.jsonl"

@@ -18,7 +18,8 @@ from evorag_core.config import TrainConfig
 from evorag_core.errors import AdapterError, DatasetFormatError
 from training.data import PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
 from training.dpo import completion_logps, heldout_accuracy, pair_margins, train_dpo
-from training.lora import WEIGHTS_FILE, attach_lora, load_adapter, read_adapter_meta, verify_adapter
+from evorag_core.adapters.files import WEIGHTS_FILE, load_adapter, read_adapter_meta, verify_adapter
+from training.lora import attach_lora
 
 BASE_ID = "tiny-llama-test"
 QUESTIONS = [

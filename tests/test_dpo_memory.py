@@ -13,7 +13,7 @@ import training.dpo as dpo_module
 from evorag_core.config import TrainConfig
 from training.data import PairExample
 from training.dpo import micro_batching, train_dpo
-from training.lora import WEIGHTS_FILE
+from evorag_core.adapters.files import WEIGHTS_FILE
 
 from tests.test_dpo import BASE_ID, CFG, PAIRS, TRAIN, build_tokenizer, chat, tiny_model
 

@@ -19,12 +19,12 @@ from evorag_core.config import apply_overrides, load_config
 from evorag_core.data.datasets import load_dataset
 from evorag_core.policy.agent import LMPolicy
 from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
+from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
 from evorag_core.runtime import Runtime
 from evorag_core.env.state import AgentView
 from evorag_core.store import open_store
 from training.lora import attach_lora, save_adapter
-from training.registry import activate
+from evorag_core.adapters.registry import activate
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 VIEW = AgentView("On which river is the birthplace of the chemist Ansel Travine?", (), (), 1, 20)

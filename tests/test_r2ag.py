@@ -466,7 +466,7 @@ def test_r2ag_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_pat
     from evorag_core.config import apply_overrides
     from evorag_core.store import open_store
     from training.job import RoundJob, job_config
-    from training.lora import read_adapter_meta
+    from evorag_core.adapters.files import read_adapter_meta
     from training.rounds import run_round
 
     cfg = apply_overrides(load_config(), {"policy.model": str(warm_tiny), "policy.device": "cpu", "train.lr": 5e-3})

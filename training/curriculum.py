@@ -77,13 +77,13 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     from evorag_core.data.datasets import load_dataset
     from evorag_core.policy.agent import LMPolicy
     from evorag_core.lm.hf_backend import TransformersBackend
-    from evorag_core.policy.watcher import AdapterWatcher, PinnedPolicy
+    from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.preference import PrefixEncoder, train_preference_model
     from evorag_core.pairs.rollout import PairSelector, run_rollouts
     from evorag_core.runtime import Runtime
     from evorag_core.env.scheduler import StageSwitchController
 
-    from training.registry import activate
+    from evorag_core.adapters.registry import activate
     from training.worker import quiet_progress_bars
 
     quiet_progress_bars()

@@ -35,7 +35,8 @@ from evorag_core.config import TrainConfig
 from evorag_core.errors import AdapterError
 
 from training.data import PairExample, fit_pairs, pairs_to_dataset
-from training.lora import attach_lora, load_adapter, save_adapter
+from training.lora import attach_lora, save_adapter
+from evorag_core.adapters.files import load_adapter
 from training.precision import resolve_train_dtype
 
 __all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accuracy", "completion_logps"]

@@ -19,7 +19,8 @@ from evorag_core.config import TrainConfig
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from training.job import ProgressFn
-from training.lora import attach_lora, load_adapter
+from training.lora import attach_lora
+from evorag_core.adapters.files import load_adapter
 from training.precision import resolve_train_dtype
 
 __all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]

@@ -245,7 +245,7 @@ def activate_adapter(svc: Services, name: str | None) -> str:
     it) and the live adapter stays as it was, in the store and in the model."""
     if not name:
         raise ValueError("choose an adapter to activate")
-    from training.registry import activate  # peft and safetensors: what loading an adapter imports anyway
+    from evorag_core.adapters.registry import activate  # peft and safetensors: what loading an adapter imports anyway
     from training.round_io import base_model_id
 
     a = activate(svc.store(), name, base_model_id(svc.cfg.policy.model, svc.home))

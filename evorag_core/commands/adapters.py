@@ -1,8 +1,8 @@
 """`evorag adapters list [--json] | activate NAME | deactivate`: the registry of trained LoRA adapters.
 
-Activation verifies the adapter first (files, checksum, base model; see training/registry.py) and refuses a corrupt
+Activation verifies the adapter first (files, checksum, base model; see evorag_core/adapters/registry.py) and refuses a corrupt
 or incompatible one with a clear error, leaving the active adapter as it was. Running policy backends that poll the
-store (evorag_core/policy/watcher.py) load the newly active adapter for their next episode.
+store (evorag_core/adapters/watcher.py) load the newly active adapter for their next episode.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def main(args: argparse.Namespace) -> int:
             _say(args, {"active": None, "deactivated": n}, "no adapter is active: the base model is live" +
                  ("" if n else " (none was active)"))
             return 0
-        from training.registry import activate
+        from evorag_core.adapters.registry import activate
         from training.round_io import base_model_id
 
         try:
@@ -62,7 +62,7 @@ def _say(args: argparse.Namespace, obj: dict, text: str) -> None:
 
 
 def _list(store, as_json: bool) -> int:
-    from training.registry import adapter_json
+    from evorag_core.adapters.registry import adapter_json
 
     rows = [adapter_json(a) for a in store.list_adapters()]
     if as_json:

@@ -33,7 +33,7 @@ from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
 from evorag_core.lm.kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, cache_kwargs, common_prefix_length, fork_cache,
                        growing_cache, shared_prefix_cache)
 from evorag_core.lm.loading import load_model
-from evorag_core.policy.lora import AdapterSet
+from evorag_core.adapters.weights import AdapterSet
 
 __all__ = ["TransformersBackend"]
 

@@ -19,7 +19,7 @@ from evorag_core.config import PolicyConfig, home_dir
 from evorag_core.errors import AdapterError, ModelLoadError
 from evorag_core.lm.base import Generation, encode_pair
 from evorag_core.lm.loading import resolve_model
-from evorag_core.policy.lora import read_adapter_config, read_adapter_weights
+from evorag_core.adapters.weights import read_adapter_config, read_adapter_weights
 
 __all__ = ["VLLMBackend"]
 

@@ -60,7 +60,7 @@ def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
     backend = policy_backend(rt.cfg.policy, rt.home)
     name = None
     if adapter:
-        from evorag_core.policy.resolve import resolve_adapter
+        from evorag_core.adapters.resolve import resolve_adapter
 
         name, folder = resolve_adapter(adapter, rt.home)
         backend.load_adapter(name, folder)

@@ -1,6 +1,6 @@
 """LoRA adapters produced by training rounds; at most one is active (also enforced by a unique partial index).
 
-Rows are registered inactive; `training.registry.activate` is the one way to make one live (it verifies the folder,
+Rows are registered inactive; `evorag_core.adapters.registry.activate` is the one way to make one live (it verifies the folder,
 then calls `mark_adapter_active`)."""
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class AdapterOps(StoreBase):
         checksum: str | None = None,
         metrics: Mapping[str, Any] | None = None,
     ) -> Adapter:
-        """Record a saved adapter (name must be new), inactive: `training.registry.activate` verifies it and makes it
+        """Record a saved adapter (name must be new), inactive: `evorag_core.adapters.registry.activate` verifies it and makes it
         the active one."""
         row = {"name": name, "path": str(path), "base_model": base_model, "round_id": round_id,
                "objective": objective, "checksum": checksum, "metrics": dict(metrics or {}),
@@ -57,7 +57,7 @@ class AdapterOps(StoreBase):
     def mark_adapter_active(self, name: str) -> Adapter:
         """Make `name` the only active adapter, in one transaction (all adapter rows locked on PostgreSQL).
 
-        This only flips the row and checks nothing: activate through `training.registry.activate`, which verifies the
+        This only flips the row and checks nothing: activate through `evorag_core.adapters.registry.activate`, which verifies the
         adapter's files, checksum and base model first (the CLI, the studio and the curriculum all do)."""
         with self._write() as conn:
             lock_all = select(adapters.c.name).order_by(adapters.c.id).with_for_update()  # id order: no deadlock

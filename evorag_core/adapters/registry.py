@@ -1,13 +1,13 @@
 """Activating a registered adapter only when it is intact: the adapter registry's one safety rule.
 
-`verify_registered` checks the folder (`training.lora.verify_adapter`: files, sha256 against its metadata, base
+`verify_registered` checks the folder (`evorag_core.adapters.files.verify_adapter`: files, sha256 against its metadata, base
 model id, LoRA shapes) and that the weights are still the ones the registry recorded (its checksum column).
 `activate` runs it before flipping the active row, so a corrupt or incompatible adapter is refused with an
 `AdapterError` (saying what stays live) and the adapter active before stays active.
 
 `activate` is the one activation path: `evorag adapters activate`, the studio's Activate button, the curriculum and
 the GPU check call it; the store's `mark_adapter_active` only flips the row. Running backends follow the active row
-through `evorag_core.policy.watcher.AdapterWatcher`, which runs `verify_registered` again before loading (the folder
+through `evorag_core.adapters.watcher.AdapterWatcher`, which runs `verify_registered` again before loading (the folder
 may have changed since activation).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from evorag_core.errors import AdapterError
 
-from training.lora import META_FILE, read_adapter_meta, verify_adapter
+from evorag_core.adapters.files import META_FILE, read_adapter_meta, verify_adapter
 
 __all__ = ["verify_registered", "activate", "adapter_json"]
 

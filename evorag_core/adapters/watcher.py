@@ -29,9 +29,9 @@ VerifyFn = Callable[[Any, str], None]  # (store Adapter row, base model id) -> r
 
 
 def _default_verify(adapter: Any, base_model_id: str) -> None:
-    """The check of `training.registry.activate` (the one activation path), run again before loading: the folder
+    """The check of `evorag_core.adapters.registry.activate` (the one activation path), run again before loading: the folder
     may have changed since the row was activated."""
-    from training.registry import verify_registered  # peft/safetensors, already loaded by a running backend
+    from evorag_core.adapters.registry import verify_registered  # peft/safetensors, already loaded by a running backend
 
     verify_registered(adapter, base_model_id)
 
