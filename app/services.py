@@ -34,7 +34,7 @@ _MAX_RUNTIMES = 4  # data files kept loaded (each holds its corpus; indexes are 
 
 def worker_command_available() -> bool:
     """True when `evorag worker` exists (the CLI's command table names it)."""
-    from evorag_core.cli import COMMANDS
+    from evorag_core.cli.main import COMMANDS
 
     return "worker" in COMMANDS
 
@@ -221,7 +221,7 @@ class Services:
             log.info("no `evorag worker` command yet: training rounds stay queued until a worker runs")
             return None
         env = dict(os.environ, EVORAG_HOME=str(self.home), EVORAG_DB_URL=self.db_url)
-        argv = [sys.executable, "-m", "evorag_core.cli", "worker", "--home", str(self.home), "--db", self.db_url]
+        argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", "--home", str(self.home), "--db", self.db_url]
         self.worker = WorkerProcess(argv, env, self.home / "logs" / "worker.log")
         self.worker.start()
         return self.worker

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evorag_core.commands.common import config_from_args  # noqa: E402
+from evorag_core.cli.common import config_from_args  # noqa: E402
 from evorag_core.config import home_dir  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.errors import EvoRagError  # noqa: E402
@@ -106,7 +106,7 @@ def bootstrap(a, b, resamples: int, key: str = "f1") -> dict:
 
 
 def baselines(rt, questions, folder: Path, fresh: bool) -> dict:
-    from evorag_core.commands.eval import METHODS
+    from evorag_core.cli.eval import METHODS
 
     out = {}
     for name in BASELINES:

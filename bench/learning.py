@@ -238,7 +238,7 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
     # CPU share, as a studio's worker would (policy.threads, default: all cores). Until 2026-11-24 it got
     # --threads (1), half of a 2-core machine, and the DPO round took 18 minutes instead of about 11.
     threads = args.round_threads or args.threads * args.workers
-    argv = [sys.executable, "-m", "evorag_core.cli", "worker", "--once", "--home", str(args.home), "--db", args.db,
+    argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", "--once", "--home", str(args.home), "--db", args.db,
             *_set_flags(args), "--set", f"policy.threads={threads}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads))
     load0 = os.getloadavg()[0]

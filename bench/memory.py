@@ -6,7 +6,7 @@
 1. A temporary home; the embedded model's safetensors cache is made there first by a separate process (unmeasured:
    a user's home has it after the first start) unless `--cold`, which leaves the GGUF conversion to the measured
    processes.
-2. `python -m evorag_core.cli studio` on a free 127.0.0.1 port with that home and a new SQLite database; the
+2. `python -m evorag_core.cli.main studio` on a free 127.0.0.1 port with that home and a new SQLite database; the
    studio starts its own `evorag worker` subprocess and warms up in the background (retrieval index and the policy
    LM, in the studio process). The bench waits for the warm-up's log line.
 3. `--pairs` preference pairs go into the studio's store: ChatML agent prompts as the policy renders them (system
@@ -213,7 +213,7 @@ def measure(args: argparse.Namespace) -> dict:
     env["EVORAG_DB_URL"] = db_url
     port = _free_port()
     studio_log = tmp / "studio.log"
-    cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "evorag_core.cli.main", "studio", "--host", "127.0.0.1", "--port", str(port),
            "--home", str(home), "--db", db_url]
     machine_before = _machine()
     t0 = time.perf_counter()

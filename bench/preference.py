@@ -64,7 +64,7 @@ def run_rollouts(args: argparse.Namespace, db: str) -> dict:
     wall = time.perf_counter()
     load_before = os.getloadavg()
     for lo, hi in zip(bounds, bounds[1:]):
-        cmd = [sys.executable, "-m", "evorag_core.cli", "rollout", "--data", str(args.data), "--offset", str(lo),
+        cmd = [sys.executable, "-m", "evorag_core.cli.main", "rollout", "--data", str(args.data), "--offset", str(lo),
                "--limit", str(hi - lo), "--siblings", str(args.siblings), "--t-max", str(args.t_max),
                "--max-states", str(args.max_states), "--stage", args.stage, "--db", db, "--home", str(args.home),
                "--resume", "--json", "--set", "policy.threads=1", "--set", "policy.device=cpu",

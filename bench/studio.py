@@ -65,7 +65,7 @@ def start_studio(home: Path, db_dir: Path, log: Path, overrides: Sequence[str] =
     port = _free_port()
     db_url = f"sqlite:///{db_dir / f'studio-{port}.db'}"
     env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
-    cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "evorag_core.cli.main", "studio", "--host", "127.0.0.1", "--port", str(port),
            "--home", str(home), "--db", db_url, *(a for o in overrides for a in ("--set", o))]
     start = time.perf_counter()
     with log.open("ab") as fh:

@@ -39,7 +39,7 @@ def serve_studio(home: Path, db_url: str, log_path: Path, *args: str) -> Iterato
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
-    cmd = [sys.executable, "-m", "evorag_core.cli", "studio", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "evorag_core.cli.main", "studio", "--host", "127.0.0.1", "--port", str(port),
            "--home", str(home), "--db", db_url, *args]
     with log_path.open("wb") as log:
         start = time.perf_counter()

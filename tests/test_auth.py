@@ -13,7 +13,7 @@ from sqlalchemy import text
 from evorag_core.auth.limiter import LoginLimiter, LoginLimits
 from evorag_core.auth.passwords import check_password, hash_password, needs_rehash
 from evorag_core.auth.users_file import add_user, load_users
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.errors import ConfigError
 from evorag_core.store import open_store
 

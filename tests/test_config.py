@@ -6,7 +6,7 @@ from typing import get_type_hints
 
 import pytest
 
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.config import (
     Config,
     DynaKragConfig,

@@ -393,7 +393,7 @@ def test_continuation_target_is_checked_and_support_is_recall(demo, corpus, bm25
         continuation_utility(q, make_ctx(corpus, bm25, DynaKragConfig(continuation_target="answer")), gold)
 
 def test_eval_method_is_registered():
-    from evorag_core.commands.eval import METHODS
+    from evorag_core.cli.eval import METHODS
 
     assert "dynakrag" in METHODS
     assert load_config().dynakrag == DynaKragConfig()

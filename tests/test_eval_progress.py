@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.evaluation.runner import Progress
 from evorag_core.methods.base import QuestionResult
 

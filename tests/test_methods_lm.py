@@ -29,7 +29,7 @@ def runtime(session_home, demo_path):
 
 @pytest.mark.slow
 def test_agent_method_runs_episodes_with_logprobs(runtime):
-    from evorag_core.commands.eval import METHODS
+    from evorag_core.cli.eval import METHODS
 
     method = METHODS["agent"](Namespace(adapter=None), runtime)
     questions = runtime.dataset.questions[:2]
@@ -57,7 +57,7 @@ def free_runtime(session_home, demo_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_baselines_answer_with_the_shared_backend(free_runtime, name):
-    from evorag_core.commands.eval import METHODS
+    from evorag_core.cli.eval import METHODS
 
     runtime = free_runtime
     method = METHODS[name](Namespace(adapter=None), runtime)

@@ -70,7 +70,7 @@ def test_twenty_five_common_questions_get_a_verdict():
 def test_compare_results_and_the_cli_say_too_few(tmp_path, capsys):
     import json
 
-    from evorag_core.cli import main as cli_main
+    from evorag_core.cli.main import main as cli_main
     from evorag_core.evaluation.runner import compare_results
 
     a, b = _results([1.0, 1.0]), _results([0.0, 0.0])

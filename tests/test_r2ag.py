@@ -311,7 +311,7 @@ def test_retrieval_report_beside_single_step(demo_rt):
 
 def test_retrieval_eval_command_scripted(session_home, capsys):
     """`evorag retrieval-eval --method r2ag --set r2ag.steering=scripted --limit 3 --json` on the demo data."""
-    from evorag_core.cli import main
+    from evorag_core.cli.main import main
 
     code = main(["retrieval-eval", "--method", "r2ag", "--set", "r2ag.steering=scripted", "--limit", "3", "--json",
                  "--home", str(session_home), "--data", str(DEMO)])

@@ -363,7 +363,7 @@ def test_cli_logging_keeps_faiss_loader_quiet():
     import subprocess
     import sys
 
-    code = ("from evorag_core.cli import configure_logging; configure_logging(False); "
+    code = ("from evorag_core.cli.main import configure_logging; configure_logging(False); "
             "import faiss; faiss.IndexFlatIP(4)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "faiss" not in done.stderr.lower(), done.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.config import EnvConfig, PolicyConfig, RewardConfig, RolloutConfig, load_config
 from evorag_core.data.datasets import load_dataset
 from evorag_core.env.env import RagEnv

@@ -156,7 +156,7 @@ def test_cancelling_a_real_dpo_round_stops_it_within_one_step(world):
 def test_cli_rounds_cancel_and_list(world, capsys):
     """`evorag rounds cancel ID`: a queued round -> cancelled; a running one -> "cancel requested" (cancelling);
     a finished one or an unknown id -> exit 2 with a message. `evorag rounds list --json` shows both."""
-    from evorag_core.cli import main as cli_main
+    from evorag_core.cli.main import main as cli_main
 
     home, url, store, _ = world
     queued, running = store.enqueue_round("dpo", {}), store.enqueue_round("grpo", {})

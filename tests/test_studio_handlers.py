@@ -346,7 +346,7 @@ def test_guard_keeps_generators_streaming_and_catches_their_errors():
 
 
 def test_studio_command_is_registered():
-    from evorag_core.cli import build_parser
+    from evorag_core.cli.main import build_parser
 
     args = build_parser().parse_args(["studio", "--port", "7999", "--no-worker", "--auth", "users.toml"])
     assert args.port == 7999 and args.no_worker and args.auth == "users.toml"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.store import NO_ADAPTER, Outcome, Step, TraceFilter, open_store, parse_day
 from evorag_core.store.base import utcnow
 from tests.pg_fixture import pg_server, pg_url  # noqa: F401  (fixtures)

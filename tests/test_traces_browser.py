@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.store import TraceFilter, open_store
 from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
 from tests.test_studio_browser import choose

@@ -1,4 +1,4 @@
-"""The training worker as a real process (`python -m evorag_core.cli worker`) on a real SQLite store, with a tiny
+"""The training worker as a real process (`python -m evorag_core.cli.main worker`) on a real SQLite store, with a tiny
 2-layer random Llama folder as the policy model: `evorag train --wait`, the adapter registry, and crash safety
 (SIGKILL mid-round -> the lease expires -> the round fails or is retried; its pairs are released, none is lost and
 none consumed twice).
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evorag_core.cli import main as cli_main
+from evorag_core.cli.main import main as cli_main
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import TrainingError
 from evorag_core.store import NewPair, open_store
@@ -64,7 +64,7 @@ class Worker:
 
     def __init__(self, home: Path, url: str, tiny: Path):
         self.log = home / f"worker-{time.monotonic_ns()}.log"
-        argv = [sys.executable, "-m", "evorag_core.cli", "worker", *cli_args(home, url, tiny),
+        argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", *cli_args(home, url, tiny),
                 "--lease", str(LEASE_S), "--poll", "0.3"]
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)

@@ -156,7 +156,7 @@ def run_curriculum_command(args, cfg: Config, home: Path, db_url: str) -> int:
     """`evorag train --curriculum`: prints the decisions (JSON lines with --json)."""
     import json
 
-    from evorag_core.commands.common import DEFAULT_DATA, print_json
+    from evorag_core.cli.common import DEFAULT_DATA, print_json
     from evorag_core.store import open_store
 
     plan = CurriculumPlan(data=Path(args.data) if args.data else DEFAULT_DATA,

@@ -243,7 +243,7 @@ def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m training.worker`: the same options as `evorag worker`."""
-    from evorag_core.cli import main as cli_main
+    from evorag_core.cli.main import main as cli_main
 
     return cli_main(["worker", *(argv if argv is not None else sys.argv[1:])])
 

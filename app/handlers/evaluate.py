@@ -39,7 +39,7 @@ EVAL_PREFIX = "eval:"  # method choices that are `evorag eval` methods (built by
 
 def eval_method_options(svc: Services) -> list[tuple[str, str]]:
     """The studio's policies plus every other `evorag eval` method (DynaKrag, ARENA, the pipeline baselines...)."""
-    from evorag_core.commands.eval import METHODS
+    from evorag_core.cli.eval import METHODS
 
     extra = [(f"eval · {name}", EVAL_PREFIX + name) for name in sorted(METHODS) if name not in ("oracle", "script")]
     return policy_options(svc) + extra
@@ -49,7 +49,7 @@ def _eval_method(svc: Services, rt: Any, method: str, script: str):
     if method.startswith(EVAL_PREFIX):
         import argparse
 
-        from evorag_core.commands.eval import METHODS
+        from evorag_core.cli.eval import METHODS
 
         name = method[len(EVAL_PREFIX):]
         if name not in METHODS:

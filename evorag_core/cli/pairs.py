@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evorag_core.commands.common import add_common, home_from_args, print_json
-from evorag_core.commands.worker import db_url_from_args
+from evorag_core.cli.common import add_common, home_from_args, print_json
+from evorag_core.cli.worker import db_url_from_args
 
 __all__ = ["add_parser", "main"]
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
-from evorag_core.commands.worker import db_url_from_args
+from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.cli.worker import db_url_from_args
 
 __all__ = ["add_parser", "main", "deferred_interrupt"]
 

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from evorag_core.evaluation.runner import compare_results, load_results
-from evorag_core.commands.common import print_json
+from evorag_core.cli.common import print_json
 
 __all__ = ["add_parser", "main"]
 

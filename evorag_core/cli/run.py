@@ -9,7 +9,7 @@ from evorag_core.errors import ConfigError
 from evorag_core.methods.base import run_episode
 from evorag_core.methods.oracle import OraclePolicy
 from evorag_core.methods.script import ScriptPolicy, load_script
-from evorag_core.commands.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
+from evorag_core.cli.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
 __all__ = ["add_parser", "main", "episode_json"]
 

@@ -1,4 +1,4 @@
-"""`evorag` command line. Each subcommand lives in evorag_core/commands/<name>.py with add_parser() and main().
+"""`evorag` command line. Each subcommand lives in evorag_core/cli/<name>.py with add_parser() and main().
 
 With `--json`, stdout holds only the JSON; logs and progress go to stderr.
 """
@@ -13,7 +13,7 @@ from evorag_core.errors import EvoRagError
 
 __all__ = ["main", "configure_logging", "COMMANDS"]
 
-# subcommand name -> module in evorag_core.commands (one literal table; no registries)
+# subcommand name -> module in evorag_core.cli (one literal table; no registries)
 COMMANDS: dict[str, str] = {
     "run": "run",
     "eval": "eval",
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
-        mod = importlib.import_module(f".commands.{module}", __package__)
+        mod = importlib.import_module(f"evorag_core.cli.{module}")
         p = mod.add_parser(sub, name)
         p.set_defaults(_main=mod.main)
     return parser

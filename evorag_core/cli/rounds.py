@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 
 from evorag_core.errors import ConfigError, StoreError
-from evorag_core.commands.common import add_common, home_from_args, print_json
-from evorag_core.commands.train import round_json
-from evorag_core.commands.worker import db_url_from_args
+from evorag_core.cli.common import add_common, home_from_args, print_json
+from evorag_core.cli.train import round_json
+from evorag_core.cli.worker import db_url_from_args
 
 __all__ = ["add_parser", "main"]
 

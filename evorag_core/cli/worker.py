@@ -5,7 +5,7 @@ import argparse
 import os
 
 from evorag_core.errors import ConfigError
-from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 
 __all__ = ["add_parser", "main", "db_url_from_args"]
 

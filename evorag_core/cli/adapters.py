@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from evorag_core.errors import ConfigError
-from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
-from evorag_core.commands.worker import db_url_from_args
+from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.cli.worker import db_url_from_args
 
 __all__ = ["add_parser", "main"]
 

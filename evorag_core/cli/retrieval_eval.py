@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from evorag_core.commands.common import add_common, config_from_args, home_from_args, print_json
+from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 
 __all__ = ["add_parser", "main"]
 
@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 def _r2ag(args: argparse.Namespace, cfg) -> int:
     from evorag_core.methods.r2ag.method import build_tree_builder
     from evorag_core.methods.r2ag.metrics import retrieval_report
-    from evorag_core.commands.common import runtime_from_args
+    from evorag_core.cli.common import runtime_from_args
 
     rt = runtime_from_args(args, replace(cfg, env=replace(cfg.env, corpus=args.corpus)))
     builder = build_tree_builder(rt, args.adapter)

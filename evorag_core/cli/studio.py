@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evorag_core.commands.common import add_answerer, add_common, config_from_args, home_from_args
+from evorag_core.cli.common import add_answerer, add_common, config_from_args, home_from_args
 
 __all__ = ["add_parser", "main"]
 

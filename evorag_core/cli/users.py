@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evorag_core.auth.users_file import DEFAULT_ROLE, FILE_ROLES, add_user, check_name, load_users
 from evorag_core.errors import ConfigError
-from evorag_core.commands.common import print_json
+from evorag_core.cli.common import print_json
 
 __all__ = ["add_parser", "main", "MIN_PASSWORD_LENGTH"]
 

@@ -14,7 +14,7 @@ from evorag_core.methods.dynakrag.method import build_dynakrag_method
 from evorag_core.methods.oracle import OraclePolicy
 from evorag_core.methods.r2ag.method import build_r2ag_method
 from evorag_core.methods.script import ScriptPolicy, load_script
-from evorag_core.commands.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
+from evorag_core.cli.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
 __all__ = ["add_parser", "main", "METHODS"]
 
@@ -67,7 +67,7 @@ def _recorder(args: argparse.Namespace, cfg, rt, method):
         return None
     from evorag_core.evaluation.traces import EvalRecorder, run_name
     from evorag_core.store import open_store
-    from evorag_core.commands.worker import db_url_from_args
+    from evorag_core.cli.worker import db_url_from_args
 
     store = open_store(db_url_from_args(args, rt.home))
     return EvalRecorder(store, method=args.method, label=method.label, run=run_name(args.method, rt.dataset.name),

@@ -1,1 +1,0 @@
-"""One module per `evorag` subcommand; shared option helpers in `common`."""
