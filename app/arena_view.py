@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from evorag_core.methods.arena.parse import PARTS, parse_arena
+from evorag_core.reader.arena.parse import PARTS, parse_arena
 from evorag_core.methods.arena.rewards import ArenaReward
 from evorag_core.types import Passage
 

@@ -12,6 +12,7 @@ from app import handlers, views
 from app.handlers import compare as hc
 from app.policies import BASE
 from app.services import Services
+from app.wiring import on
 from app.session import EpisodeSettings
 
 __all__ = ["CompareTab", "build_tab", "on_select", "preset_for_adapter"]
@@ -41,7 +42,6 @@ def preset_for_adapter(svc: Services, adapter: str | None, data: str | None, que
 
 
 def build_tab(svc: Services) -> CompareTab:
-    from app.ui import on  # ui imports this module: its helpers are read at build time
 
     files = handlers.data_choices(svc)
     choices = _lm_choices(svc)

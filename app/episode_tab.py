@@ -21,6 +21,7 @@ from app import handlers, views
 from app.handlers import EpisodeView
 from app.handlers import traces as trace_handlers
 from app.services import Services
+from app.wiring import EXAMPLE_SCRIPT, annotator, error_message, on
 from app.session import EpisodeSettings
 
 __all__ = ["EpisodeTab", "Reload", "build_tab"]
@@ -36,7 +37,6 @@ class Reload:
     outputs: list
 
     def wire(self, trigger: Callable) -> Any:
-        from app.ui import on
 
         return on(trigger, self.fn, self.inputs, self.outputs, quiet=True, show_progress="hidden",
                   api_visibility="private")
@@ -84,7 +84,6 @@ def _skip_all(n: int) -> tuple:
 
 
 def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeTab:
-    from app.ui import EXAMPLE_SCRIPT, _annotator, error_message, on  # ui imports this module: its helpers are read at build time
 
     session = gr.State(None)
     shown = gr.State({})  # what the episode outputs show now (see `_outputs`)
@@ -219,7 +218,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
             yield (*outs, shown_now, sess)
 
     def on_override(sess, shown_now, t, v, who, request: gr.Request):
-        view, sess = handlers.override_verdict(sess, t, v, _annotator(who, request))
+        view, sess = handlers.override_verdict(sess, t, v, annotator(who, request))
         return (*_outputs(view, shown_now), sess)
 
     def on_sample(sess, shown_now, kk, temp, sd):
@@ -231,7 +230,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         return (*_outputs(view, shown_now), sess)
 
     def on_pair(sess, shown_now, i, j, who, request: gr.Request):
-        msg, _ = handlers.queue_pair(sess, svc, i, j, _annotator(who, request))
+        msg, _ = handlers.queue_pair(sess, svc, i, j, annotator(who, request))
         html = views.message_html(msg, "ok")
         return html, {**(shown_now or {}), "pair_msg": html}, handlers.pairs_count_html(svc)
 
@@ -240,7 +239,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         return (*_outputs(view, shown_now), sess, name, arg)
 
     def on_human(sess, shown_now, name, arg, queue, who, request: gr.Request):
-        view, sess, _ = handlers.human_step(sess, svc, name, arg, _annotator(who, request), bool(queue))
+        view, sess, _ = handlers.human_step(sess, svc, name, arg, annotator(who, request), bool(queue))
         return (*_outputs(view, shown_now), sess, "", handlers.pairs_count_html(svc))
 
     ep_outputs = [*outputs, shown, session]

@@ -1,6 +1,6 @@
 """The finished episode's grade and its answer's source passage, for the Episode tab.
 
-`grade_episode` grades the final outcome with the project's metrics (`evorag_core.evaluation.metrics.exact_match` /
+`grade_episode` grades the final outcome with the project's metrics (`evorag_core.metrics.exact_match` /
 `f1_score`, as every evaluation does):
 - an answerable question (gold answers known): the answer is "correct" when EM = 1, "partly correct" when
   0 < F1 and EM = 0, "wrong" when F1 = 0; a refusal, or running out of steps, is "wrong" (EM 0, F1 0);
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from evorag_core.env.episode import EpisodeRecord
-from evorag_core.evaluation.metrics import exact_match, f1_score, normalize_answer
+from evorag_core.metrics import exact_match, f1_score, normalize_answer
 from evorag_core.types import Passage, Question
 
 __all__ = ["Grade", "VERDICT_LABELS", "is_unanswerable", "gold_text", "grade_episode", "span_pattern",

@@ -19,7 +19,9 @@ from evorag_core.methods.r2ag.scripted import ScriptedSteering
 from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import Node, Tree, TreeSettings, expand_once, new_tree, prune
 
+from app.episode_tab import Reload
 from app.views import esc
+from app.wiring import on
 
 __all__ = ["STEERING_CHOICES", "TreeSession", "TreeView", "tree_html", "rewards_html", "tree_status",
            "start_tree", "step_tree", "run_tree", "show_tree", "build_tab"]
@@ -190,7 +192,6 @@ def build_tab(svc: Any) -> Any:
     import gradio as gr
 
     from app.handlers import data_choices, load_data
-    from app.ui import on  # errors become a one-line message, as in every other tab
 
     state = gr.State(None)
     with gr.Row():
@@ -225,6 +226,5 @@ def build_tab(svc: Any) -> Any:
     on(run_btn.click, lambda sess, show: unpack(run_tree(svc, sess, show)), [state, pruning], outputs)
     on(pruning.change, lambda sess, show: (lambda v: (v.tree, v.rewards, v.status))(show_tree(sess, show)),
        [state, pruning], [tree_box, rewards_box, status])
-    from app.episode_tab import Reload
 
     return Reload(lambda: gr.Dropdown(choices=data_choices(svc)), [], [data_dd])

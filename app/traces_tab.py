@@ -14,6 +14,7 @@ from evorag_core.store import EPISODE_SOURCES, OUTCOMES, TRACE_ORDERS
 from app import views
 from app.handlers import traces as th
 from app.services import Services
+from app.wiring import on
 
 __all__ = ["build_tab"]
 
@@ -26,7 +27,6 @@ def _choices(values: tuple[str, ...]) -> list[str]:
 
 def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
     """The tab (created inside `tabs`); its page-load hook opens `?episode=ID` and selects the tab."""
-    from app.ui import on  # the UI's guarded event wiring (imported here: ui imports this module)
 
     with gr.Tab("Traces", id="traces", elem_id="evo-traces-tab") as tab:
         ids = gr.State([])

@@ -18,6 +18,7 @@ from evorag_core.store.records import PAIR_SOURCES
 from app import handlers, views
 from app.handlers import training as th
 from app.services import Services
+from app.wiring import TIMER_SECONDS, on
 
 __all__ = ["LR_STEP", "TrainingTab", "build_tab"]
 
@@ -32,7 +33,6 @@ class TrainingTab:
 
 def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) -> TrainingTab:
     """The Training tab's components and events (refreshed by a timer and when `tab` is selected)."""
-    from app.ui import TIMER_SECONDS, on  # ui imports this module: its helpers are read at build time
 
     t = svc.cfg.train
     names_state = gr.State({})  # what the training outputs last showed (see `refresh`)

@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     home = home_dir()
     args.runs.mkdir(parents=True, exist_ok=True)
 
-    from evorag_core.methods.agent import load_backend
+    from evorag_core.lm.backends import load_backend
 
     report: dict = {"limit": args.limit, "questions": [args.start, args.end], "methods": args.methods, "adapter": args.adapter,
                     "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}}

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from evorag_core.reader.answers import Reader  # noqa: E402
 from evorag_core.config import AnswerConfig, home_dir, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation.metrics import exact_match, f1_score, normalize_answer  # noqa: E402
+from evorag_core.metrics import exact_match, f1_score, normalize_answer  # noqa: E402
 from evorag_core.runtime import Runtime  # noqa: E402
 from evorag_core.reader.span import extract_candidates, span_in_passages  # noqa: E402
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from evorag_core.methods.agent import load_backend
+    from evorag_core.lm.backends import load_backend
 
     home = home_dir()
     cfg = load_config(None, {"env.corpus": "pooled"})

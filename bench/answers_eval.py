@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.evaluation.runner import load_results  # noqa: E402
-from evorag_core.evaluation.metrics import normalize_answer, paired_bootstrap  # noqa: E402
+from evorag_core.metrics import normalize_answer, paired_bootstrap  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot-pooled": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl",

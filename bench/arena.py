@@ -41,9 +41,10 @@ sys.path.insert(0, str(ROOT))
 from evorag_core.config import PolicyConfig, TrainConfig, home_dir, load_config  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.evaluation.runner import compare_results, evaluate, summarize  # noqa: E402
-from evorag_core.methods.arena.method import ArenaGenerator, ArenaMethod, span_reader  # noqa: E402
+from evorag_core.reader.arena.generator import ArenaGenerator  # noqa: E402
+from evorag_core.methods.arena.method import ArenaMethod, span_reader
 from evorag_core.methods.base import QuestionResult  # noqa: E402
-from evorag_core.methods.arena.prompt import ArenaConfig  # noqa: E402
+from evorag_core.reader.arena.prompt import ArenaConfig  # noqa: E402
 from evorag_core.lm.hf_backend import TransformersBackend  # noqa: E402
 
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"

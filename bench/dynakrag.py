@@ -32,7 +32,7 @@ from evorag_core.config import home_dir  # noqa: E402
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.errors import EvoRagError  # noqa: E402
 from evorag_core.evaluation.runner import evaluate  # noqa: E402
-from evorag_core.evaluation.metrics import paired_bootstrap  # noqa: E402
+from evorag_core.metrics import paired_bootstrap  # noqa: E402
 from evorag_core.methods.dynakrag import LearnedController, UniformController, load_models  # noqa: E402
 from evorag_core.methods.dynakrag.lm import EvidenceLM  # noqa: E402
 from evorag_core.methods.dynakrag.method import DynaKragMethod, make_context_factory, method_label  # noqa: E402
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from evorag_core.methods.agent import policy_backend
+    from evorag_core.lm.backends import policy_backend
 
     home = (args.home or home_dir()).resolve()
     cfg = bench_config(args)

@@ -153,7 +153,7 @@ def _fit_pairwise_logistic(x, l2: float):
     fit is symmetric in the two sides) by L-BFGS; x is [n, d] numpy, the result a numpy vector."""
     import torch
 
-    from evorag_core.preference import _lbfgs
+    from evorag_core.preference.fit import _lbfgs
 
     xt = torch.as_tensor(x, dtype=torch.float32)
     w = torch.zeros(xt.shape[1], requires_grad=True)

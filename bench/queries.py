@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from evorag_core.data.datasets import load_dataset  # noqa: E402
 from evorag_core.evaluation.runner import load_results  # noqa: E402
 from evorag_core.evidence.text import title_key  # noqa: E402
-from evorag_core.evaluation.metrics import mean, paired_bootstrap  # noqa: E402
+from evorag_core.metrics import mean, paired_bootstrap  # noqa: E402
 from evorag_core.policy.queries import filter_reason  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "benchmarks"

@@ -66,7 +66,7 @@ def r2ag_config(args: argparse.Namespace):
 
 
 def lm_backend(cfg, home: Path, adapter: str | None):
-    from evorag_core.methods.agent import load_backend
+    from evorag_core.lm.backends import load_backend
 
     rt = Runtime(cfg, home, load_dataset(BENCHMARKS / FILES["hotpotqa"]))
     backend, name = load_backend(rt, adapter)

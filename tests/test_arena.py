@@ -16,16 +16,11 @@ import pytest
 from evorag_core.config import AnswerConfig, ArenaSettings, apply_overrides, load_config
 from evorag_core.errors import AdapterError, ConfigError
 from evorag_core.evaluation.runner import compare_results, evaluate, summarize
-from evorag_core.methods.arena.method import (
-    METRIC_KEYS,
-    ArenaGenerator,
-    ArenaMethod,
-    arena_answer,
-    span_reader,
-)
+from evorag_core.methods.arena.method import METRIC_KEYS, ArenaMethod, span_reader
+from evorag_core.reader.arena.generator import ArenaGenerator, arena_answer
 from evorag_core.adapters.resolve import resolve_adapter
-from evorag_core.methods.arena.parse import find_citations, lenient_answer, parse_arena, parse_id_list
-from evorag_core.methods.arena.prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
+from evorag_core.reader.arena.parse import find_citations, lenient_answer, parse_arena, parse_id_list
+from evorag_core.reader.arena.prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
 from evorag_core.methods.arena.rewards import (
     accuracy_reward,
     arena_reward,

@@ -1,7 +1,7 @@
 """EM/F1 normalization and the paired bootstrap."""
 import pytest
 
-from evorag_core.evaluation.metrics import exact_match, f1_score, normalize_answer, paired_bootstrap, support_recall
+from evorag_core.metrics import exact_match, f1_score, normalize_answer, paired_bootstrap, support_recall
 
 
 def test_normalize():

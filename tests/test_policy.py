@@ -431,7 +431,7 @@ def test_answer_text_from_the_reader_or_the_policy_prompt(backend):
     text is the reader's greedy answer over the chain's passages (same for every ANSWER sibling at T=0), cleaned,
     and its log-prob is the completion's under the AGENT prompt. answer_with="policy": the agent prompt's own
     continuation, whose token log-probs add up to the same sequence log-prob."""
-    from evorag_core.reader.answers import clean_answer, reader_prompt
+    from evorag_core.reader.prompt import clean_answer, reader_prompt
 
     backend.activate(None)
     view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)
@@ -513,9 +513,9 @@ def test_arena_answerer_cites_the_reader_passages(backend):
     the answer is the reply's <answer> part (or the lenient extraction), cleaned, or REFUSE("empty_answer") when
     the reply holds none; the greedy reply is ArenaGenerator's own; the log-prob is the completion's under the
     AGENT prompt; SEARCH siblings carry no reply."""
-    from evorag_core.reader.answers import clean_answer
-    from evorag_core.methods.arena.method import ArenaGenerator
-    from evorag_core.methods.arena.prompt import ArenaConfig
+    from evorag_core.reader.prompt import clean_answer
+    from evorag_core.reader.arena.generator import ArenaGenerator
+    from evorag_core.reader.arena.prompt import ArenaConfig
 
     backend.activate(None)
     view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 6, 6)

@@ -128,7 +128,7 @@ def test_refusals_are_counted_with_their_reason(tiny_backend):
 
 
 def test_free_mode_generates_as_before(tiny_backend):
-    from evorag_core.reader.answers import clean_answer, reader_prompt
+    from evorag_core.reader.prompt import clean_answer, reader_prompt
 
     free = Reader(tiny_backend, AnswerConfig(mode="free"), 300, 6)
     assert free.span is None

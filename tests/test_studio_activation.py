@@ -17,7 +17,7 @@ from app import handlers
 from app.policies import LIVE
 from app.services import Services
 from app.session import EpisodeSettings
-from app.ui import error_message
+from app.wiring import error_message
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import AdapterError
 

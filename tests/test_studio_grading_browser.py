@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evorag_core.evaluation.metrics import normalize_answer
+from evorag_core.metrics import normalize_answer
 from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
 from tests.test_studio_browser import choose
 

@@ -14,7 +14,7 @@ import pytest
 from app import handlers, views
 from app.services import Services
 from app.session import EpisodeSettings
-from app.ui import _annotator, error_message, guard
+from app.wiring import annotator, error_message, guard
 from evorag_core.config import load_config
 from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
 from evorag_core.env.signals import SIGNAL_NAMES
@@ -321,8 +321,8 @@ def test_annotator_is_the_logged_in_user_when_there_is_one():
     class Req:
         username = "alice"
 
-    assert _annotator("typed name", Req()) == "alice"
-    assert _annotator(" typed name ", None) == "typed name"
+    assert annotator("typed name", Req()) == "alice"
+    assert annotator(" typed name ", None) == "typed name"
 
 
 def test_run_streams_one_view_per_step_and_refuses_a_finished_episode(svc):
@@ -433,7 +433,7 @@ class _ArenaAnswer:
 
     def act(self, view):
         from evorag_core.env.actions import Answer
-        from evorag_core.methods.arena.method import ArenaGenerator
+        from evorag_core.reader.arena.generator import ArenaGenerator
         from evorag_core.policy.agent import reader_passages
 
         refs = tuple(reader_passages(view, 5))

@@ -32,8 +32,8 @@ import torch
 
 from evorag_core.config import TrainConfig
 from evorag_core.errors import ConfigError, TrainingError
-from evorag_core.methods.arena.method import ArenaGenerator, ArenaOutput
-from evorag_core.methods.arena.prompt import ArenaConfig
+from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
+from evorag_core.reader.arena.prompt import ArenaConfig
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 

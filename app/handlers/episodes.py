@@ -321,7 +321,7 @@ def _arena_answer_html(session: EpisodeSession, step) -> str:
     arena = (step.info or {}).get("arena") if step is not None else None
     if not arena:
         return ""
-    from evorag_core.methods.arena.parse import parse_arena
+    from evorag_core.reader.arena.parse import parse_arena
     from evorag_core.methods.arena.rewards import arena_reward, gold_reference_ids
 
     from app.arena_view import render_arena_answer

@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 def make_policy(args: argparse.Namespace, rt):
     policy = args.policy or ("script" if args.script else "oracle")
     if policy == "lm":
-        from evorag_core.methods.agent import AgentPolicy, load_backend
+        from evorag_core.methods.agent import AgentPolicy
+        from evorag_core.lm.backends import load_backend
         from evorag_core.policy.agent import LMPolicy
 
         backend, adapter = load_backend(rt, args.adapter)

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
-from evorag_core.evaluation.metrics import exact_match, f1_score
+from evorag_core.metrics import exact_match, f1_score
 
 __all__ = [
     "SIGNAL_NAMES",

@@ -1,1 +1,1 @@
-"""Evaluation: EM/F1/support metrics, the question-by-question runner with bootstrap comparisons, and stored eval traces."""
+"""Evaluation: the question-by-question runner (metrics are `evorag_core.metrics`) with bootstrap comparisons, and stored eval traces."""

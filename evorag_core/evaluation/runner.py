@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-from evorag_core.evaluation.metrics import mean, paired_bootstrap
+from evorag_core.metrics import mean, paired_bootstrap
 from evorag_core.methods.base import QuestionResult
 from evorag_core.types import Question
 

@@ -7,8 +7,9 @@ from evorag_core.env.actions import Action
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 from evorag_core.methods.base import EpisodeMethod
+from evorag_core.lm.backends import load_backend
 
-__all__ = ["AgentPolicy", "agent_on", "build_agent_method", "load_backend", "policy_backend"]
+__all__ = ["AgentPolicy", "agent_on", "build_agent_method"]
 
 
 class AgentPolicy:
@@ -42,29 +43,6 @@ class AgentPolicy:
         if getattr(d, "answer_source", None):  # a span answer's source passage (pid)
             info["answer_source"] = d.answer_source
         return d.action, info
-
-
-def policy_backend(cfg: Any, home: Any) -> Any:
-    """The backend `cfg.backend` names (a PolicyConfig): transformers (default) or vLLM."""
-    if cfg.backend == "vllm":
-        from evorag_core.lm.vllm_backend import VLLMBackend
-
-        return VLLMBackend(cfg, home)
-    from evorag_core.lm.hf_backend import TransformersBackend
-
-    return TransformersBackend(cfg, home)
-
-
-def load_backend(rt: Any, adapter: str | None = None) -> tuple[Any, str | None]:
-    """The configured policy backend (`policy_backend`), with `adapter` (store name or folder) loaded."""
-    backend = policy_backend(rt.cfg.policy, rt.home)
-    name = None
-    if adapter:
-        from evorag_core.adapters.resolve import resolve_adapter
-
-        name, folder = resolve_adapter(adapter, rt.home)
-        backend.load_adapter(name, folder)
-    return backend, name
 
 
 def build_agent_method(args: Any, rt: Any) -> EpisodeMethod:

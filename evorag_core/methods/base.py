@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from evorag_core.env.actions import Action, action_to_dict
 from evorag_core.env.env import RagEnv
 from evorag_core.env.episode import EpisodeRecord
-from evorag_core.evaluation.metrics import exact_match, f1_score, support_recall
+from evorag_core.metrics import exact_match, f1_score, support_recall
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 

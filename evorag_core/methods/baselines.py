@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from evorag_core.reader.answers import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, Reader, clean_answer, render_passages
-from evorag_core.evaluation.metrics import exact_match, f1_score, support_recall
+from evorag_core.reader.prompt import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, render_passages
+from evorag_core.reader.answers import Reader
+from evorag_core.metrics import exact_match, f1_score, support_recall
 from evorag_core.types import Passage, Question
 from evorag_core.methods.base import QuestionResult
 
@@ -159,7 +160,7 @@ BASELINES = ("direct", "fixed-k", "ircot", "self-ask")
 
 
 def build_baseline(name: str, args: Any, rt: Any) -> PipelineMethod:
-    from evorag_core.methods.agent import load_backend
+    from evorag_core.lm.backends import load_backend
 
     backend, adapter = load_backend(rt, getattr(args, "adapter", None))
     if adapter:

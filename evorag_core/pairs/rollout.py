@@ -472,7 +472,7 @@ def save_rollout(store, rollout: EpisodeRollout, selector: PairSelector, cfg: Ro
     """Write the episode (its steps, the siblings, a summary of every branch in its config JSON), then the pairs
     the selector lets through now (held-back pairs of earlier episodes included; their metadata names their own
     episode). Two short transactions: the episode, then its pairs."""
-    from evorag_core.evaluation.metrics import exact_match, f1_score
+    from evorag_core.metrics import exact_match, f1_score
     from evorag_core.store import NewPair, Outcome
 
     rec = rollout.record

@@ -20,7 +20,7 @@ data, and at least one action always stays allowed):
   T_max (20 steps, mostly repeating a query); the budget (default 4, the iteration bound of the ircot and
   self-ask baselines) makes inference cost comparable and leaves the choice between ANSWER and REFUSE to the model.
 The answer text (`PolicyConfig.answer_with`): "reader" (default) generates it with the reader prompt every method
-shares (`answers.reader_prompt`: "answer with a short phrase from the passages") over the active chain's passages,
+shares (`reader.prompt.reader_prompt`: "answer with a short phrase from the passages") over the active chain's passages,
 the hops' rankings interleaved (1st of each hop, then 2nd, ...) up to `reader_passages`; "policy" continues the
 agent prompt after "ANSWER:". Measured on HotpotQA with the 135M model, the agent prompt's continuation is a
 rambling sentence ("James Fieser (born 1982) is an American musician, ..."): F1 0.040 on 20 questions where the
@@ -42,7 +42,7 @@ passages lower than the whole question does. Later queries (`PolicyConfig.query_
 passages have been read, the best-scored of candidates built from them (bridge entities, uncovered question words)
 and the model's own generated query, with repeats and copied passage lines filtered out (`policy/queries.py`; the
 decision's `query` field says how); "free" keeps the generated query as is.
-Answers are cleaned like every method's (`answers.clean_answer`: first line, no "Answer:" prefix or quotes).
+Answers are cleaned like every method's (`reader.prompt.clean_answer`: first line, no "Answer:" prefix or quotes).
 With `answer.mode = "span"` (the `AnswerConfig` passed as `answer`; the default) and answer_with = "reader", the
 ANSWER text is the shared reader's (`answers.Reader`): a span of the reader's passages, yes/no, or a refusal (an
 empty answer: REFUSE, fallback "empty_answer"); sampled siblings draw among the same candidates at the temperature.
@@ -62,7 +62,8 @@ from typing import Any
 import torch
 
 from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
-from evorag_core.reader.answers import Reader, clean_answer, reader_prompt
+from evorag_core.reader.answers import Reader
+from evorag_core.reader.prompt import clean_answer, reader_prompt
 from evorag_core.config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
 from evorag_core.errors import ConfigError
 from evorag_core.env.state import AgentView
@@ -243,8 +244,8 @@ class LMPolicy:
 
     def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
         """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
-        from evorag_core.methods.arena.method import ArenaGenerator
-        from evorag_core.methods.arena.prompt import ArenaConfig
+        from evorag_core.reader.arena.generator import ArenaGenerator
+        from evorag_core.reader.arena.prompt import ArenaConfig
 
         cfg = ArenaConfig(max_new_tokens=self.cfg.arena_tokens, passage_chars=self.cfg.passage_chars)
         passages = reader_passages(view, self.cfg.reader_passages)

@@ -47,8 +47,8 @@ from typing import Any, Sequence
 
 import torch
 
-from evorag_core.reader.answers import ANSWER_SYSTEM_CTX, render_passages
-from evorag_core.evaluation.metrics import normalize_answer
+from evorag_core.reader.prompt import ANSWER_SYSTEM_CTX, render_passages
+from evorag_core.metrics import normalize_answer
 from evorag_core.types import Passage
 
 __all__ = ["SpanAnswer", "SpanReader", "extract_candidates", "is_yes_no", "either_or", "is_numeric_question",
@@ -236,7 +236,7 @@ def extract_candidates(question: str, passages: Sequence[Passage], chars: int, m
 
 
 def span_prompt(backend: Any, question: str, passages: Sequence[Passage], chars: int, demos: bool) -> str:
-    """The reader prompt (`answers.reader_prompt`'s system turn and layout), with the short-answer demonstrations
+    """The reader prompt (`reader.prompt.reader_prompt`'s system turn and layout), with the short-answer demonstrations
     as earlier chat turns when `demos`."""
     user = f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
     return backend.chat_prompt(ANSWER_SYSTEM_CTX, user, SHORT_ANSWER_DEMOS if demos else ())

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
-from evorag_core.evaluation.metrics import exact_match, f1_score
-from evorag_core.methods.arena.parse import ArenaParse
+from evorag_core.metrics import exact_match, f1_score
+from evorag_core.reader.arena.parse import ArenaParse
 
 __all__ = [
     "ArenaReward",

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 from evorag_core.config import DynaKragConfig
 from evorag_core.lm.base import PolicyBackend
 from evorag_core.policy.prompts import render_passage
-from evorag_core.reader.answers import Reader, clean_answer
+from evorag_core.reader.answers import Reader
+from evorag_core.reader.prompt import clean_answer
 from evorag_core.types import Passage
 from evorag_core.evidence.text import content_terms, sentences, uncovered_terms
 

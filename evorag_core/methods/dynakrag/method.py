@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 from evorag_core.config import DynaKragConfig
 from evorag_core.errors import ConfigError
-from evorag_core.evaluation.metrics import support_recall
+from evorag_core.metrics import support_recall
 from evorag_core.types import Corpus, Question
 from evorag_core.methods.base import QuestionResult, score
 from evorag_core.methods.dynakrag.controller import Controller, Decision, LearnedController, UniformController, load_models, model_folder
@@ -175,7 +175,7 @@ def build_dynakrag_method(args: Any, rt: Any, backend: Any = None) -> DynaKragMe
     cfg = rt.cfg.dynakrag
     controller = _controller(cfg, rt.home)  # fail on a missing model before loading the LM
     if backend is None:
-        from evorag_core.methods.agent import policy_backend
+        from evorag_core.lm.backends import policy_backend
 
         backend = policy_backend(rt.cfg.policy, rt.home)
     lm = EvidenceLM(backend, cfg, rt.cfg.answer)

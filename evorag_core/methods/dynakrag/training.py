@@ -270,7 +270,7 @@ def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir:
     start = time.perf_counter()
     check_continuation_target(cfg)  # before the generator loads
     if backend is None:
-        from evorag_core.methods.agent import policy_backend
+        from evorag_core.lm.backends import policy_backend
 
         backend = policy_backend(runtime.cfg.policy, runtime.home)
     context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg, runtime.cfg.answer))

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from evorag_core.reader.answers import Reader
 from evorag_core.errors import ConfigError
-from evorag_core.evaluation.metrics import support_recall
+from evorag_core.metrics import support_recall
 from evorag_core.types import Corpus, Passage, Question
 from evorag_core.methods.base import QuestionResult, score
 from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics
@@ -116,7 +116,7 @@ class R2agMethod:
 def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
     """`evorag eval --method r2ag [--adapter NAME|FOLDER] [--set r2ag.steering=scripted]`: the policy LM answers
     (and steers, with steering = "lm")."""
-    from evorag_core.methods.agent import load_backend
+    from evorag_core.lm.backends import load_backend
 
     cfg = rt.cfg.r2ag
     backend, adapter = load_backend(rt, getattr(args, "adapter", None))
@@ -131,7 +131,7 @@ def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
 def build_tree_builder(rt: Any, adapter: str | None = None) -> TreeBuilder:
     """The tree builder of a Runtime (`evorag retrieval-eval --method r2ag`): the policy LM is loaded only for
     steering = "lm"."""
-    from evorag_core.methods.agent import load_backend
+    from evorag_core.lm.backends import load_backend
 
     cfg = rt.cfg.r2ag
     backend = None

@@ -1,0 +1,36 @@
+"""The policy backend the settings name (transformers or vLLM), optionally with an adapter loaded: the one place
+every method, command and the studio build their language model from."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evorag_core.adapters.resolve import resolve_adapter
+from evorag_core.config import PolicyConfig
+from evorag_core.lm.base import PolicyBackend
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
+
+__all__ = ["policy_backend", "load_backend"]
+
+
+def policy_backend(cfg: PolicyConfig, home: Path) -> PolicyBackend:
+    """The backend `cfg.backend` names (a PolicyConfig): transformers (default) or vLLM."""
+    if cfg.backend == "vllm":
+        from evorag_core.lm.vllm_backend import VLLMBackend
+
+        return VLLMBackend(cfg, home)
+    from evorag_core.lm.hf_backend import TransformersBackend
+
+    return TransformersBackend(cfg, home)
+
+
+def load_backend(rt: Runtime, adapter: str | None = None) -> tuple[PolicyBackend, str | None]:
+    """The configured policy backend (`policy_backend`), with `adapter` (store name or folder) loaded."""
+    backend = policy_backend(rt.cfg.policy, rt.home)
+    name = None
+    if adapter:
+        name, folder = resolve_adapter(adapter, rt.home)
+        backend.load_adapter(name, folder)
+    return backend, name

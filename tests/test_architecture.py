@@ -1,0 +1,38 @@
+"""The package boundaries of issue #23, checked with import-linter (contracts in pyproject.toml): the library outside
+`cli/` imports neither `training` nor `app`, the trainer does not import the studio, no import cycles between sibling
+packages or modules, and the library's packages form the pipeline's layers."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_are_kept():
+    out = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
+                          "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0, report
+    assert "0 broken" in report and "BROKEN" not in report, report
+
+
+@pytest.mark.parametrize("package", ["evorag_core", "training", "app"])
+def test_every_module_imports_on_its_own(package):
+    """Every module of the package imports (a moved module, a stale import path or a missing dependency fails here
+    even when no other test loads that module)."""
+    pkg = importlib.import_module(package)
+    failures = []
+    for info in pkgutil.walk_packages(pkg.__path__, f"{package}."):
+        if ".migrations." in info.name:  # alembic scripts, run by `store.migrate`, not importable on their own
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception as exc:  # report every module that fails, not just the first
+            failures.append(f"{info.name}: {exc!r}")
+    assert not failures, "\n".join(failures)
