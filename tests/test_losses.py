@@ -8,7 +8,7 @@ import torch
 
 from training.grpo import group_advantages, grpo_loss
 from training.kl import kl_estimator, kl_k2, kl_k3
-from training.ppo import ValueHead, gae, ppo_losses, scalarize
+from training.ppo import ValueHead, gae, ppo_losses
 from training.reduce import sequence_mean
 
 T = torch.tensor
@@ -134,13 +134,6 @@ def test_sequence_mean_by_hand():
 
 
 # ---- PPO -----------------------------------------------------------------------------------------------------------
-
-def test_scalarize_weighted_sum():
-    """ret=1 (w 2.0) + step=−1 (w 0.02) + bt=0 (w 0.3) = 1.98."""
-    assert math.isclose(scalarize({"ret": 1.0, "step": -1.0, "bt": 0.0}, {"ret": 2.0, "step": 0.02, "bt": 0.3}), 1.98)
-    with pytest.raises(ValueError, match="no weight for \\['act'\\]"):
-        scalarize({"ret": 1.0, "act": -1.0}, {"ret": 2.0})
-
 
 def test_gae_three_steps_by_hand():
     """γ = 0.9, λ = 0.8 (γλ = 0.72), rewards [1, 0, 2], values [0.5, 1.0, 1.5], terminal (last value 0):

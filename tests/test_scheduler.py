@@ -1,4 +1,6 @@
 """Weight schedule and stage switch against the SPEC Table 2, by hand."""
+import math
+
 import pytest
 
 from evorag_core.errors import ConfigError
@@ -61,3 +63,11 @@ def test_stage_switch_controller():
     assert stages == ["discovery"] * 5 + ["refinement"]
     assert c.history[-1]["ema"] == pytest.approx(1.9875)
     assert c.update(-5.0) == "refinement"  # never switches back
+
+
+def test_step_reward_weighted_sum_and_missing_weights():
+    """ret=1 (w 2.0) + step=−1 (w 0.02) + bt=0 (w 0.3) = 1.98 (weights by weight name, as episodes store them); a
+    signal without its weight fails loudly (the PPO loop's former `scalarize`, now this one step reward)."""
+    assert math.isclose(step_reward({"ret": 1.0, "step": -1.0, "bt": 0.0}, {"beta": 2.0, "eta": 0.02, "delta": 0.3}), 1.98)
+    with pytest.raises(ValueError, match="no weight for \\['act'\\]"):
+        step_reward({"ret": 1.0, "act": -1.0}, {"beta": 2.0})

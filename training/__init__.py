@@ -6,7 +6,7 @@ libraries, so import them from their modules: `from training.dpo import train_dp
 from training.data import FitReport, PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
 from training.grpo import group_advantages, grpo_loss
 from training.kl import kl_estimator, kl_k2, kl_k3
-from training.ppo import ValueHead, gae, ppo_losses, scalarize
+from training.ppo import ValueHead, gae, ppo_losses
 from training.reduce import per_sequence, sequence_mean
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "kl_k3",
     "kl_k2",
     "kl_estimator",
-    "scalarize",
     "gae",
     "ppo_losses",
     "ValueHead",

@@ -5,23 +5,14 @@ a linear value head reads the policy LM's last hidden state at the last prompt t
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from training.reduce import sequence_mean
 
-__all__ = ["scalarize", "gae", "ppo_losses", "ValueHead"]
-
-
-def scalarize(signals: Mapping[str, float], weights: Mapping[str, float]) -> float:
-    """Σ_k w_k r_k over the signal names; both mappings must name the same signals (a typo fails loudly)."""
-    if set(signals) != set(weights):
-        missing = sorted(set(signals) - set(weights))
-        extra = sorted(set(weights) - set(signals))
-        raise ValueError(f"signals and weights name different keys: no weight for {missing}, no signal for {extra}")
-    return float(sum(weights[k] * signals[k] for k in signals))
+__all__ = ["gae", "ppo_losses", "ValueHead"]
 
 
 def gae(

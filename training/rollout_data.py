@@ -19,11 +19,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.policy.prompts import LABELS, completion_text
-from evorag_core.env.scheduler import SIGNAL_WEIGHT
+from evorag_core.env.scheduler import step_reward
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
-from training.ppo import scalarize
 
 __all__ = [
     "StepState",
@@ -33,7 +32,6 @@ __all__ = [
     "load_episodes",
     "replay_episode",
     "candidate_groups",
-    "step_reward",
     "prompt_renderer",
 ]
 
@@ -65,14 +63,6 @@ class CandidateGroup:
     completions: tuple[str, ...]
     returns: tuple[float, ...]  # branch return of each candidate: its r̃ in the group advantage
     logprobs: tuple[float | None, ...]  # as stored at sampling time (diagnostic)
-
-
-def step_reward(signals: Mapping[str, float], weights: Mapping[str, float]) -> float:
-    """r̃_t = Σ_k w_k(t) r_t^(k); weights keyed by weight name (beta, ...) as the env stores them, or by signal."""
-    by_signal = {s: weights[w] for s, w in SIGNAL_WEIGHT.items() if w in weights and s in signals}
-    if len(by_signal) < len(signals):
-        by_signal = dict(weights)
-    return scalarize(signals, by_signal)
 
 
 class PassageResolver:

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from evorag_core.env.actions import Action, Answer, Refuse, action_to_dict, parse_action
 from evorag_core.env.judges import Verdict
 from evorag_core.env.scheduler import step_reward
+from evorag_core.env.signals import refusal_value
 
 __all__ = ["StepRecord", "EpisodeRecord", "apply_override"]
 
@@ -157,6 +158,6 @@ def apply_override(record: EpisodeRecord, t: int, verdict: Verdict) -> EpisodeRe
     step = steps[idx]
     signals = dict(step.signals)
     if isinstance(step.action, Refuse):
-        signals["ref"] = -1.0 if verdict.answerable else 1.0
+        signals["ref"] = refusal_value(verdict.answerable)
     steps[idx] = replace(step, signals=signals, reward=step_reward(signals, step.weights), verdict=verdict)
     return replace(record, steps=tuple(steps))

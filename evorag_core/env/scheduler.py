@@ -109,7 +109,15 @@ def _signal_of(weight: str) -> str:
 
 
 def step_reward(signals: Mapping[str, float], weights: Mapping[str, float]) -> float:
-    """R_t = sum_k w_k(t) * r_t^(k)."""
+    """R_t = sum_k w_k(t) * r_t^(k): the one step reward (the env, human overrides, every training objective).
+
+    `signals` are keyed by signal name (ret, act, ...), `weights` by weight name (beta, lambda, ... as `weights_at`
+    gives them and episodes store them). A signal with no weight, or an unknown signal, fails loudly."""
+    unknown = sorted(set(signals) - set(SIGNAL_WEIGHT))
+    missing = sorted(k for k in signals if k in SIGNAL_WEIGHT and SIGNAL_WEIGHT[k] not in weights)
+    if unknown or missing:
+        raise ValueError(f"step_reward: unknown signals {unknown}, no weight for {missing} "
+                         f"(weights are keyed by weight name: {', '.join(WEIGHT_NAMES)})")
     return float(sum(weights[SIGNAL_WEIGHT[name]] * value for name, value in signals.items()))
 
 

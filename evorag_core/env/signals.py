@@ -89,7 +89,13 @@ def refusal_reward(ctx: StepContext) -> float:
         return 0.0
     if ctx.answerable is None:
         raise ValueError("refusal_reward needs a sufficiency verdict at REFUSE")
-    return -1.0 if ctx.answerable else 1.0
+    return refusal_value(ctx.answerable)
+
+
+def refusal_value(answerable: bool) -> float:
+    """The refusal signal of a REFUSE under a verdict: +1 when the evidence is insufficient, -1 when sufficient
+    (also what a human override of the verdict recomputes)."""
+    return -1.0 if answerable else 1.0
 
 
 def step_cost(ctx: StepContext) -> float:
