@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, get_args, get_origin, get_type_hints
 
 from evorag_core.errors import ConfigError
+from evorag_core.objectives import OBJECTIVES
 
 __all__ = [
     "ANSWERERS",
@@ -382,7 +383,7 @@ class TrainConfig(_Checked):
     max_attempts: int = 2  # a round whose worker died (lease expired) is queued again until this many claims
 
     RULES: ClassVar[Rules] = {
-        "objective": one_of(("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo", "dynakrag")),
+        "objective": one_of(tuple(OBJECTIVES)),
         "epochs": POSITIVE,
         "lr": above(0),
         "beta": above(0),

@@ -24,11 +24,12 @@ from typing import Any, Callable, Mapping
 
 from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_overrides
 from evorag_core.errors import ConfigError
+from evorag_core.objectives import WORKER_OBJECTIVES
 
 __all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "RoundLost", "RoundCancelled",
            "job_config", "phase"]
 
-OBJECTIVES: tuple[str, ...] = ("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo")
+OBJECTIVES: tuple[str, ...] = WORKER_OBJECTIVES  # the objectives a queued round can run (evorag_core.objectives)
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
 JOB_KEYS: tuple[str, ...] = (
     "objective", "pairs", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",

@@ -1,19 +1,19 @@
 """One training round of any objective: `run_round(job, store, on_progress) -> AdapterRef`.
 
 Each objective is its own module (`dpo_round`, `grpo_round`, `ppo_round`) with `run(job, store, on_progress)`,
-and each goes setup -> train -> save -> register. This table is the one place that maps names to them.
+and each goes setup -> train -> save -> register. The names and modules come from `evorag_core.objectives`.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
+from evorag_core.objectives import OBJECTIVES, WORKER_OBJECTIVES
 from training.job import AdapterRef, ProgressFn, RoundJob
 
 __all__ = ["ROUND_MODULES", "run_round"]
 
-ROUND_MODULES: dict[str, str] = {"dpo": "training.dpo_round", "grpo": "training.grpo_round", "ppo": "training.ppo_round",
-                                 "arena-grpo": "training.arena_grpo", "r2ag-grpo": "training.r2ag_grpo"}
+ROUND_MODULES: dict[str, str] = {n: OBJECTIVES[n].module for n in WORKER_OBJECTIVES}  # from the one registry
 
 
 def run_round(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:

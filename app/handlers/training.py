@@ -8,6 +8,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from evorag_core.objectives import OBJECTIVES as OBJECTIVES_ALL, STUDIO_OBJECTIVES
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from app import round_progress, views
@@ -32,7 +33,7 @@ __all__ = [
     "header_status",
 ]
 
-OBJECTIVES = ("dpo", "grpo", "ppo")
+OBJECTIVES = STUDIO_OBJECTIVES  # the objectives this tab launches (evorag_core.objectives)
 KL_ESTIMATORS = ("k3", "k2")
 
 
@@ -168,7 +169,7 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
         kl = views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference")
         round_progress.integer_steps(kl, kl_rows[-1]["step"] if kl_rows else None)
         kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
-        kl_visible = newest.objective != "dpo" or bool(kl_rows)  # DPO's reference term is inside its loss
+        kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
@@ -288,3 +289,9 @@ def header_status(svc: Services) -> str:
     return '<div class="evo-header-status">' + " · ".join(parts) + "</div>"
 
 
+
+
+def _logs_kl(objective: str) -> bool:
+    """Whether rounds of `objective` log a per-step KL to their reference (an unknown, older name: assume they do)."""
+    known = OBJECTIVES_ALL.get(objective)
+    return known.logs_kl if known is not None else True

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from evorag_core.errors import ConfigError
+from evorag_core.objectives import OBJECTIVES
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 from evorag_core.cli.worker import db_url_from_args
 
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     add_common(p, data=False)
     p.add_argument("--db", default=None, metavar="URL", help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
-    p.add_argument("--objective", choices=["dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo", "dynakrag"], default=None,
+    p.add_argument("--objective", choices=list(OBJECTIVES), default=None,
                    help="default [train] objective (arena-grpo: ARENA's GRPO on --data questions; "
                         "dynakrag: fit the DynaKrag controller on --data, in this process)")
     p.add_argument("--pairs", type=int, default=None, help="DPO: queued pairs to claim (default 64)")
