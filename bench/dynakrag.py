@@ -106,16 +106,15 @@ def bootstrap(a, b, resamples: int, key: str = "f1") -> dict:
 
 
 def baselines(rt, questions, folder: Path, fresh: bool) -> dict:
-    from evorag_core.cli.eval import METHODS
+    from evorag_core.methods.registry import METHODS, MethodOptions
 
     out = {}
     for name in BASELINES:
         if name not in METHODS:
-            out[name] = {"status": "not registered in evorag eval METHODS"}
+            out[name] = {"status": "not in the method registry"}
             continue
-        args = argparse.Namespace(adapter=None, script=None, k=None, stage=None, corpus=None)
         try:
-            method = METHODS[name](args, rt)
+            method = METHODS[name](MethodOptions(), rt)
         except (EvoRagError, TypeError, AttributeError, ValueError) as exc:  # reported in the JSON, not hidden
             out[name] = {"status": f"could not build: {type(exc).__name__}: {exc}"}
             continue

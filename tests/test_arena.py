@@ -305,13 +305,15 @@ def test_eval_builder_reads_answer_span(tiny_reader_folder, tmp_path):
     a label saying so) with `--set arena.answer_span=true`."""
     from types import SimpleNamespace
 
+    from evorag_core.methods.base import MethodOptions
+
     from evorag_core.methods.arena.method import build_arena_method
 
     def build(answer_span: bool) -> ArenaMethod:
         cfg = apply_overrides(load_config(), {"policy.model": str(tiny_reader_folder), "policy.device": "cpu",
                                               "arena.answer_span": answer_span})
         rt = SimpleNamespace(cfg=cfg, home=tmp_path, dataset=SimpleNamespace(questions=[Q]))
-        return build_arena_method(SimpleNamespace(adapter=None), rt)
+        return build_arena_method(MethodOptions(), rt)
 
     plain, span = build(False), build(True)
     assert plain.reader is None and not plain.label.endswith("span answers")
@@ -521,7 +523,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     `--adapter FOLDER` (a LoRA whose B matrices were set to 0.01) the adapter is loaded, active and changes the reply
     scores."""
     import dataclasses
-    from argparse import Namespace
+    from evorag_core.methods.base import MethodOptions
 
     import torch
 
@@ -535,7 +537,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
 
     cfg = apply_overrides(load_config(), {"policy.device": "cpu"})
     rt = Runtime(cfg, session_home, load_dataset(benchmarks / "hotpotqa_dev300.jsonl"))
-    method = build_arena_method(Namespace(adapter=None), rt)
+    method = build_arena_method(MethodOptions(), rt)
     method.generator.cfg = dataclasses.replace(method.generator.cfg, max_new_tokens=12)
     question = rt.dataset.questions[0]
     result = method.run_question(question)
@@ -556,7 +558,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     folder = tmp_path / "my adapter"
     save_adapter(peft_model, folder, {"round_id": None, "objective": "arena-grpo",
                                       "base_model_id": base_model_id("embedded", session_home), "metrics": {}})
-    tuned = build_arena_method(Namespace(adapter=str(folder)), rt)
+    tuned = build_arena_method(MethodOptions(adapter=str(folder)), rt)
     assert tuned.label.endswith("+ adapter my-adapter") and tuned.generator.backend.active_adapter == "my-adapter"
     assert tuned.generator.backend.sequence_logprob(out.prompt, out.text) != pytest.approx(scored, abs=1e-3)
 

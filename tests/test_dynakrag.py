@@ -393,7 +393,7 @@ def test_continuation_target_is_checked_and_support_is_recall(demo, corpus, bm25
         continuation_utility(q, make_ctx(corpus, bm25, DynaKragConfig(continuation_target="answer")), gold)
 
 def test_eval_method_is_registered():
-    from evorag_core.cli.eval import METHODS
+    from evorag_core.methods.registry import METHODS
 
     assert "dynakrag" in METHODS
     assert load_config().dynakrag == DynaKragConfig()
@@ -529,9 +529,9 @@ def test_studio_trace_view_escapes_and_lists_scores():
 def test_eval_and_training_load_the_configured_backend(demo, tmp_path):
     """`policy.backend = "vllm"` reaches DynaKrag's eval method and its training (they built a transformers model
     whatever the setting said). Without vLLM installed both stop with the backend's own error, before any work."""
-    import argparse
     import importlib.util
 
+    from evorag_core.methods.base import MethodOptions
     from evorag_core.methods.dynakrag.method import build_dynakrag_method
     from evorag_core.methods.dynakrag.training import train_dynakrag
     from evorag_core.runtime import Runtime
@@ -541,7 +541,7 @@ def test_eval_and_training_load_the_configured_backend(demo, tmp_path):
     cfg = load_config(None, {"policy.backend": "vllm", "dynakrag.controller": "uniform"})
     rt = Runtime(cfg, tmp_path, demo)
     with pytest.raises(ModelLoadError, match="vLLM"):
-        build_dynakrag_method(argparse.Namespace(), rt)
+        build_dynakrag_method(MethodOptions(), rt)
     with pytest.raises(ModelLoadError, match="vLLM"):
         train_dynakrag(demo, rt, cfg.dynakrag, tmp_path / "controller")
     assert not (tmp_path / "controller").exists()

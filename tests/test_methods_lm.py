@@ -1,7 +1,7 @@
 """The `agent` method and the four pipeline baselines on the embedded LM and the demo data."""
 from __future__ import annotations
 
-from argparse import Namespace
+
 
 import pytest
 
@@ -9,6 +9,7 @@ from evorag_core.config import Config, apply_overrides
 from evorag_core.data.datasets import load_dataset
 from evorag_core.evaluation.runner import evaluate
 from evorag_core.methods.baselines import BASELINES, clean_answer
+from evorag_core.methods.registry import build_method
 from evorag_core.runtime import Runtime
 
 
@@ -29,9 +30,7 @@ def runtime(session_home, demo_path):
 
 @pytest.mark.slow
 def test_agent_method_runs_episodes_with_logprobs(runtime):
-    from evorag_core.cli.eval import METHODS
-
-    method = METHODS["agent"](Namespace(adapter=None), runtime)
+    method = build_method("agent", runtime)
     questions = runtime.dataset.questions[:2]
     summary, results = evaluate(method, questions)
     assert summary["n"] == 2 and summary["format_valid"] == 1.0
@@ -57,10 +56,8 @@ def free_runtime(session_home, demo_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_baselines_answer_with_the_shared_backend(free_runtime, name):
-    from evorag_core.cli.eval import METHODS
-
     runtime = free_runtime
-    method = METHODS[name](Namespace(adapter=None), runtime)
+    method = build_method(name, runtime)
     method.cfg = type(method.cfg)(k=3, max_iterations=2, max_answer_tokens=12, max_thought_tokens=24)
     q = runtime.dataset.questions[0]
     res = method.run_question(q)

@@ -12,6 +12,7 @@ from evorag_core.env.episode import EpisodeRecord
 from evorag_core.evaluation.traces import EvalRecorder, run_name
 from evorag_core.evaluation.runner import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
+from evorag_core.methods.registry import LM_FREE_METHODS, METHODS, build_method
 
 from app import views
 from app.policies import BASE, LIVE
@@ -34,27 +35,21 @@ class EvalRun:
     episode_ids: dict[str, int] = field(default_factory=dict)  # question id -> stored trace (Traces tab)
 
 
-EVAL_PREFIX = "eval:"  # method choices that are `evorag eval` methods (built by that command's METHODS table)
+EVAL_PREFIX = "eval:"  # method choices built by the method registry (`evorag_core.methods.registry`)
 
 
 def eval_method_options(svc: Services) -> list[tuple[str, str]]:
     """The studio's policies plus every other `evorag eval` method (DynaKrag, ARENA, the pipeline baselines...)."""
-    from evorag_core.cli.eval import METHODS
-
-    extra = [(f"eval · {name}", EVAL_PREFIX + name) for name in sorted(METHODS) if name not in ("oracle", "script")]
+    extra = [(f"eval · {name}", EVAL_PREFIX + name) for name in sorted(METHODS) if name not in LM_FREE_METHODS]
     return policy_options(svc) + extra
 
 
 def _eval_method(svc: Services, rt: Any, method: str, script: str):
     if method.startswith(EVAL_PREFIX):
-        import argparse
-
-        from evorag_core.cli.eval import METHODS
-
         name = method[len(EVAL_PREFIX):]
         if name not in METHODS:
             raise ValueError(f"unknown evaluation method {name!r}; expected one of {', '.join(sorted(METHODS))}")
-        return METHODS[name](argparse.Namespace(adapter=None, script=None), rt)
+        return build_method(name, rt)
     policy = svc.policies.make(method, script=script, adapter_lookup=adapter_lookup(svc))
     return EpisodeMethod(policy.policy, rt.make_env, label=policy.label)
 

@@ -4,37 +4,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evorag_core.errors import ConfigError
 from evorag_core.evaluation.runner import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
-from evorag_core.methods.arena.method import build_arena_method
-from evorag_core.methods.agent import build_agent_method
-from evorag_core.methods.base import EpisodeMethod
-from evorag_core.methods.baselines import BASELINES, build_baseline
-from evorag_core.methods.dynakrag.method import build_dynakrag_method
-from evorag_core.methods.oracle import OraclePolicy
-from evorag_core.methods.r2ag.method import build_r2ag_method
-from evorag_core.methods.script import ScriptPolicy, load_script
+from evorag_core.methods.registry import METHODS, MethodOptions, build_method
 from evorag_core.cli.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
-__all__ = ["add_parser", "main", "METHODS"]
-
-# method name -> builder(args, runtime); one literal table.
-METHODS = {
-    "script": lambda args, rt: EpisodeMethod(ScriptPolicy(load_script(_need_script(args))), rt.make_env),
-    "oracle": lambda args, rt: EpisodeMethod(OraclePolicy(), rt.make_env),
-    "dynakrag": build_dynakrag_method,  # ablations: --set dynakrag.controller=uniform|sufficiency=false|...
-    "arena": build_arena_method,
-    "r2ag": build_r2ag_method,  # --set r2ag.steering=scripted for the LM-free steering
-    "agent": build_agent_method,
-    **{name: (lambda n: lambda args, rt: build_baseline(n, args, rt))(name) for name in BASELINES},
-}
-
-
-def _need_script(args: argparse.Namespace) -> Path:
-    if args.script is None:
-        raise ConfigError("--method script needs --script FILE")
-    return args.script
-
+__all__ = ["add_parser", "main"]
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help="evaluate a method on a data file")
@@ -78,7 +52,8 @@ def _recorder(args: argparse.Namespace, cfg, rt, method):
 def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, {"env.corpus": args.corpus, "env.top_k": args.k, "reward.stage": args.stage})
     rt = runtime_from_args(args, cfg)
-    method = METHODS[args.method](args, rt)
+    method = build_method(args.method, rt, MethodOptions(adapter=args.adapter, script=args.script,
+                                                          rank_with_rm=args.rank_with_rm))
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
     recorder = _recorder(args, cfg, rt, method)
     try:

@@ -1,13 +1,16 @@
 """`agent`: the EVO-RAG LM policy acting in the environment (optionally with a LoRA adapter)."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.env.actions import Action
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
-from evorag_core.methods.base import EpisodeMethod
+from evorag_core.methods.base import EpisodeMethod, MethodOptions
 from evorag_core.lm.backends import load_backend
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
 
 __all__ = ["AgentPolicy", "agent_on", "build_agent_method"]
 
@@ -45,9 +48,9 @@ class AgentPolicy:
         return d.action, info
 
 
-def build_agent_method(args: Any, rt: Any) -> EpisodeMethod:
-    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
-    return agent_on(backend, rt, adapter, getattr(args, "rank_with_rm", None))
+def build_agent_method(opts: MethodOptions, rt: Runtime) -> EpisodeMethod:
+    backend, adapter = load_backend(rt, opts.adapter)
+    return agent_on(backend, rt, adapter, opts.rank_with_rm)
 
 
 def agent_on(backend: Any, rt: Any, adapter: str | None = None, rank_with_rm: Any = None) -> EpisodeMethod:

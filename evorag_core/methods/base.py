@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from evorag_core.env.actions import Action, action_to_dict
@@ -12,7 +13,17 @@ from evorag_core.metrics import exact_match, f1_score, support_recall
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
-__all__ = ["EpisodePolicy", "EpisodeMethod", "QuestionResult", "run_episode", "result_from_episode"]
+__all__ = ["EpisodePolicy", "EpisodeMethod", "MethodOptions", "QuestionResult", "run_episode", "result_from_episode"]
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """What a user chooses beside the settings: the LoRA adapter for LM methods (store name or folder), the script
+    method's actions file, and the agent's preference model for best-of-K (`policy.siblings` candidates)."""
+
+    adapter: str | None = None
+    script: Path | None = None
+    rank_with_rm: Path | None = None
 
 
 class EpisodePolicy(Protocol):

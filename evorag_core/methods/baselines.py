@@ -15,13 +15,16 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from evorag_core.reader.prompt import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, render_passages
 from evorag_core.reader.answers import Reader
 from evorag_core.metrics import exact_match, f1_score, support_recall
 from evorag_core.types import Passage, Question
-from evorag_core.methods.base import QuestionResult
+from evorag_core.methods.base import MethodOptions, QuestionResult
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
 
 __all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "baseline_on", "build_baseline",
            "ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "clean_answer", "render_passages"]  # re-exported from ..answers
@@ -159,10 +162,10 @@ class PipelineMethod:
 BASELINES = ("direct", "fixed-k", "ircot", "self-ask")
 
 
-def build_baseline(name: str, args: Any, rt: Any) -> PipelineMethod:
+def build_baseline(name: str, opts: MethodOptions, rt: Runtime) -> PipelineMethod:
     from evorag_core.lm.backends import load_backend
 
-    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
+    backend, adapter = load_backend(rt, opts.adapter)
     if adapter:
         backend.activate(adapter)
     return baseline_on(name, backend, rt)

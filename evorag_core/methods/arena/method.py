@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.metrics import exact_match, f1_score, support_recall
 from evorag_core.types import Passage, Question
 from evorag_core.reader.arena.prompt import ArenaConfig
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
-from evorag_core.methods.base import QuestionResult
+from evorag_core.methods.base import MethodOptions, QuestionResult
 from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
 
 __all__ = [
     "ArenaMethod",
@@ -126,7 +129,7 @@ def _details(out: ArenaOutput, gold_ids: Sequence[int], reward: ArenaReward) -> 
 
 # -- the eval command's builder ------------------------------------------------------------------------------
 
-def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
+def build_arena_method(opts: MethodOptions, rt: Runtime) -> ArenaMethod:
     """`evorag eval --method arena [--adapter NAME|FOLDER]`: the policy LM of `[policy]` (backend, device, dtype,
     threads; loaded as the agent method loads it); references cut to `policy.passage_chars` characters (0: full
     text); greedy replies; with `arena.answer_span` the final answer is the span reader's (module docstring)."""
@@ -136,7 +139,7 @@ def build_arena_method(args: Any, rt: Any) -> ArenaMethod:
     if missing:
         raise ConfigError(f"--method arena needs questions with their own passages; {len(missing)} have none "
                           f"(e.g. {missing[0]})")
-    backend, name = load_backend(rt, getattr(args, "adapter", None))
+    backend, name = load_backend(rt, opts.adapter)
     backend.activate(name)
     label = f"ARENA {backend.model_id}" + (f" + adapter {name}" if name else "")
     cfg = ArenaConfig(passage_chars=rt.cfg.policy.passage_chars)

@@ -14,18 +14,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from evorag_core.config import DynaKragConfig
 from evorag_core.errors import ConfigError
 from evorag_core.metrics import support_recall
 from evorag_core.types import Corpus, Question
-from evorag_core.methods.base import QuestionResult, score
+from evorag_core.methods.base import MethodOptions, QuestionResult, score
 from evorag_core.methods.dynakrag.controller import Controller, Decision, LearnedController, UniformController, load_models, model_folder
 from evorag_core.methods.dynakrag.lm import EvidenceLM, Usage
 from evorag_core.methods.dynakrag.ops import OpContext, execute, final_context
 from evorag_core.methods.dynakrag.state import ACTIONS, RETRIEVAL, EvidenceState, initial_state
 from evorag_core.methods.dynakrag.validity import valid_actions
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["StepTrace", "Episode", "run_dynakrag", "DynaKragMethod", "build_dynakrag_method", "method_label",
            "episode_metrics"]
@@ -169,7 +173,7 @@ def make_context_factory(rt, cfg: DynaKragConfig, lm: EvidenceLM | None) -> Call
     return context_for
 
 
-def build_dynakrag_method(args: Any, rt: Any, backend: Any = None) -> DynaKragMethod:
+def build_dynakrag_method(opts: MethodOptions, rt: Runtime, backend: PolicyBackend | None = None) -> DynaKragMethod:
     """`evorag eval --method dynakrag`: `[dynakrag]` settings (ablations with --set), the policy LM of `[policy]`
     (greedy; `policy.backend` picks transformers or vLLM), the trained controller in `home/<model_dir>` unless `controller = "uniform"`."""
     cfg = rt.cfg.dynakrag

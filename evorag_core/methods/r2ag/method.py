@@ -12,18 +12,21 @@ per-question retrieval numbers (averaged into the summary), `extras["tree"]` the
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evorag_core.reader.answers import Reader
 from evorag_core.errors import ConfigError
 from evorag_core.metrics import support_recall
 from evorag_core.types import Corpus, Passage, Question
-from evorag_core.methods.base import QuestionResult, score
+from evorag_core.methods.base import MethodOptions, QuestionResult, score
 from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics
 from evorag_core.methods.r2ag.rewards import RewardWeights
 from evorag_core.methods.r2ag.scripted import ScriptedSteering
 from evorag_core.methods.r2ag.steering import LMSteering, Steering
 from evorag_core.methods.r2ag.tree import Tree, TreeSettings, grow, new_tree
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
 
 __all__ = ["answer_from_passages", "make_steering", "TreeBuilder", "R2agMethod", "build_r2ag_method",
            "build_tree_builder", "STEERINGS"]
@@ -113,13 +116,13 @@ class R2agMethod:
         )
 
 
-def build_r2ag_method(args: Any, rt: Any) -> R2agMethod:
+def build_r2ag_method(opts: MethodOptions, rt: Runtime) -> R2agMethod:
     """`evorag eval --method r2ag [--adapter NAME|FOLDER] [--set r2ag.steering=scripted]`: the policy LM answers
     (and steers, with steering = "lm")."""
     from evorag_core.lm.backends import load_backend
 
     cfg = rt.cfg.r2ag
-    backend, adapter = load_backend(rt, getattr(args, "adapter", None))
+    backend, adapter = load_backend(rt, opts.adapter)
     if adapter:
         backend.activate(adapter)
     steering = make_steering(cfg, backend)
