@@ -1,6 +1,6 @@
 """Initial schema: datasets, questions, episodes, steps, siblings, judgments, rounds, pairs, adapters, users.
 
-Hand-written to match evorag_core/store/schema.py (tests/test_store.py compares the two).
+Hand-written to match evorag_core/store/schema.py (tests/store/test_store.py compares the two).
 
 Revision ID: 0001
 Revises:

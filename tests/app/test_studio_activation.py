@@ -1,0 +1,128 @@
+"""The studio's Activate button through its handler: real Services, a real SQLite store, the tiny 2-layer random Llama
+as the studio's policy model and real LoRA adapter folders. A good adapter goes live; one whose weights were garbled
+or deleted, or that was trained on another base model, is refused with a message naming the reason and what stays
+live, and the previous adapter stays live in the store and in the model the next LM episode runs on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.paths import DEMO
+from app import handlers
+from app.policies import LIVE
+from app.services import Services
+from app.session import EpisodeSettings
+from app.wiring import error_message
+from evorag_core.config import apply_overrides, load_config
+from evorag_core.errors import AdapterError
+
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from training.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture()
+def svc(tiny, session_home, tmp_path):
+    torch.set_num_threads(1)  # tiny model: one thread is fastest
+    cfg = apply_overrides(load_config(), {"policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1,
+                                          "env.t_max": 4, "policy.max_answer_tokens": 4})
+    services = Services(cfg, session_home, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+    yield services
+    services.close()
+
+
+def make_adapter(cfg, base_id: str, folder: Path, seed: int) -> Path:
+    """A LoRA adapter with random (non-zero) B matrices for the tiny model, saved with its checksum; `base_id` is
+    the base model id written into its metadata."""
+    from transformers import AutoModelForCausalLM
+
+    from training.lora import attach_lora, save_adapter
+
+    model = attach_lora(AutoModelForCausalLM.from_pretrained(cfg.policy.model),
+                        dataclasses.replace(cfg.train, seed=seed))
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    save_adapter(model, folder, {"round_id": None, "objective": "test", "base_model_id": base_id, "metrics": {}})
+    return folder
+
+
+def register(svc: Services, name: str, folder: Path) -> None:
+    checksum = json.loads((folder / "evorag_adapter.json").read_text())["sha256"]
+    svc.store().register_adapter(name, str(folder), base_model=svc.cfg.policy.model, objective="dpo",
+                                 checksum=checksum)
+
+
+def refusal(svc: Services, name: str) -> str:
+    """Click Activate on `name`, expecting a refusal; returns the one line the page's error toast shows."""
+    with pytest.raises(AdapterError) as caught:
+        handlers.activate_adapter(svc, name)
+    return error_message(caught.value)
+
+
+def _good_live_and_three_bad(svc: Services, tmp_path: Path) -> None:
+    """Register good, garbled, deleted and foreign; activate good; then garble, delete."""
+    base = svc.cfg.policy.model
+    folders = {name: make_adapter(svc.cfg, base if name != "foreign" else "someone/else-135m",
+                                  tmp_path / "adapters" / name, seed)
+               for seed, name in enumerate(("good", "garbled", "deleted", "foreign"), start=1)}
+    for name, folder in folders.items():
+        register(svc, name, folder)
+    assert "Adapter good is live" in handlers.activate_adapter(svc, "good")
+    weights = folders["garbled"] / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-16] + b"\x00" * 16)
+    shutil.rmtree(folders["deleted"])
+
+
+def test_activate_refuses_garbled_deleted_or_foreign_adapters_and_the_previous_stays_live(svc, tmp_path):
+    """good -> live. garbled (last 16 bytes of the weights zeroed after registration): sha256 mismatch. deleted (its
+    folder removed): missing folder. foreign (trained on another base model): base model mismatch. After each
+    refusal the store's active row and the page's live name are still 'good'."""
+    _good_live_and_three_bad(svc, tmp_path)
+    msg = refusal(svc, "garbled")
+    assert "adapter 'garbled' refused" in msg and "sha256" in msg and msg.endswith("adapter good stays live")
+    msg = refusal(svc, "deleted")
+    assert "adapter 'deleted' refused" in msg and "does not exist" in msg and msg.endswith("adapter good stays live")
+    msg = refusal(svc, "foreign")
+    assert "trained on 'someone/else-135m'" in msg and msg.endswith("adapter good stays live")
+
+    assert svc.store().active_adapter().name == "good"
+    assert handlers.training_view(svc).live == "good"
+    assert 'id="evo-live-adapter">good<' in handlers.header_status(svc)
+
+
+@pytest.mark.slow
+def test_after_a_refusal_the_next_lm_episode_runs_on_the_previous_adapter(svc, tmp_path):
+    """The model side: after garbled is refused, an LM episode on the live adapter (retrieval index, tiny LM) runs
+    on 'good', the only adapter loaded into the studio's backend."""
+    _good_live_and_three_bad(svc, tmp_path)
+    refusal(svc, "garbled")
+    _, session = handlers.start_episode(svc, EpisodeSettings(policy=LIVE, question_id="demo-001"))
+    handlers.step_episode(session)
+    assert session.policy.adapter == "good"
+    backend = svc.policies._get_backend()
+    assert backend.active_adapter == "good" and backend.list_adapters() == ["good"]
+
+
+def test_activate_with_nothing_live_keeps_the_base_model(svc, tmp_path):
+    """No adapter active yet: a refused activation leaves none active and says the base model stays live."""
+    folder = make_adapter(svc.cfg, svc.cfg.policy.model, tmp_path / "adapters" / "only", 7)
+    register(svc, "only", folder)
+    (folder / "adapter_config.json").unlink()
+    msg = refusal(svc, "only")
+    assert "missing adapter_config.json" in msg and msg.endswith("the base model stays live")
+    assert svc.store().active_adapter() is None and handlers.training_view(svc).live == "base model"
+    with pytest.raises(ValueError, match="choose an adapter"):
+        handlers.activate_adapter(svc, "")

@@ -1,0 +1,105 @@
+"""Logging in to a launched studio over HTTP (Gradio's POST /login on 127.0.0.1, no language model): a users file
+written by `evorag users add` lets its user in and refuses a wrong password; failed logins are refused with 429
+"too many failed logins ... wait N s" once a name, then an address, is over its limit, before any password is
+checked. Before hashing and the limit, the users file held `name = "password"` and 30 wrong logins took 0.19 s.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.paths import DEMO
+from app.main import launch
+from app.services import Services
+from evorag_core.auth.limiter import LoginLimiter, LoginLimits
+from evorag_core.auth.users_file import add_user
+from evorag_core.config import load_config
+
+LIMITS = LoginLimits(per_user=3, per_address=6, window_s=600)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def studio(session_home, tmp_path_factory):
+    """(base url, limiter) of a studio served in this process with a two-user file and LIMITS."""
+    work = tmp_path_factory.mktemp("studio_login")
+    users = work / "users.toml"
+    add_user(users, "alice", "alice's password")
+    add_user(users, "bob", "bob's password", role="annotator")
+    svc = Services(load_config(), session_home, data_path=DEMO, db_url=f"sqlite:///{work / 'studio.db'}")
+    port = _free_port()
+    limiter = LoginLimiter(LIMITS)
+    demo = launch(svc, host="127.0.0.1", port=port, auth=str(users), block=False, quiet=True, limiter=limiter)
+    yield f"http://127.0.0.1:{port}", limiter
+    demo.close()
+    svc.close()
+
+
+def login(base: str, user: str, password: str, *, multipart: bool = True) -> tuple[int, dict, dict]:
+    """(status, JSON body, headers) of POST /login; multipart like the page's login form, or url-encoded."""
+    if multipart:
+        boundary = "evorag-test-boundary"
+        parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+                 for k, v in (("username", user), ("password", password))]
+        body = ("".join(parts) + f"--{boundary}--\r\n").encode()
+        ctype = f"multipart/form-data; boundary={boundary}"
+    else:
+        body = urllib.parse.urlencode({"username": user, "password": password}).encode()
+        ctype = "application/x-www-form-urlencoded"
+    req = urllib.request.Request(base + "/login", data=body, method="POST", headers={"Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"{}"), dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}"), dict(err.headers)
+
+
+def test_hashed_password_logs_in_and_a_wrong_one_is_refused(studio):
+    base, limiter = studio
+    status, body, headers = login(base, "alice", "alice's password")
+    assert status == 200 and body == {"success": True}
+    assert any(k.lower() == "set-cookie" for k in headers)
+    assert login(base, "bob", "bob's password", multipart=False)[0] == 200
+    status, body, _ = login(base, "alice", "not alice's password")
+    assert status == 400 and body["detail"] == "Incorrect credentials."
+    assert limiter.failures(user="alice") == 1
+    assert login(base, "alice", "alice's password")[0] == 200  # a success forgets alice's failures
+    assert limiter.failures(user="alice") == 0
+
+
+def test_failed_logins_hit_the_limit_per_user_then_per_address(studio):
+    """LIMITS: 3 per user, 6 per address, 600 s window; every request comes from 127.0.0.1, which starts with
+    `before` failures (1 after the test above: its wrong password; each success took only its own attempt back).
+    carol x3 -> 400 (checked); carol's 4th -> 429 without a check (not counted). dave until the address holds 6
+    failures -> 400 each (6 - before - 3 of them), then dave -> 429, and alice with her right password -> 429 too:
+    the address is over its limit, and the wait is the address's (at most 600 s)."""
+    base, limiter = studio
+    before = limiter.failures(address="127.0.0.1")
+    n_dave = LIMITS.per_address - before - LIMITS.per_user
+    assert n_dave >= 1
+    seen = []
+    start = time.perf_counter()
+    for user in ("carol",) * 4 + ("dave",) * (n_dave + 1) + ("alice",):
+        password = "alice's password" if user == "alice" else "guess"
+        status, body, headers = login(base, user, password)
+        seen.append((user, status))
+        if status == 429:
+            assert body["detail"].startswith("too many failed logins for this user or address: wait ")
+            wait = int(body["detail"].split("wait ")[1].split(" s")[0])
+            assert 0 < wait <= 600 and headers.get("retry-after", headers.get("Retry-After")) == str(wait)
+    elapsed = time.perf_counter() - start
+    assert seen == ([("carol", 400)] * 3 + [("carol", 429)] + [("dave", 400)] * n_dave + [("dave", 429)]
+                    + [("alice", 429)]), seen
+    assert limiter.failures(address="127.0.0.1") == LIMITS.per_address
+    print(f"{len(seen)} login attempts ({3 + n_dave} argon2 checks) took {elapsed:.2f} s")

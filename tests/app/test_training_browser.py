@@ -1,0 +1,109 @@
+"""Training feedback in a real browser (issue #24 item 5): `evorag studio` on the tiny 2-layer random Llama with its
+background worker, driven by Playwright through Debian's Chromium. The learning-rate box takes 5e-5 typed and
+ArrowUp moves it by 1e-5; a DPO round asking for 64 pairs when 3 exist is capped to 3 with a visible message (the
+Rounds table shows 3); it runs (phase and step shown, KL panel hidden for DPO) and Cancel stops it: the table says
+cancelled, the 3 pairs are queued again, no adapter. Screenshots go to artifacts/screenshots/training_*.png.
+
+Every wait is on page or store state; the generous timeouts only bound a hung worker (model and library loading on a
+loaded machine takes most of them).
+"""
+from __future__ import annotations
+
+
+import pytest
+
+from tests.paths import REPO
+from evorag_core.store import NewPair
+from tests.studio_process import CHROMIUM, chromium, serve_studio
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOTS = REPO / "artifacts" / "screenshots"
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def studio(session_home, tmp_path_factory):
+    """(url, store) of a studio on the tiny model with its worker; the test process opens the same database."""
+    from training.tiny import build_tiny_model
+
+    work = tmp_path_factory.mktemp("training_browser")
+    tiny = build_tiny_model(work / "tiny")
+    db_url = f"sqlite:///{work / 'studio.db'}"
+    with serve_studio(session_home, db_url, REPO / "artifacts" / "training_browser.log", "--model", str(tiny),
+                      "--no-warm", "--set", "policy.device=cpu", "--set", "policy.threads=1") as (url, _):
+        from evorag_core.store import open_store
+
+        store = open_store(db_url)
+        yield url, store
+        store.close()
+
+
+@pytest.fixture()
+def page(studio):
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
+    url, _ = studio
+    with chromium() as browser:
+        pg = browser.new_page(viewport={"width": 1500, "height": 1300})
+        pg.set_default_timeout(60_000)
+        pg.goto(url)
+        pg.wait_for_selector("#evo-reset")
+        yield pg
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def text_of(elem_id: str) -> str:
+    """JS: the element's text ('' while it is absent)."""
+    return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"
+
+
+def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(page, studio):
+    _, store = studio
+    store.add_pairs([NewPair(PROMPT.format(f"who founded town {i}"), f"SEARCH: town {i} founder", f"ANSWER: {i}",
+                             source="human") for i in range(3)])
+    page.get_by_role("tab", name="Training").click()
+    page.wait_for_function(f"{text_of('evo-available')}.startsWith('3 queued pairs available for DPO')")
+
+    lr = page.locator("#evo-lr input")
+    lr.fill("5e-5")
+    lr.press("Tab")
+    assert float(lr.input_value()) == pytest.approx(5e-5)
+    lr.press("ArrowUp")
+    assert float(lr.input_value()) == pytest.approx(6e-5)  # one step of 1e-5, not 1.00005
+
+    page.locator("#evo-n-pairs input").fill("64")
+    page.locator("#evo-epochs input").fill("20000")  # 1 step per epoch (3 pairs, batch 4): runs until cancelled
+    page.click("#evo-launch")
+    page.wait_for_function(f"{text_of('evo-launch-msg')}.includes('Capped: 64 pairs asked, only 3 available')")
+    rid = store.list_rounds()[0].id
+    assert store.get_round(rid).config["pairs"] == 3 and store.get_round(rid).config["lr"] == pytest.approx(6e-5)
+    page.wait_for_function(f"{text_of('evo-rounds')}.includes('dpo')")
+    shot(page, "training_01_capped")
+
+    # the worker claims it, loads the tiny model and trains: the progress box shows the phase and step i/N
+    page.wait_for_function(
+        f"{text_of('evo-round-progress')}.includes('training') && /step [1-9][0-9]*\\/20000/.test({text_of('evo-round-progress')})",
+        timeout=300_000)
+    assert page.locator("#evo-round-progress").inner_text().count("ETA") == 1
+    assert not page.locator("#evo-kl").is_visible()  # DPO logs no per-step KL: no empty panel
+    shot(page, "training_02_running")
+
+    page.wait_for_function(f"{text_of('evo-cancel-pick')} !== '' && "
+                           f"document.querySelector('#evo-cancel-pick input').value.startsWith('#{rid} ')")
+    page.click("#evo-cancel")
+    page.wait_for_function(f"{text_of('evo-cancel-msg')}.includes('cancel requested')")
+    page.wait_for_function(
+        f"Array.from(document.querySelectorAll('#evo-rounds tbody tr')).some("
+        f"tr => tr.cells[0].innerText.trim() === '{rid}' && tr.cells[2].innerText.trim() === 'cancelled' "
+        f"&& tr.cells[3].innerText.trim() === '3')", timeout=120_000)
+    page.wait_for_function(f"{text_of('evo-round-progress')}.includes('cancelled')")
+    shot(page, "training_03_cancelled")
+    done = store.get_round(rid)
+    assert done.status == "cancelled" and done.progress["step"] < 20000
+    assert store.count_pairs("status") == {"queued": 3} and store.list_adapters() == []

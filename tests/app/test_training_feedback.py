@@ -1,0 +1,121 @@
+"""The Training tab's feedback (issue #24 item 5), through its handlers on a real SQLite store: launch checked
+against the pairs/episodes available (capped with a message, refused when none), cancel from the studio, progress
+in phases with elapsed time and an ETA from measured step times, whole-step chart ticks, the KL panel hidden for
+DPO. No model is loaded: a stand-in worker makes the store calls the worker makes.
+"""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from tests.paths import DEMO
+from app import round_progress
+from app.handlers import training as th
+from app.services import Services
+from evorag_core.config import load_config
+from evorag_core.store import NewPair
+
+
+
+@pytest.fixture()
+def svc(tmp_path):
+    services = Services(load_config(), tmp_path, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+    yield services
+    services.close()
+
+
+def _row(table: str, round_id: int) -> list[str]:
+    """The cells of round `round_id`'s row in the rounds table (round, objective, status, pairs / episodes, ...)."""
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", tr) for tr in table.split("<tr>")]
+    return next(cells for cells in rows if cells and cells[0] == str(round_id))
+
+
+def _pairs(svc, n: int, source: str = "human") -> None:
+    svc.store().add_pairs([NewPair(f"state {i}", "SEARCH: a", "ANSWER: b", source=source) for i in range(n)])
+
+
+def test_a_request_above_the_available_pairs_is_capped_and_the_rounds_table_shows_the_cap(svc):
+    """6 human + 2 rollout pairs queued. 64 human pairs asked -> 6 (message says 64 asked, 6 available); the table
+    row says 6. 5 of all sources -> not capped. The availability line counts with the filters."""
+    _pairs(svc, 6)
+    _pairs(svc, 2, source="rollout")
+    assert th.available(svc, "dpo", "human", "all") == ("pairs", 6)
+    assert th.available(svc, "dpo", "all", "all") == ("pairs", 8)
+    assert '8 queued pairs available for DPO' in th.availability_text(svc, "dpo", "all", "all")
+    assert 'data-n="6"' in th.availability_text(svc, "dpo", "human", "all")
+    done = th.launch(svc, "dpo", 64, 1, 5e-5, "k3", "human", "all")
+    assert done.capped and done.message.startswith("Capped: 64 pairs asked, only 6 available, so the round uses 6.")
+    assert svc.store().get_round(done.round_id).config["pairs"] == 6
+    assert _row(th.training_view(svc).rounds, done.round_id)[:4] == [str(done.round_id), "dpo", "queued", "6"]
+    small = th.launch(svc, "dpo", 5, 1, 5e-5, "k3")
+    assert not small.capped and "Capped" not in small.message and svc.store().get_round(small.round_id).config["pairs"] == 5
+
+
+def test_nothing_available_refuses_the_launch_and_queues_nothing(svc):
+    with pytest.raises(ValueError, match="Not launched: no queued pairs match"):
+        th.launch(svc, "dpo", 8, 1, 5e-5, "k3")
+    with pytest.raises(ValueError, match="Not launched: no finished episodes are stored"):
+        th.launch(svc, "grpo", 8, 1, 5e-5, "k3", episodes=32)
+    assert svc.store().list_rounds() == []
+    assert th.available(svc, "ppo") == ("episodes", 0)
+
+
+def test_cancel_from_the_studio_queued_then_running(svc):
+    """A queued round: cancelled at once. A running one: "cancelling" until the worker confirms (stand-in)."""
+    _pairs(svc, 4)
+    first = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
+    second = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
+    assert [i for _, i in th.training_view(svc).cancellable] == [second, first]
+    store = svc.store()
+    assert store.claim_round("w", 60).id == first
+    store.claim_pairs(first, 2)
+    assert "cancelled before it started" in th.cancel_round(svc, second)
+    assert "cancel requested" in th.cancel_round(svc, first)
+    view = th.training_view(svc)
+    assert [label for label, _ in view.cancellable] == [f"#{first} dpo · cancelling"]
+    assert "cancelling" in view.rounds
+    store.confirm_cancel(first, worker_id="w")
+    view = th.training_view(svc)
+    assert view.cancellable == [] and store.count_pairs("status") == {"queued": 4}
+    with pytest.raises(ValueError, match="choose a queued or running round"):
+        th.cancel_round(svc, None)
+
+
+def test_progress_reads_in_phases_with_elapsed_time_and_a_counting_down_eta(svc):
+    """Step 4 of 10 after 8 s of training: 2 s/step, 6 steps left -> ETA 12 s at the heartbeat, 9 s three seconds
+    later. Before the first step the phase is "loading model" and the ETA waits for a measured step."""
+    _pairs(svc, 2)
+    rid = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
+    store = svc.store()
+    assert 'data-phase="queued"' in th.training_view(svc).progress
+    assert "waiting for a worker" in th.training_view(svc).progress
+    claimed = store.claim_round("w", 60)
+    store.heartbeat(rid, "w", {"phase": "load", "step": 0, "total": None})
+    beat = store.get_round(rid).heartbeat_at
+    html = th.training_view(svc, now=claimed.started_at + timedelta(seconds=95)).progress
+    assert "running · loading model" in html and "elapsed 1 min 35 s" in html and '<span class="evo-phase current" data-phase="load"' in html
+    store.heartbeat(rid, "w", {"phase": "train", "step": 4, "total": 10, "loss": 0.6, "elapsed_s": 8.0})
+    beat = store.get_round(rid).heartbeat_at
+    html = th.training_view(svc, now=beat).progress
+    assert "step 4/10" in html and "ETA 12 s (2 s/step)" in html
+    assert '<span class="evo-phase done" data-phase="prepare"' in html
+    assert '<span class="evo-phase current" data-phase="train"' in html
+    assert "ETA 9 s" in th.training_view(svc, now=beat + timedelta(seconds=3)).progress
+    assert round_progress.eta_seconds({"step": 4, "total": 10, "elapsed_s": 8.0}, beat, beat + timedelta(60)) == 0.0
+
+
+def test_loss_ticks_are_whole_steps_and_the_kl_panel_is_hidden_for_dpo(svc):
+    """3 steps -> ticks every step (dtick 1, integer format); 45 steps -> every 5th step."""
+    _pairs(svc, 2)
+    rid = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
+    store = svc.store()
+    store.claim_round("w", 60)
+    store.finish_round(rid, metrics={"loss_history": [[1, 0.7], [2, 0.6], [3, 0.5]]}, worker_id="w")
+    view = th.training_view(svc)
+    axis = view.loss.layout.xaxis
+    assert (axis.tickmode, axis.dtick, axis.tickformat) == ("linear", 1, "d") and list(view.loss.data[0].x) == [1, 2, 3]
+    assert not view.kl_visible
+    long = round_progress.integer_steps(view.loss, 45)
+    assert long.layout.xaxis.dtick == 5

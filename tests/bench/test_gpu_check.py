@@ -1,0 +1,35 @@
+"""bench/gpu_check.py, the script a session with a lent GPU runs as is, keeps working: here on the CPU with a tiny
+random model, every section (backend figures, agent episode, rollouts, warm-up and timed DPO/GRPO/PPO rounds with hot
+swaps, the JSON) runs and reports ok."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from tests.paths import REPO
+
+ROOT = REPO
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_section_on_the_cpu(tmp_path, monkeypatch):
+    from training.tiny import build_tiny_model
+
+    monkeypatch.delenv("OUT", raising=False)
+    torch.set_num_threads(1)
+    source = build_tiny_model(tmp_path / "source", vocab_size=1024)
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    out = tmp_path / "gpu_check.json"
+    code = gpu_check.main(["--device", "cpu", "--random-from", str(source), "--shrink", "--hash-embedder",
+                           "--dtypes", "float32", "--train-dtypes", "float32", "--questions", "6", "--epochs", "1",
+                           "--home", str(tmp_path / "home"), "--out", str(out), "--set", "policy.threads=1"])
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert code == 0 and report["ok"] and not report["errors"], report.get("errors")
+    assert report["backend"][0]["greedy_repeatable"] and report["backend"][0]["episode"]["done"]
+    assert [r["objective"] for r in report["rounds"]] == ["dpo", "grpo", "ppo"]
+    assert all(r["hot_swapped"] and r["logprob_change_max"] > 0 for r in report["rounds"])
