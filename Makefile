@@ -78,7 +78,7 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python bench/retrieval.py
+	$(BIN)/python -m bench.retrieval
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,6 +1,6 @@
 """Quality and speed of the LM agent against the pipeline baselines, and the LLM judge against the gold judge.
 
-    python bench/agent.py [--limit 40 | --questions START:END] [--sets hotpot-pooled,hotpot-per-question,2wiki,musique,bamboogle]
+    python -m bench.agent [--limit 40 | --questions START:END] [--sets hotpot-pooled,hotpot-per-question,2wiki,musique,bamboogle]
                           [--methods direct,fixed-k,ircot,self-ask,agent] [--adapter NAME] [--judge-limit 60]
                           [--resume] [--out bench/results/agent.json]
 
@@ -34,15 +34,13 @@ import sys
 import time
 from pathlib import Path
 
+from evorag_core.config import home_dir, load_config
+from evorag_core.data.corpus import pool_passages
+from evorag_core.data.datasets import load_dataset
+from evorag_core.evaluation.runner import Progress, compare_results, evaluate
+from evorag_core.runtime import Runtime
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.config import home_dir, load_config  # noqa: E402
-from evorag_core.data.corpus import pool_passages  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation.runner import Progress, compare_results, evaluate  # noqa: E402
-from evorag_core.runtime import Runtime  # noqa: E402
-
 BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl",
          "bamboogle": "bamboogle_dev60.jsonl"}

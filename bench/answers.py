@@ -1,6 +1,6 @@
 """The reader's answer modes on the same retrieved passages: the tuning bench of `evorag_core/reader/span.py`.
 
-    python bench/answers.py [--sets hotpot:0:60,2wiki:0:30] [--variant NAME:KEY=VALUE,...]... [--timing 20]
+    python -m bench.answers [--sets hotpot:0:60,2wiki:0:30] [--variant NAME:KEY=VALUE,...]... [--timing 20]
                             [--out bench/results/answers_dev.json]
 
 Every question's passages are the top-`env.top_k` hits of the question over its set's pooled corpus (what `fixed-k`
@@ -21,16 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+from evorag_core.reader.answers import Reader
+from evorag_core.config import AnswerConfig, home_dir, load_config
+from evorag_core.data.datasets import load_dataset
+from evorag_core.metrics import exact_match, f1_score, normalize_answer
+from evorag_core.runtime import Runtime
+from evorag_core.reader.span import extract_candidates, span_in_passages
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.reader.answers import Reader  # noqa: E402
-from evorag_core.config import AnswerConfig, home_dir, load_config  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.metrics import exact_match, f1_score, normalize_answer  # noqa: E402
-from evorag_core.runtime import Runtime  # noqa: E402
-from evorag_core.reader.span import extract_candidates, span_in_passages  # noqa: E402
-
 BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
 DEFAULT_VARIANTS = ("free:mode=free", "span:mode=span")

@@ -1,6 +1,6 @@
 """The grounded-answer evaluation table from `bench/agent.py` per-question runs (no LM; reads JSON lines).
 
-    python bench/answers_eval.py --runs DIR --set hotpot-pooled --questions 60:300 \\
+    python -m bench.answers_eval --runs DIR --set hotpot-pooled --questions 60:300 \\
         --methods fixed-k,agent,direct [--free-runs DIR] [--out bench/results/answers_hotpot60-300.json]
 
 Per method on the chosen questions of the set (those every listed method has finished): n, EM, F1, support recall,
@@ -15,16 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
+from evorag_core.data.datasets import load_dataset
+from evorag_core.evaluation.runner import load_results
+from evorag_core.metrics import normalize_answer, paired_bootstrap
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation.runner import load_results  # noqa: E402
-from evorag_core.metrics import normalize_answer, paired_bootstrap  # noqa: E402
-
 BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot-pooled": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl",
          "bamboogle": "bamboogle_dev60.jsonl"}

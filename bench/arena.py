@@ -1,6 +1,6 @@
 """ARENA figures (the paper's Table 3 metrics) for the policy LM; writes JSON (default bench/results/arena.json).
 
-    python bench/arena.py [--limit 20 | --questions 60:100] [--answer-span] [--note TEXT] [--threads 1] [--passage-chars 300] [--demo] [--max-new-tokens 192]
+    python -m bench.arena [--limit 20 | --questions 60:100] [--answer-span] [--note TEXT] [--threads 1] [--passage-chars 300] [--demo] [--max-new-tokens 192]
                           [--train-steps 0 | --adapter-dir DIR] [--train-questions 8] [--train-offset 100] [--group 4] [--kl k2]
                           [--results-dir DIR] [--out PATH]
 
@@ -35,18 +35,16 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.config import PolicyConfig, TrainConfig, home_dir, load_config  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation.runner import compare_results, evaluate, summarize  # noqa: E402
-from evorag_core.reader.arena.generator import ArenaGenerator  # noqa: E402
+from evorag_core.config import PolicyConfig, TrainConfig, home_dir, load_config
+from evorag_core.data.datasets import load_dataset
+from evorag_core.evaluation.runner import compare_results, evaluate, summarize
+from evorag_core.reader.arena.generator import ArenaGenerator
 from evorag_core.methods.arena.method import ArenaMethod, span_reader
-from evorag_core.methods.base import QuestionResult  # noqa: E402
-from evorag_core.reader.arena.prompt import ArenaConfig  # noqa: E402
-from evorag_core.lm.hf_backend import TransformersBackend  # noqa: E402
+from evorag_core.methods.base import QuestionResult
+from evorag_core.reader.arena.prompt import ArenaConfig
+from evorag_core.lm.hf_backend import TransformersBackend
 
+ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
 REPORT = ("n", "em", "f1", "format_score", "relevance_score", "accuracy_score", "bonus_score", "reward", "fallback_rate",

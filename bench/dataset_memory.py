@@ -1,6 +1,6 @@
 """Peak memory of `load_dataset` loading and rejecting a ~50 MB data file (issue #21).
 
-    python bench/dataset_memory.py [--mb 50] [--repo PATH] [--label after] [--out bench/results/dataset_memory.json]
+    python -m bench.dataset_memory [--mb 50] [--repo PATH] [--label after] [--out bench/results/dataset_memory.json]
 
 Writes seeded synthetic files to a temporary folder: JSON lines in the common schema (10 passages of ~300
 characters per question) and a JSON list in HotpotQA's shape (10 paragraphs of 3 sentences). Each case runs

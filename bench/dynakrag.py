@@ -3,7 +3,7 @@ controller with the uniform-valid one (paired bootstrap on per-question F1), run
 sufficiency check, no terminal compression), sweep the retrieval cap, and run `fixed-k` / `ircot` on the same
 questions when those eval methods exist. Writes one JSON file.
 
-    python bench/dynakrag.py [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--eval-from N] [--caps 1,2,3,4]
+    python -m bench.dynakrag [--datasets hotpotqa,2wiki] [--train 30] [--eval 30] [--eval-from N] [--caps 1,2,3,4]
                              [--sweep-eval N] [--ablation-eval N] [--threads 2] [--compress-tokens 96]
                              [--config FILE] [--set SECTION.KEY=VALUE ...] [--phases train,learned_vs_uniform,...]
                              [--out bench/results/dynakrag.json]
@@ -24,22 +24,20 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from evorag_core.cli.common import config_from_args
+from evorag_core.config import home_dir
+from evorag_core.data.datasets import load_dataset
+from evorag_core.errors import EvoRagError
+from evorag_core.evaluation.runner import evaluate
+from evorag_core.metrics import paired_bootstrap
+from evorag_core.methods.dynakrag import LearnedController, UniformController, load_models
+from evorag_core.methods.dynakrag.lm import EvidenceLM
+from evorag_core.methods.dynakrag.method import DynaKragMethod, make_context_factory, method_label
+from evorag_core.methods.dynakrag.training import train_dynakrag
+from evorag_core.runtime import Runtime
+from evorag_core.types import Dataset
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.cli.common import config_from_args  # noqa: E402
-from evorag_core.config import home_dir  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.errors import EvoRagError  # noqa: E402
-from evorag_core.evaluation.runner import evaluate  # noqa: E402
-from evorag_core.metrics import paired_bootstrap  # noqa: E402
-from evorag_core.methods.dynakrag import LearnedController, UniformController, load_models  # noqa: E402
-from evorag_core.methods.dynakrag.lm import EvidenceLM  # noqa: E402
-from evorag_core.methods.dynakrag.method import DynaKragMethod, make_context_factory, method_label  # noqa: E402
-from evorag_core.methods.dynakrag.training import train_dynakrag  # noqa: E402
-from evorag_core.runtime import Runtime  # noqa: E402
-from evorag_core.types import Dataset  # noqa: E402
-
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
 BASELINES = ("fixed-k", "ircot")

@@ -1,7 +1,7 @@
 """The GPU paths end to end on one machine: policy backend, agent episode, rollouts, one DPO / GRPO / PPO round each,
 adapter hot swap; prints figures and writes JSON (default bench/results/gpu_check.json).
 
-    python bench/gpu_check.py --device cuda --random-from .gpu/smollm2 --hash-embedder \
+    python -m bench.gpu_check --device cuda --random-from .gpu/smollm2 --hash-embedder \
         [--dtypes float32,bfloat16] [--train-dtypes bfloat16,float32,bfloat16-weights] [--questions 12] \
         [--epochs 4] [--accelerate] [--set SECTION.KEY=VALUE ...] [--home DIR] [--out PATH]
 
@@ -51,21 +51,19 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.env.actions import action_name  # noqa: E402
-from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.methods.base import run_episode  # noqa: E402
-from evorag_core.policy.agent import LMPolicy  # noqa: E402
+from evorag_core.env.actions import action_name
+from evorag_core.config import Config, apply_overrides, load_config
+from evorag_core.data.datasets import load_dataset
+from evorag_core.methods.base import run_episode
+from evorag_core.policy.agent import LMPolicy
 from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.policy.prompts import LABELS  # noqa: E402
-from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy  # noqa: E402
-from evorag_core.runtime import Runtime  # noqa: E402
-from evorag_core.env.state import AgentView, Hop  # noqa: E402
-from training.worker import quiet_progress_bars  # noqa: E402
+from evorag_core.policy.prompts import LABELS
+from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
+from evorag_core.runtime import Runtime
+from evorag_core.env.state import AgentView, Hop
+from training.worker import quiet_progress_bars
 
+ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo" / "demo.jsonl"
 PACKAGES = ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "sqlalchemy", "pyarrow", "deepspeed",
             "vllm")

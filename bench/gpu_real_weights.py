@@ -3,9 +3,9 @@ against the CPU: greedy agent decisions, decode speed, one training round with a
 bench/results/gpu_real_weights.json, and a copy under $OUT when that is set).
 
     # 1. on the CPU: the fp32 reference decisions (bench/results/gpu_real_weights_cpu_ref.json, 12 questions)
-    python bench/gpu_real_weights.py --device cpu --questions 12 --skip-speed --reference-out REF.json
+    python -m bench.gpu_real_weights --device cpu --questions 12 --skip-speed --reference-out REF.json
     # 2. on the GPU machine: the same questions in fp32 and bf16, compared with the reference; speed; a round
-    python bench/gpu_real_weights.py --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf --reference REF.json \
+    python -m bench.gpu_real_weights --device cuda --gguf SmolLM2-135M-Instruct.Q4_1.gguf --reference REF.json \
         --questions 12
 
 Run both sides from the same commit (the reference records it). The GGUF (94 MiB) does not fit in one call to the
@@ -46,24 +46,21 @@ from typing import Any, Callable
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import gpu_check  # noqa: E402  (bench/gpu_check.py: HashEmbedder, demo_view, _timed, run_round, environment)
-from evorag_core.env.actions import action_name  # noqa: E402
-from evorag_core.checksum import sha256_file  # noqa: E402
-from evorag_core.config import Config, apply_overrides, load_config  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.methods.base import run_episode  # noqa: E402
-from evorag_core.policy.agent import LMPolicy  # noqa: E402
+from bench import gpu_check  # HashEmbedder, demo_view, _timed, run_round, environment
+from evorag_core.env.actions import action_name
+from evorag_core.checksum import sha256_file
+from evorag_core.config import Config, apply_overrides, load_config
+from evorag_core.data.datasets import load_dataset
+from evorag_core.methods.base import run_episode
+from evorag_core.policy.agent import LMPolicy
 from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.policy.agent import allowed_actions  # noqa: E402
-from evorag_core.lm.loading import (_convert_gguf, _is_model_folder, embedded_gguf_path,  # noqa: E402
+from evorag_core.policy.agent import allowed_actions
+from evorag_core.lm.loading import (_convert_gguf, _is_model_folder, embedded_gguf_path,
                                         gguf_fingerprint)
-from evorag_core.policy.prompts import LABELS  # noqa: E402
-from evorag_core.runtime import Runtime  # noqa: E402
+from evorag_core.policy.prompts import LABELS
+from evorag_core.runtime import Runtime
 
+ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "data" / "demo" / "demo.jsonl"
 NAMES = tuple(LABELS)
 

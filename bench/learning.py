@@ -1,7 +1,7 @@
 """Evidence that learning works: one round of each objective (DPO, GRPO, PPO) from the same rollouts of the embedded
 SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoint slice. Writes JSON.
 
-    python bench/learning.py [--train 0:16] [--eval 100:124] [--workers 2] [--threads 1] [--round-threads N]
+    python -m bench.learning [--train 0:16] [--eval 100:124] [--workers 2] [--threads 1] [--round-threads N]
                              [--max-length 512] [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4]
                              [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5] [--siblings 4]
                              [--max-states 3] [--heldout 0.25]
@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"dpo_heldout_accuracy_min": 0.65, "steps_p_max": 0.05, "round_minutes_max": 15.0}

@@ -1,6 +1,6 @@
 """Speed of the policy LM backend on this machine; writes JSON (default bench/results/lm_speed.json).
 
-    python bench/lm_speed.py [--runs 5] [--threads 0] [--dtype float32] [--half-decode-rows 4]
+    python -m bench.lm_speed [--runs 5] [--threads 0] [--dtype float32] [--half-decode-rows 4]
                              [--prefill-dtype auto] [--variants] [--out PATH]
 
 Measures (medians over --runs): cached load time; for a ~600-token agent prompt: time to first token (cold cache),
@@ -21,23 +21,20 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.config import PREFILL_DTYPES, PolicyConfig, home_dir  # noqa: E402
-from evorag_core.policy.agent import LMPolicy  # noqa: E402
+from evorag_core.config import PREFILL_DTYPES, PolicyConfig, home_dir
+from evorag_core.policy.agent import LMPolicy
 from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.lm.half_decode import cpu_model, resolve_prefill_dtype  # noqa: E402
-from evorag_core.policy.prompts import LABELS  # noqa: E402
-from evorag_core.env.state import AgentView, Hop  # noqa: E402
-from evorag_core.types import Passage  # noqa: E402
+from evorag_core.lm.half_decode import cpu_model, resolve_prefill_dtype
+from evorag_core.policy.prompts import LABELS
+from evorag_core.env.state import AgentView, Hop
+from evorag_core.types import Passage
 
+ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"decode_batch1_tok_s": 30.0, "cached_load_s": 3.0, "k4_over_one": 2.0}
 

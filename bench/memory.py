@@ -1,6 +1,6 @@
 """Memory of the studio and its worker during a DPO round: peak RSS per process, their sum, and per phase.
 
-    flock /tmp/evorag-lm.lock python bench/memory.py --label before [--pairs 8] [--steps 2] [--cold]
+    flock /tmp/evorag-lm.lock python -m bench.memory --label before [--pairs 8] [--steps 2] [--cold]
         [--out bench/results/memory.json] [--interval 0.2]
 
 1. A temporary home; the embedded model's safetensors cache is made there first by a separate process (unmeasured:
@@ -271,7 +271,7 @@ def measure(args: argparse.Namespace) -> dict:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "git": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True).stdout.strip(),
-        "command": " ".join(["python", "bench/memory.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "bench.memory", *sys.argv[1:]]),
         "cold_model_cache": args.cold,
         "adapter_vs_reference": _compare(home / "adapters" / str(round_id), args.reference_adapter),
         "round": {"id": round_id, "status": row.status, "error": row.error, "steps": metrics.get("steps"),

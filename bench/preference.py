@@ -1,6 +1,6 @@
 """Rollout throughput and the multi-head preference model on HotpotQA-derived pairs; writes JSON.
 
-    python bench/preference.py [--questions 0:64] [--workers 2] [--t-max 5] [--siblings 4] [--max-states 3]
+    python -m bench.preference [--questions 0:64] [--workers 2] [--t-max 5] [--siblings 4] [--max-states 3]
                                [--stage discovery|refinement] [--corpus per-question|pooled] [--passage-chars N]
                                [--db URL] [--home DIR] [--out bench/results/preference.json] [--skip-rollout]
 
@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"head_accuracy_min": 0.5, "overall_accuracy_min": 0.70}

@@ -1,10 +1,10 @@
 """Grounded vs free follow-up queries (`policy.query_mode`): figures from `bench/agent.py` runs of the agent.
 
     # one run per mode and set (agent only), e.g. the dev split:
-    python bench/agent.py --sets hotpot-pooled --methods agent --questions 0:60 --judge-limit 0 \\
+    python -m bench.agent --sets hotpot-pooled --methods agent --questions 0:60 --judge-limit 0 \\
         --set policy.query_mode=grounded --runs bench/results/queries_runs/grounded --out /tmp/g.json
     # then
-    python bench/queries.py --modes grounded=bench/results/queries_runs/grounded,free=bench/results/queries_runs/free \\
+    python -m bench.queries --modes grounded=bench/results/queries_runs/grounded,free=bench/results/queries_runs/free \\
         --sets hotpot-pooled:0:60,2wiki:0:30 --out bench/results/agent_queries_dev.json
 
 Per set and mode, from the per-question JSON lines (`<runs>/<set>__agent.jsonl`): EM, F1, support recall, full support
@@ -24,15 +24,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from evorag_core.data.datasets import load_dataset
+from evorag_core.evaluation.runner import load_results
+from evorag_core.evidence.text import title_key
+from evorag_core.metrics import mean, paired_bootstrap
+from evorag_core.policy.queries import filter_reason
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.evaluation.runner import load_results  # noqa: E402
-from evorag_core.evidence.text import title_key  # noqa: E402
-from evorag_core.metrics import mean, paired_bootstrap  # noqa: E402
-from evorag_core.policy.queries import filter_reason  # noqa: E402
-
 BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot-pooled": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
 

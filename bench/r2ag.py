@@ -1,7 +1,7 @@
 """R²AG retrieval benchmark: the retrieval tree (scripted steering and LM steering on the embedded SmolLM2-135M)
 against single-step retrieval SR@5 / SR@10 with the same hybrid retriever, on the same questions. Writes one JSON.
 
-    python bench/r2ag.py [--datasets hotpotqa,2wiki,musique] [--limit 20] [--steerings scripted,lm]
+    python -m bench.r2ag [--datasets hotpotqa,2wiki,musique] [--limit 20] [--steerings scripted,lm]
                          [--max-iterations 5] [--max-frontier 4] [--max-new-tokens 160] [--threads 2]
                          [--adapter NAME|FOLDER] [--out bench/results/r2ag.json]
 
@@ -22,15 +22,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from evorag_core.config import home_dir, load_config
+from evorag_core.data.datasets import load_dataset
+from evorag_core.methods.r2ag.method import TreeBuilder, make_steering
+from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics, retrieval_report
+from evorag_core.runtime import Runtime
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evorag_core.config import home_dir, load_config  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.methods.r2ag.method import TreeBuilder, make_steering  # noqa: E402
-from evorag_core.methods.r2ag.metrics import SR_KS, list_metrics, retrieval_report  # noqa: E402
-from evorag_core.runtime import Runtime  # noqa: E402
-
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
 

@@ -1,6 +1,6 @@
 """Retrieval benchmark: index build/load, per-query latency and recall of bm25, dense and rrf.
 
-    python bench/retrieval.py [--out bench/results/retrieval.json] [--threads 1] [--quick]
+    python -m bench.retrieval [--out bench/results/retrieval.json] [--threads 1] [--quick]
 
 Sections (each printed as a table; everything lands in one JSON file):
 1. Pooled corpora of hotpotqa_dev300 and musique_dev146 with the default [retrieval] config, in a
@@ -25,21 +25,17 @@ import os
 import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from evorag_core.config import RetrievalConfig, load_config  # noqa: E402
-from evorag_core.data.corpus import build_corpus  # noqa: E402
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.retrieval.embedding import Embedder  # noqa: E402
-from evorag_core.retrieval import (  # noqa: E402
+from evorag_core.config import RetrievalConfig, load_config
+from evorag_core.data.corpus import build_corpus
+from evorag_core.data.datasets import load_dataset
+from evorag_core.retrieval.embedding import Embedder
+from evorag_core.retrieval import (
     BM25Retriever,
     DenseRetriever,
     HybridRetriever,
@@ -47,9 +43,10 @@ from evorag_core.retrieval import (  # noqa: E402
     passage_text,
     set_cpu_threads,
 )
-from evorag_core.retrieval.evaluate import question_metrics  # noqa: E402
-from evorag_core.types import Corpus, Dataset, Passage  # noqa: E402
+from evorag_core.retrieval.evaluate import question_metrics
+from evorag_core.types import Corpus, Dataset, Passage
 
+REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO.parent / "shared" / "benchmarks"
 NAMES = ("bm25", "dense", "rrf")
 

@@ -1,6 +1,6 @@
 """Studio speed in a real browser: cold start, UI step time, responsiveness while the LM works. Writes JSON.
 
-    python bench/studio.py [--starts 3] [--steps 8] [--think 0,3] [--home DIR] [--out bench/results/studio.json]
+    python -m bench.studio [--starts 3] [--steps 8] [--think 0,3] [--home DIR] [--out bench/results/studio.json]
 
 1. Cold start (`--starts` times): `evorag studio` as a fresh subprocess (embedded defaults, the given home with its
    caches warm: the safetensors model cache, embeddings and indexes; a new SQLite database each time) until `/`

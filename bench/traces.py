@@ -1,6 +1,6 @@
 """Trace browser speed: seed a store with N episodes through the store API, then time the Traces tab's queries.
 
-    python bench/traces.py [--episodes 10000] [--runs 7] [--db URL] [--out bench/results/traces.json]
+    python -m bench.traces [--episodes 10000] [--runs 7] [--db URL] [--out bench/results/traces.json]
 
 Seeding (`Store.add_episode`, one transaction per episode, as studio sessions, `evorag eval` and rollouts write
 them): questions of the bundled demo file spread over four data set names; sources 20 % studio, 60 % eval, 20 %
@@ -27,13 +27,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from evorag_core.data.datasets import load_dataset
+from evorag_core.env.signals import SIGNAL_NAMES
+from evorag_core.store import Outcome, Sibling, Step, TraceFilter, open_store
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from evorag_core.data.datasets import load_dataset  # noqa: E402
-from evorag_core.env.signals import SIGNAL_NAMES  # noqa: E402
-from evorag_core.store import Outcome, Sibling, Step, TraceFilter, open_store  # noqa: E402
-
 DEMO = REPO / "data" / "demo" / "demo.jsonl"
 DATASETS = ("demo", "hotpotqa", "musique", "2wikimultihopqa")
 WEIGHTS = ("beta", "lambda", "gamma", "delta", "rho", "eta", "kappa")

@@ -4,7 +4,7 @@ bf16 only pays where the hardware multiplies bf16 natively. On a CPU without AVX
 for bf16 and PyTorch falls back to its reference GEMM loop: measured 2026-11-25 on a 2-core AMD EPYC (AVX2) with
 torch 2.13 CPU, one thread, a 256x1536 @ 1536x576 product (the MLP's backward shape) took 0.223 s in bf16 against
 0.008 s in fp32 (28x), and a DPO step on SmolLM2-135M (4 pairs x 512 tokens, gradient checkpointing) did not finish
-in 4 minutes in bf16 against 40 s in fp32 (`python -m training.bench_dpo`). On an Intel Xeon with AMX the same round
+in 4 minutes in bf16 against 40 s in fp32 (`python -m bench.dpo`). On an Intel Xeon with AMX the same round
 ran at 19 s per step in bf16 (bench/results/learning.json, 2026-11-24). So "auto" picks bf16 only where it is native
 and an explicit "bfloat16" on an emulating CPU is kept (the user asked for it) with a warning naming the cost.
 """

@@ -3,27 +3,20 @@ random model, every section (backend figures, agent episode, rollouts, warm-up a
 swaps, the JSON) runs and reports ok."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 import torch
 
-from tests.paths import REPO
-
-ROOT = REPO
-
 
 @pytest.mark.slow
 def test_gpu_check_runs_every_section_on_the_cpu(tmp_path, monkeypatch):
+    from bench import gpu_check
     from training.tiny import build_tiny_model
 
     monkeypatch.delenv("OUT", raising=False)
     torch.set_num_threads(1)
     source = build_tiny_model(tmp_path / "source", vocab_size=1024)
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
     out = tmp_path / "gpu_check.json"
     code = gpu_check.main(["--device", "cpu", "--random-from", str(source), "--shrink", "--hash-embedder",
                            "--dtypes", "float32", "--train-dtypes", "float32", "--questions", "6", "--epochs", "1",

@@ -3,18 +3,12 @@ episodes, a different action, a different generated token, a different number of
 from __future__ import annotations
 
 import copy
-import importlib.util
-
-from tests.paths import REPO
-
-ROOT = REPO
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_real_weights", ROOT / "bench" / "gpu_real_weights.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bench import gpu_real_weights
+
+    return gpu_real_weights
 
 
 def _step(action, tokens, *, search=-0.5, answer=-1.5, prompt="p0"):

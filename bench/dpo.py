@@ -1,7 +1,7 @@
 """CPU cost of one DPO step on the embedded policy model: seconds per step and peak memory.
 
-    python -m training.bench_dpo --max-length 512 --dtype float32 --batch 4 [--grad-ckpt] [--steps 2]
-    python -m training.bench_dpo --grid        # every setting in GRID, each in a fresh process (clean peak RSS)
+    python -m bench.dpo --max-length 512 --dtype float32 --batch 4 [--grad-ckpt] [--steps 2]
+    python -m bench.dpo --grid        # every setting in GRID, each in a fresh process (clean peak RSS)
 
 Pairs are real HotpotQA dev questions with their passages in a ChatML agent prompt, long enough that every
 sequence is cut to max_length; completions are "SEARCH: …" vs "ANSWER: …". Prints one JSON line per setting.
@@ -24,7 +24,8 @@ __all__ = ["main"]
 GRID = [
     (length, dtype, ckpt, 4) for length in (512, 256) for dtype in ("float32", "bfloat16") for ckpt in (False, True)
 ] + [(512, "float32", False, 2), (512, "bfloat16", True, 2)]
-BENCHMARKS = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 
 
 def _rss_mb() -> float:
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(record), flush=True)
         return
     for length, dtype, ckpt, batch in GRID:
-        cmd = [sys.executable, "-m", "training.bench_dpo", "--max-length", str(length), "--dtype", dtype,
+        cmd = [sys.executable, "-m", "bench.dpo", "--max-length", str(length), "--dtype", dtype,
                "--batch", str(batch), "--steps", str(args.steps), "--threads", str(args.threads)]
         subprocess.run(cmd + (["--grad-ckpt"] if ckpt else []), check=True)
 
