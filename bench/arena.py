@@ -95,7 +95,7 @@ def _train(args, datasets, home: Path, out_dir: Path) -> tuple[Path, dict]:
     from evorag_core.lm.loading import load_model
     from training.arena_grpo import ArenaGrpoConfig, train_arena_grpo
     from training.lora import attach_lora, save_adapter
-    from training.round_io import base_model_id
+    from evorag_core.lm.loading import base_model_id
 
     questions = [q for ds in datasets.values()
                  for q in [q for q in ds.questions[args.train_offset:] if q.passages][: args.train_questions]]

@@ -267,7 +267,7 @@ def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: 
     from training.dpo import pair_margins
     from training.dpo_round import pair_examples
     from evorag_core.adapters.files import load_adapter
-    from training.round_io import base_model_id
+    from evorag_core.lm.loading import base_model_id
 
     cfg = _config(args)
     torch.set_num_threads(args.threads * args.workers)  # one process here: the workers' whole share of the CPU

@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
+from evorag_core.lm.loading import base_model_id
 from evorag_core.errors import AdapterError, ConfigError
 
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 
 __all__ = [
-    "base_model_id",
     "load_base",
     "resolve_reference",
     "registered",
@@ -28,17 +28,6 @@ __all__ = [
     "process_peak_rss_mb",
     "scalar_metrics",
 ]
-
-
-def base_model_id(spec: str, home: Path) -> str:
-    """The id recorded in adapters and checked at activation: `embedded:<gguf stem>-<fingerprint>` for the embedded
-    model (the same string as `TransformersBackend.model_id`; computed without converting the GGUF), else `spec`."""
-    if spec != "embedded":
-        return spec
-    from evorag_core.lm.loading import embedded_gguf_path, gguf_fingerprint
-
-    gguf = embedded_gguf_path()
-    return f"embedded:{gguf.stem}-{gguf_fingerprint(gguf)}"
 
 
 def load_base(job: RoundJob) -> tuple[Any, Any, str]:

@@ -247,7 +247,7 @@ def activate_adapter(svc: Services, name: str | None) -> str:
     if not name:
         raise ValueError("choose an adapter to activate")
     from evorag_core.adapters.registry import activate  # peft and safetensors: what loading an adapter imports anyway
-    from training.round_io import base_model_id
+    from evorag_core.lm.loading import base_model_id
 
     a = activate(svc.store(), name, base_model_id(svc.cfg.policy.model, svc.home))
     return f"Adapter {a.name} is live: new episodes with the 'LM · live adapter' policy use it."

@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
                  ("" if n else " (none was active)"))
             return 0
         from evorag_core.adapters.registry import activate
-        from training.round_io import base_model_id
+        from evorag_core.lm.loading import base_model_id
 
         try:
             row = activate(store, args.name, base_model_id(cfg.policy.model, home))

@@ -23,6 +23,7 @@ __all__ = [
     "EMBEDDED_PACKAGE",
     "EMBEDDED_GGUF",
     "embedded_gguf_path",
+    "base_model_id",
     "gguf_fingerprint",
     "resolve_model",
     "resolve_device",
@@ -160,3 +161,12 @@ def load_model(spec: str, home: Path, *, device: str = "auto", dtype: str = "flo
         raise ModelLoadError(f"could not load the model in {folder}: {exc}") from exc
     model.eval()
     return model, tokenizer, folder
+
+
+def base_model_id(spec: str, home: Path) -> str:
+    """The id recorded in adapters and checked at activation: `embedded:<gguf stem>-<fingerprint>` for the embedded
+    model (the same string as `TransformersBackend.model_id`; computed without converting the GGUF), else `spec`."""
+    if spec != "embedded":
+        return spec
+    gguf = embedded_gguf_path()
+    return f"embedded:{gguf.stem}-{gguf_fingerprint(gguf)}"

@@ -533,7 +533,7 @@ def test_eval_builder_with_real_model_and_adapter(session_home, benchmarks, one_
     from evorag_core.lm.loading import load_model
     from evorag_core.runtime import Runtime
     from training.lora import attach_lora, save_adapter
-    from training.round_io import base_model_id
+    from evorag_core.lm.loading import base_model_id
 
     cfg = apply_overrides(load_config(), {"policy.device": "cpu"})
     rt = Runtime(cfg, session_home, load_dataset(benchmarks / "hotpotqa_dev300.jsonl"))
