@@ -123,3 +123,11 @@ def demo_page(browser, url: str, height: int = 1000) -> Iterator:
         yield page
     finally:
         page.close()
+
+
+def choose(page, elem_id: str, text: str) -> None:
+    """Pick the option containing `text` in a Gradio dropdown."""
+    box = page.locator(f"#{elem_id} input")
+    box.click()
+    box.fill(text)
+    page.locator("[role=option]", has_text=text).first.click()

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.paths import REPO
-from tests.studio_process import CHROMIUM, chromium, serve_studio
-from tests.app.test_studio_browser import choose
+from tests.paths import REPO, SHOTS
+from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = REPO / "artifacts" / "screenshots"
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 
 

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
-from tests.studio_process import CHROMIUM, chromium, serve_studio
-from tests.app.test_studio_browser import choose
+from tests.paths import SHOTS
+from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = Path("/tmp/sec-auth-shots")
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 
 

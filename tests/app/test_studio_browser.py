@@ -12,12 +12,11 @@ import urllib.request
 
 import pytest
 
-from tests.paths import REPO
-from tests.studio_process import CHROMIUM, chromium, serve_studio
+from tests.paths import REPO, SHOTS
+from tests.studio_process import CHROMIUM, choose, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = REPO / "artifacts" / "screenshots"
 TIMINGS = REPO / "artifacts" / "studio_timings.json"
 
 if not CHROMIUM.exists():
@@ -47,12 +46,6 @@ def studio(session_home, tmp_path_factory):
         store.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 @pytest.fixture()
 def page(browser, studio):
     url, _ = studio
@@ -73,13 +66,6 @@ def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
-
-def choose(page, elem_id: str, text: str) -> None:
-    """Pick the option containing `text` in a Gradio dropdown."""
-    box = page.locator(f"#{elem_id} input")
-    box.click()
-    box.fill(text)
-    page.locator("[role=option]", has_text=text).first.click()
 
 
 def choose_when_listed(page, elem_id: str, text: str, deadline_s: float = 120.0) -> None:

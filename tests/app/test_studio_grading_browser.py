@@ -6,19 +6,16 @@ reader's recorded source). Screenshots go to $EVORAG_SHOTS, else artifacts/scree
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
+from tests.paths import REPO, SHOTS
 from evorag_core.metrics import normalize_answer
-from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
-from tests.app.test_studio_browser import choose
+from tests.studio_process import CHROMIUM, choose, demo_page, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = Path(os.environ.get("EVORAG_SHOTS", REPO / "artifacts" / "screenshots"))
 
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium chromium-driver` to run the browser tests",
@@ -32,12 +29,6 @@ def studio(session_home, tmp_path_factory):
     with serve_studio(session_home, db_url, REPO / "artifacts" / "studio_grading_browser.log",
                       "--no-worker", "--no-warm", "--set", "policy.threads=1") as (url, _):
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture()

@@ -5,17 +5,15 @@ worker and no LM warm-up, which these tests do not need). Screenshots go to arti
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
-from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
+from tests.paths import REPO, SHOTS
+from tests.studio_process import CHROMIUM, demo_page, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = Path(os.environ.get("EVORAG_SHOTS", REPO / "artifacts" / "screenshots"))
 
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium chromium-driver` to run the browser tests",
@@ -44,12 +42,6 @@ def studio(session_home, tmp_path_factory, data_root):
     with serve_studio(session_home, db_url, REPO / "artifacts" / "studio_hardening_browser.log",
                       "--no-worker", "--no-warm", "--set", f"studio.data_roots={data_root}") as (url, _):
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture()

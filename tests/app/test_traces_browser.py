@@ -8,21 +8,18 @@ Screenshots go to $EVORAG_SHOTS, else artifacts/screenshots/traces_*.png. Every 
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO
+from tests.paths import REPO, SHOTS
 from evorag_core.cli.main import main as cli_main
 from evorag_core.store import TraceFilter, open_store
-from tests.studio_process import CHROMIUM, chromium, demo_page, serve_studio
-from tests.app.test_studio_browser import choose
+from tests.studio_process import CHROMIUM, choose, chromium, demo_page, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 DEMO = REPO / "data" / "demo" / "demo.jsonl"
-SHOTS = Path(os.environ.get("EVORAG_SHOTS", REPO / "artifacts" / "screenshots"))
 
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests",

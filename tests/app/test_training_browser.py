@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.paths import REPO
+from tests.paths import REPO, SHOTS
 from evorag_core.store import NewPair
 from tests.studio_process import CHROMIUM, chromium, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SHOTS = REPO / "artifacts" / "screenshots"
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
 PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
 

@@ -6,26 +6,15 @@ Slow tests run the REAL embedded SmolLM2-135M-Instruct through the `lm_home` / `
 from __future__ import annotations
 
 import math
-import time
-from pathlib import Path
 
 import pytest
-import torch
 
 from evorag_core.env.actions import Answer, Backtrack, Refuse, Search
 from evorag_core.config import AnswerConfig, PolicyConfig
-from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
+from evorag_core.errors import ConfigError
 from evorag_core.policy.llm_judge import LLMSufficiencyJudge
 from evorag_core.policy.agent import LMPolicy, allowed_actions
-from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.lm.loading import load_model
-from evorag_core.lm import loading
 from evorag_core.policy.agent import reader_passages
-from evorag_core.lm.hf_backend import _pack
-from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
-from evorag_core.lm.hf_backend import _pick
-from evorag_core.lm.kv_cache import (PrefixPool, cache_kwargs, common_prefix_length, fork_cache, growing_cache,
-                                         shared_prefix_cache)
 from evorag_core.policy.prompts import render_passage, render_user
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
@@ -33,8 +22,6 @@ from evorag_core.types import Passage
 P1 = Passage("p1", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France.")
 P2 = Passage("p2", "Gustave Eiffel", "Gustave Eiffel was a French civil engineer born in Dijon in 1832.")
 QUESTION = "Where was the engineer whose company designed the Eiffel Tower born?"
-PROMPT = "<|im_start|>user\nName a large city in France.<|im_end|>\n<|im_start|>assistant\n"
-
 
 
 # -- fast tests: no language model ---------------------------------------------------------------------------
