@@ -36,3 +36,19 @@ def test_every_module_imports_on_its_own(package):
         except Exception as exc:  # report every module that fails, not just the first
             failures.append(f"{info.name}: {exc!r}")
     assert not failures, "\n".join(failures)
+
+
+def test_the_public_api_resolves_and_import_stays_light():
+    """Every name in `evorag_core.__all__` is defined where the package says, and `import evorag_core` alone loads
+    neither torch nor any package module (each name is imported on first use)."""
+    code = ("import sys, evorag_core; "
+            "heavy = sorted(m for m in ('torch', 'transformers', 'gradio', 'evorag_core.env', 'evorag_core.lm') "
+            "if m in sys.modules); print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    import evorag_core
+
+    missing = [name for name in evorag_core.__all__ if getattr(evorag_core, name, None) is None]
+    assert not missing, missing
+    with pytest.raises(AttributeError):
+        evorag_core.no_such_name  # noqa: B018
