@@ -79,7 +79,8 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.preference import PrefixEncoder, train_preference_model
-    from evorag_core.pairs.rollout import PairSelector, run_rollouts
+    from evorag_core.pairs.rollout import run_rollouts
+    from evorag_core.pairs.selection import PairSelector
     from evorag_core.runtime import Runtime
     from evorag_core.env.scheduler import StageSwitchController
 
