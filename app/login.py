@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import anyio
 from starlette.requests import Request
@@ -20,6 +20,9 @@ from starlette.requests import Request
 from evorag_core.auth.limiter import LoginLimiter
 from evorag_core.auth.passwords import check_password, check_unknown_user
 from evorag_core.auth.users_file import FileUser
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 __all__ = ["LoginGuard", "threaded_check", "file_check", "login_message"]
 
@@ -62,7 +65,7 @@ def login_message(limiter: LoginLimiter) -> str:
 class LoginGuard:
     """ASGI middleware: the failed-login limit around POST /login (see the module docstring)."""
 
-    def __init__(self, app: Any, limiter: LoginLimiter):
+    def __init__(self, app: ASGIApp, limiter: LoginLimiter):
         self.app = app
         self.limiter = limiter
 

@@ -14,7 +14,7 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from evorag_core.env.actions import Action, action_to_dict
 from evorag_core.config import Config
@@ -23,6 +23,11 @@ from evorag_core.methods.oracle import ORACLE_LABEL, OraclePolicy
 from evorag_core.methods.script import ScriptPolicy, load_script
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
+
+if TYPE_CHECKING:
+    from evorag_core.lm.hf_backend import TransformersBackend
+    from evorag_core.methods.base import EpisodePolicy
+    from evorag_core.policy.agent import LMPolicy
 
 __all__ = [
     "FeatureUnavailable",
@@ -66,7 +71,7 @@ class StudioPolicy:
 
     choice: str
     label: str
-    policy: Any
+    policy: EpisodePolicy
     adapter: str | None = None
     sample: Callable[[AgentView, int, float, int], list[Candidate]] | None = None
 
@@ -101,7 +106,7 @@ class PolicyProvider:
     def __init__(self, cfg: Config, home: Path):
         self.cfg, self.home = cfg, Path(home)
         self._lock = threading.RLock()
-        self._backend: Any = None
+        self._backend: TransformersBackend | None = None
         self._loaded_adapters: dict[str, str] = {}  # name -> path loaded into the backend
 
     def make(self, choice: str, *, script: str = "", adapter_lookup: Callable[[str | None], Any] | None = None
@@ -178,12 +183,12 @@ class PolicyProvider:
                 self._backend = TransformersBackend(self.cfg.policy, self.home)
             return self._backend
 
-    def _lm_policy(self, backend):
+    def _lm_policy(self, backend: TransformersBackend) -> LMPolicy:
         from evorag_core.policy.agent import LMPolicy
 
         return LMPolicy(backend, self.cfg.policy, self.cfg.answer)
 
-    def _ensure_adapter(self, backend, name: str, path: str) -> None:
+    def _ensure_adapter(self, backend: TransformersBackend, name: str, path: str) -> None:
         with self._lock:
             if self._loaded_adapters.get(name) != path:
                 backend.load_adapter(name, Path(path))

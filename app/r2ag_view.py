@@ -11,7 +11,7 @@ Steering: "scripted" (no model) or "lm" (the studio's policy LM, base weights, u
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from evorag_core.methods.r2ag.method import TreeBuilder
 from evorag_core.methods.r2ag.rewards import RewardWeights
@@ -22,6 +22,11 @@ from evorag_core.methods.r2ag.tree import Node, Tree, TreeSettings, expand_once,
 from app.episode_tab import Reload
 from app.views import esc
 from app.wiring import on
+
+if TYPE_CHECKING:
+    from app.policies import PolicyProvider
+    from app.services import Services
+    from evorag_core.config import R2agConfig
 
 __all__ = ["STEERING_CHOICES", "TreeSession", "TreeView", "tree_html", "rewards_html", "tree_status",
            "start_tree", "step_tree", "run_tree", "show_tree", "build_tab"]
@@ -116,7 +121,7 @@ class _LockedSteering:
 
     name = "lm"
 
-    def __init__(self, provider: Any, cfg: Any) -> None:
+    def __init__(self, provider: PolicyProvider, cfg: R2agConfig) -> None:
         self.provider, self.inner = provider, LMSteering.from_config(provider._get_backend(), cfg)
 
     def propose(self, requests: Sequence[SteerRequest]) -> list[Proposal]:
@@ -125,7 +130,7 @@ class _LockedSteering:
             return self.inner.propose(requests)
 
 
-def _builder(svc: Any, data_path: str | None, steering: str) -> TreeBuilder:
+def _builder(svc: Services, data_path: str | None, steering: str) -> TreeBuilder:
     rt = svc.runtime(data_path)
     cfg = rt.cfg.r2ag
     if steering not in STEERING_CHOICES:
@@ -139,7 +144,7 @@ def _view(session: TreeSession, show_pruning: bool) -> TreeView:
                     tree_status(session.tree, session.settings))
 
 
-def start_tree(svc: Any, data_path: str | None, question_id: str, steering: str = "scripted",
+def start_tree(svc: Services, data_path: str | None, question_id: str, steering: str = "scripted",
                max_iterations: int | None = None) -> tuple[TreeView, TreeSession]:
     """A tree holding only the question (gold from the data annotates it; it steers nothing)."""
     rt = svc.runtime(data_path)
@@ -157,7 +162,7 @@ def start_tree(svc: Any, data_path: str | None, question_id: str, steering: str 
     return _view(session, False), session
 
 
-def step_tree(svc: Any, session: TreeSession | None, show_pruning: bool = False) -> tuple[TreeView, TreeSession]:
+def step_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False) -> tuple[TreeView, TreeSession]:
     """One expansion of every frontier branch (one retrieval batch)."""
     if session is None:
         raise ValueError("start a tree first")
@@ -172,7 +177,7 @@ def step_tree(svc: Any, session: TreeSession | None, show_pruning: bool = False)
     return _view(session, show_pruning), session
 
 
-def run_tree(svc: Any, session: TreeSession | None, show_pruning: bool = False) -> tuple[TreeView, TreeSession]:
+def run_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False) -> tuple[TreeView, TreeSession]:
     """Expand until the tree is done."""
     view, session = step_tree(svc, session, show_pruning)
     while not session.tree.done:
@@ -186,7 +191,7 @@ def show_tree(session: TreeSession | None, show_pruning: bool) -> TreeView:
     return _view(session, show_pruning)
 
 
-def build_tab(svc: Any) -> Any:
+def build_tab(svc: Services) -> Reload:
     """The tab's layout and wiring (inside a `gr.Tab`); returns how it reloads its data (the data files offered)
     when selected (`episode_tab.Reload`)."""
     import gradio as gr

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
 from app.views import esc
+
+if TYPE_CHECKING:
+    from evorag_core.store import Round
 
 __all__ = ["PHASES", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration", "progress_html",
            "integer_steps"]
@@ -40,7 +43,7 @@ STYLE = (
 )
 
 
-def phase_of(r: Any) -> str:
+def phase_of(r: Round) -> str:
     """The round's phase: its final status once finished, "queued" before a worker claims it, else the phase its
     worker last reported ("setup" before the first one)."""
     if r.status in _FINAL or r.status == "queued":
@@ -67,7 +70,7 @@ def eta_seconds(progress: Mapping[str, Any], heartbeat_at: datetime | None, now:
     return max(left, 0.0)
 
 
-def elapsed_seconds(r: Any, now: datetime) -> float | None:
+def elapsed_seconds(r: Round, now: datetime) -> float | None:
     """Seconds since the round started (until it finished, for a finished round); None if it never started."""
     if r.started_at is None:
         return None
@@ -100,7 +103,7 @@ def _phase_strip(phase: str, stopped_at: str | None) -> str:
     return f'<div class="evo-phases">{"".join(items)}</div>'
 
 
-def progress_html(r: Any, now: datetime) -> str:
+def progress_html(r: Round, now: datetime) -> str:
     """The progress box of round `r`: title and status, the phase chips, a bar of the training steps, and the
     elapsed time and ETA (see the module docstring)."""
     prog = dict(r.progress or {})

@@ -15,13 +15,17 @@ import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evorag_core.config import REPO_ROOT, Config
 from evorag_core.errors import DataAccessError, StoreError
 from evorag_core.runtime import Runtime
 
 from app.policies import FeatureUnavailable, PolicyProvider
+
+if TYPE_CHECKING:
+    from evorag_core.retrieval import RetrievalService
+    from evorag_core.store import Store
 
 __all__ = ["FeatureUnavailable", "Services", "WorkerProcess", "worker_command_available", "BENCHMARKS_DIR"]
 
@@ -118,8 +122,8 @@ class Services:
         self.warm_status = ""  # what the background warm-up is loading now ("" when idle or done)
         self._lock = threading.RLock()
         self._runtimes: OrderedDict[Path, Runtime] = OrderedDict()
-        self._retrieval: Any = None
-        self._store: Any = None
+        self._retrieval: RetrievalService | None = None
+        self._store: Store | None = None
 
     # -- data and runtimes ----------------------------------------------------------------------------------
     @property

@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -28,6 +28,9 @@ from evorag_core.types import Passage, Question
 
 from app.human import Correction, Proposal, completion_of, correction_of
 from app.policies import Candidate, StudioPolicy
+
+if TYPE_CHECKING:
+    from evorag_core.store import Store
 
 __all__ = ["EpisodeSettings", "EpisodeSession", "free_question", "verdict_name"]
 
@@ -71,7 +74,7 @@ class EpisodeSession:
     env: RagEnv
     judge: OverrideJudge
     policy: StudioPolicy
-    store: Any = None  # evorag_core.store.Store or None
+    store: Store | None = None
     db_id: int | None = None
     overrides: dict[int, Verdict] = field(default_factory=dict)
     candidates: list[dict[str, Any]] = field(default_factory=list)  # siblings sampled at the current state
@@ -97,7 +100,7 @@ class EpisodeSession:
 
     # -- construction ---------------------------------------------------------------------------------------------
     @classmethod
-    def start(cls, settings: EpisodeSettings, runtime: Runtime, policy: StudioPolicy, store: Any = None
+    def start(cls, settings: EpisodeSettings, runtime: Runtime, policy: StudioPolicy, store: Store | None = None
               ) -> "EpisodeSession":
         settings.check()
         if settings.free_question.strip():
@@ -150,7 +153,7 @@ class EpisodeSession:
             action, info = self.policy.policy.act(view)
         return self._apply(action, info, start)
 
-    def _apply(self, action: Action, info: Any, start: float) -> StepRecord:
+    def _apply(self, action: Action, info: Mapping[str, Any], start: float) -> StepRecord:
         result = self.env.step(action, info=info)
         self.step_seconds.append(time.perf_counter() - start)
         siblings = self.candidates if self.candidates_t == result.record.t else []

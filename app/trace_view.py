@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from urllib.parse import urlencode
 
 import plotly.graph_objects as go
@@ -25,6 +25,9 @@ from evorag_core.env.judges import Verdict
 from evorag_core.types import Passage
 
 from app import grading_view, views
+
+if TYPE_CHECKING:
+    from evorag_core.store import Episode, Judgment
 
 __all__ = ["TraceView", "render_trace", "trace_link", "question_link", "record_of", "method_trace_html"]
 
@@ -60,7 +63,7 @@ def _pid(value: Any) -> str:
     return str(value.get("pid", "")) if isinstance(value, Mapping) else str(value)
 
 
-def record_of(episode: Any, verdicts: Mapping[int, Verdict]) -> EpisodeRecord | None:
+def record_of(episode: Episode, verdicts: Mapping[int, Verdict]) -> EpisodeRecord | None:
     """The stored episode as an EpisodeRecord (overrides applied to the verdicts), or None when its steps are not
     environment actions with signals (a pipeline method's trace)."""
     steps = []
@@ -87,7 +90,7 @@ def record_of(episode: Any, verdicts: Mapping[int, Verdict]) -> EpisodeRecord | 
     )
 
 
-def effective_verdicts(episode: Any, judgments: Sequence[Any]) -> dict[int, Verdict]:
+def effective_verdicts(episode: Episode, judgments: Sequence[Judgment]) -> dict[int, Verdict]:
     """Per step: the latest human override, else the latest judge verdict, else the step's own judge verdict."""
     out: dict[int, Verdict] = {}
     for s in episode.steps or ():
@@ -98,7 +101,7 @@ def effective_verdicts(episode: Any, judgments: Sequence[Any]) -> dict[int, Verd
     return out
 
 
-def _outcome_html(episode: Any) -> str:
+def _outcome_html(episode: Episode) -> str:
     if episode.status == "running":
         return '<span class="badge running">running</span>'
     if episode.answer is not None:
@@ -114,7 +117,7 @@ def _outcome_html(episode: Any) -> str:
     return f'<span class="badge done">{views.esc(episode.status)}</span> {outcome}'
 
 
-def _head(episode: Any, gold: Sequence[str], link: str, episode_link: str) -> str:
+def _head(episode: Episode, gold: Sequence[str], link: str, episode_link: str) -> str:
     ret = "–" if episode.total_return is None else f"{episode.total_return:+.3f}"
     src = views.esc(episode.source or "unknown")
     run = f" · run <b>{views.esc(episode.run)}</b>" if episode.run else ""
@@ -138,7 +141,7 @@ def _head(episode: Any, gold: Sequence[str], link: str, episode_link: str) -> st
     )
 
 
-def _passages_html(record: EpisodeRecord | None, episode: Any, by_pid: Mapping[str, Passage] | None,
+def _passages_html(record: EpisodeRecord | None, episode: Episode, by_pid: Mapping[str, Passage] | None,
                    gold_known: bool) -> str:
     """Each step's passages under a heading naming the step; the final answer's source passage marked."""
     blocks = []
@@ -179,7 +182,7 @@ def method_trace_html(trace: Sequence[Mapping[str, Any]], extras: Mapping[str, A
     return views.table_html(["step", "trace"], rows, table_id="evo-trace-steps", empty="This method records no trace.")
 
 
-def render_trace(episode: Any, judgments: Sequence[Any], *, by_pid: Mapping[str, Passage] | None,
+def render_trace(episode: Episode, judgments: Sequence[Judgment], *, by_pid: Mapping[str, Passage] | None,
                  gold: Sequence[str], base: str = "") -> TraceView:
     """The read-only view of a stored episode (loaded with its steps) and its judgments."""
     record = record_of(episode, effective_verdicts(episode, judgments))

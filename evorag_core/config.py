@@ -126,7 +126,7 @@ def _section_name(cls: type) -> str:
     return next((name for name, hint in _hints(Config).items() if hint is cls), cls.__name__)
 
 
-def check_section(section: Any) -> None:
+def check_section(section: _Checked) -> None:
     """Raise ConfigError for the first field of `section` whose value has the wrong type or breaks its rule."""
     cls = type(section)
     hints, rules = _hints(cls), cls.RULES

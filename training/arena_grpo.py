@@ -26,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
@@ -42,6 +42,12 @@ from training.grpo import group_advantages
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import MAX_GRAD_NORM, StepLog, train_mode
 from training.seqlogp import base_lm
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedTokenizerBase
+
+    from evorag_core.store import Store
 
 __all__ = ["ArenaGrpoConfig", "ArenaGroup", "sample_group", "train_arena_grpo", "arena_config_from_job", "run"]
 
@@ -101,8 +107,8 @@ def sample_group(generator: ArenaGenerator, question: Question, group_size: int,
 
 
 def train_arena_grpo(
-    policy: Any,
-    tokenizer: Any,
+    policy: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
     questions: Sequence[Question],
     train: TrainConfig,
     cfg: ArenaGrpoConfig,
@@ -200,7 +206,7 @@ def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
     return chosen
 
 
-def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
     from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 

@@ -4,7 +4,7 @@ Both estimators, k2 and k3, are logged whichever one the loss uses."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -12,16 +12,24 @@ from evorag_core.config import TrainConfig
 
 from training.grpo import grpo_loss
 from training.kl import kl_k2, kl_k3
-from training.loop import autocast, start_policy
+from training.loop import StepLog, autocast, start_policy
 from training.reduce import sequence_mean
 from training.seqlogp import Encoded, completion_token_logps
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from evorag_core.store import Adapter
+    from evorag_core.types import Question
+    from training.job import RoundJob
 
 __all__ = ["encode_group", "rows", "reference_logps", "epoch_order", "micro_step", "start_with_reference",
            "save_round"]
 
 
-def start_with_reference(model: Any, train: TrainConfig, reference: Any | None, base_id: str,
-                         ref_name: str) -> tuple[Any, str | None]:
+def start_with_reference(model: PreTrainedModel, train: TrainConfig, reference: Adapter | None, base_id: str,
+                         ref_name: str) -> tuple[PeftModel, str | None]:
     """(policy, reference adapter name): the policy to train (`loop.start_policy`) and, when the round starts from
     an adapter, a frozen copy of it loaded as `ref_name` for the KL term (None: the base model is the reference)."""
     policy = start_policy(model, train, reference, base_id)
@@ -32,7 +40,7 @@ def start_with_reference(model: Any, train: TrainConfig, reference: Any | None, 
     return policy, ref_name
 
 
-def encode_group(tokenizer: Any, group: Any) -> Encoded:
+def encode_group(tokenizer: PreTrainedTokenizerBase, group: Any) -> Encoded:
     """`group.outputs`: generations of ONE prompt (`.prompt`, `.token_ids`, `.finish_reason`). Right-padded [prompt ids + sampled ids (+ end-of-turn)] rows; completion mask over the sampled part."""
     prompt_ids = tokenizer(group.outputs[0].prompt, add_special_tokens=False)["input_ids"]
     eos = tokenizer.eos_token_id
@@ -61,7 +69,7 @@ def rows(batch: Encoded, start: int, stop: int) -> Encoded:
                    batch.completion_mask[start:stop, : max(lengths)], starts, lengths, 0)
 
 
-def reference_logps(policy: Any, batch: Encoded, ref_adapter: str | None) -> torch.Tensor:
+def reference_logps(policy: PeftModel, batch: Encoded, ref_adapter: str | None) -> torch.Tensor:
     with torch.no_grad():
         if ref_adapter is None:
             with policy.disable_adapter():
@@ -79,7 +87,7 @@ def epoch_order(n: int, epochs: int, seed: int) -> list[int]:
     return [i for _ in range(epochs) for i in torch.randperm(n, generator=generator).tolist()]
 
 
-def micro_step(policy: Any, batch: Encoded, advantages: Sequence[float], train: TrainConfig,
+def micro_step(policy: PeftModel, batch: Encoded, advantages: Sequence[float], train: TrainConfig,
                ref_adapter: str | None, share: float) -> dict[str, float]:
     """Backpropagate `share` x the GRPO loss of these replies; returns their loss terms and both KL estimates."""
     device = next(policy.parameters()).device
@@ -97,9 +105,9 @@ def micro_step(policy: Any, batch: Encoded, advantages: Sequence[float], train: 
     return stats
 
 
-def save_round(policy: Any, job: Any, *, objective: str, base_id: str, reference: Any | None, questions: Sequence[Any],
-               train: TrainConfig, log: Any, samples: Sequence[Any], setup_s: float, out_dir: Path,
-               extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def save_round(policy: PeftModel, job: RoundJob, *, objective: str, base_id: str, reference: Adapter | None,
+               questions: Sequence[Question], train: TrainConfig, log: StepLog, samples: Sequence[Any], setup_s: float,
+               out_dir: Path, extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """Save the trained adapter with its metadata; returns (metrics, checksum). The metrics hold what every
     completion-GRPO round records (objective, KL settings, questions, reference, timings, the job's config) plus
     `extra` (the objective's own summaries and histories)."""

@@ -21,10 +21,16 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from evorag_core.config import Config
 from evorag_core.errors import TrainingError
+
+if TYPE_CHECKING:
+    from evorag_core.methods.base import EpisodePolicy
+    from evorag_core.runtime import Runtime
+    from evorag_core.store import Store
+    from evorag_core.types import Question
 
 __all__ = ["CurriculumPlan", "run_curriculum", "run_curriculum_command"]
 
@@ -40,7 +46,7 @@ class CurriculumPlan:
     decisions: list[dict[str, Any]] = field(default_factory=list, compare=False)
 
 
-def _dev_eval(runtime, policy, questions, stage: str) -> dict[str, float]:
+def _dev_eval(runtime: Runtime, policy: EpisodePolicy, questions: Sequence[Question], stage: str) -> dict[str, float]:
     from evorag_core.methods.base import result_from_episode, run_episode
 
     results = []
@@ -53,7 +59,7 @@ def _dev_eval(runtime, policy, questions, stage: str) -> dict[str, float]:
             "f1": sum(r.f1 for r in results) / n, "avg_steps": sum(r.steps for r in results) / n}
 
 
-def _policy_round(store, cfg: Config, home: Path, objective: str, values: dict[str, Any], poll_s: float = 2.0):
+def _policy_round(store: Store, cfg: Config, home: Path, objective: str, values: dict[str, Any], poll_s: float = 2.0):
     """Queue a round and see it finished: run it here (worker code), or wait for the worker that took it."""
     from training.job import job_config
     from training.worker import WorkerOptions, new_worker_id, process_one
@@ -79,7 +85,8 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
     from evorag_core.preference import PrefixEncoder, train_preference_model
-    from evorag_core.pairs.rollout import PairSelector, run_rollouts
+    from evorag_core.pairs.rollout import run_rollouts
+    from evorag_core.pairs.selection import PairSelector
     from evorag_core.runtime import Runtime
     from evorag_core.env.scheduler import StageSwitchController
 

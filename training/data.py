@@ -9,9 +9,12 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from evorag_core.errors import DatasetFormatError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "PairExample",
@@ -64,7 +67,7 @@ def to_conversational(pair: PairExample) -> dict[str, list[dict[str, str]]]:
     }
 
 
-def from_conversational(record: Mapping[str, Any], tokenizer: Any) -> PairExample:
+def from_conversational(record: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase) -> PairExample:
     """A pair from TRL's conversational record; the prompt is rendered with the tokenizer's chat template."""
     try:
         prompt = tokenizer.apply_chat_template(list(record["prompt"]), tokenize=False, add_generation_prompt=True)
@@ -99,7 +102,8 @@ class FitReport:
     dropped: int  # pairs whose completions alone do not fit
 
 
-def fit_pairs(pairs: Sequence[PairExample], tokenizer: Any, max_length: int, *, min_prompt: int = 32) -> FitReport:
+def fit_pairs(pairs: Sequence[PairExample], tokenizer: PreTrainedTokenizerBase, max_length: int, *,
+              min_prompt: int = 32) -> FitReport:
     """Shorten prompts so that prompt + longer completion + EOS fits `max_length` tokens.
 
     TRL keeps the *start* of an over-long sequence and drops pairs whose prompt fills max_length, which would cut
@@ -124,11 +128,11 @@ def fit_pairs(pairs: Sequence[PairExample], tokenizer: Any, max_length: int, *, 
     return FitReport(pairs=tuple(kept), truncated=truncated, dropped=dropped)
 
 
-def _n_tokens(tokenizer: Any, text: str) -> int:
+def _n_tokens(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _cut_middle(tokenizer: Any, ids: list[int], budget: int) -> str:
+def _cut_middle(tokenizer: PreTrainedTokenizerBase, ids: list[int], budget: int) -> str:
     room = budget - _n_tokens(tokenizer, _CUT_MARKER)
     for _ in range(8):  # decoding and re-encoding can merge a token or two at the seams; shrink until it fits
         head = room // 3

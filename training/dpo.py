@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from peft import PeftModel
@@ -38,6 +38,9 @@ from training.data import PairExample, fit_pairs, pairs_to_dataset
 from training.lora import attach_lora, save_adapter
 from evorag_core.adapters.files import load_adapter
 from training.precision import resolve_train_dtype
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["DpoResult", "dpo_config", "train_dpo", "pair_margins", "heldout_accuracy", "completion_logps"]
 
@@ -161,8 +164,8 @@ class _Progress(TrainerCallback):
 
 def train_dpo(
     pairs: Sequence[PairExample],
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     cfg: TrainConfig,
     out_dir: Path,
     ref_adapter: Path | None = None,
@@ -261,7 +264,8 @@ def _reference(model: PeftModel, ref_adapter_name: str | None) -> Iterator[None]
         model.set_adapter(previous)
 
 
-def _tokenize_pair_side(tokenizer: Any, prompt: str, completion: str, max_length: int) -> tuple[list[int], int]:
+def _tokenize_pair_side(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str,
+                        max_length: int) -> tuple[list[int], int]:
     """(ids, completion start) as TRL builds them: EOS appended, split at the common prefix, keep_start."""
     eos = tokenizer.eos_token
     completion = completion if completion.endswith(eos) else completion + eos
@@ -275,7 +279,8 @@ def _tokenize_pair_side(tokenizer: Any, prompt: str, completion: str, max_length
 
 @torch.no_grad()
 def completion_logps(
-    model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str], *, max_length: int
+    model: PreTrainedModel | PeftModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str],
+    completions: Sequence[str], *, max_length: int
 ) -> torch.Tensor:
     """Σ log π(completion token | prefix) per row, float32 `[B]`, under the model's active adapter.
 
@@ -304,7 +309,7 @@ def completion_logps(
 
 def pair_margins(
     model: PeftModel,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     pairs: Sequence[PairExample],
     *,
     beta: float,
@@ -338,7 +343,7 @@ def pair_margins(
 
 
 def heldout_accuracy(
-    model: PeftModel, tokenizer: Any, pairs: Sequence[PairExample], *, beta: float, max_length: int,
+    model: PeftModel, tokenizer: PreTrainedTokenizerBase, pairs: Sequence[PairExample], *, beta: float, max_length: int,
     ref_adapter_name: str | None = "ref",
 ) -> float:
     """Share of pairs whose implicit reward margin is > 0 (a tie, e.g. an untrained adapter, counts as wrong)."""

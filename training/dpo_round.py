@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evorag_core.errors import DatasetFormatError, TrainingError
 
@@ -24,13 +24,19 @@ from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 from training.seqlogp import fit_text
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from evorag_core.store import Store
+
 __all__ = ["run", "pair_examples", "claim_size"]
 
 _DPO_LOGGED = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
                "logps/chosen", "logps/rejected")
 
 
-def pair_examples(pairs: list[Any], tokenizer: Any = None, max_length: int = 0) -> tuple[list[PairExample], list[int]]:
+def pair_examples(pairs: list[Any], tokenizer: PreTrainedTokenizerBase | None = None,
+                  max_length: int = 0) -> tuple[list[PairExample], list[int]]:
     """(trainable examples, ids of pairs that are not trainable). With a tokenizer, prompts too long for
     `max_length` lose their middle by `seqlogp.fit_text` (the current turn survives; see seqlogp)."""
     good: list[PairExample] = []
@@ -72,7 +78,7 @@ def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
     return forward
 
 
-def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
     from training.dpo import log_phase, train_dpo
 

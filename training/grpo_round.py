@@ -16,7 +16,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -30,6 +30,12 @@ from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_p
 from training.rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
 from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 from training.seqlogp import completion_token_logps, encode
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedTokenizerBase
+
+    from evorag_core.store import Store
 
 __all__ = ["GrpoSample", "grpo_samples", "train_grpo", "evaluate_grpo", "run"]
 
@@ -53,7 +59,8 @@ def grpo_samples(groups: Sequence[CandidateGroup], eps: float = 1e-6) -> list[Gr
     return out
 
 
-def _reference_logps(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], cfg: TrainConfig) -> list[torch.Tensor]:
+def _reference_logps(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[GrpoSample],
+                     cfg: TrainConfig) -> list[torch.Tensor]:
     """Per-token log-probs of each sample's completion under the starting policy (= π_old = π_ref)."""
     out: list[torch.Tensor] = []
     device = next(policy.parameters()).device
@@ -67,8 +74,8 @@ def _reference_logps(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample],
 
 
 @torch.no_grad()
-def evaluate_grpo(policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], old: Sequence[torch.Tensor],
-                  cfg: TrainConfig) -> dict[str, float]:
+def evaluate_grpo(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[GrpoSample],
+                  old: Sequence[torch.Tensor], cfg: TrainConfig) -> dict[str, float]:
     """The GRPO terms over `samples` under the current policy (no update): policy_loss (the clipped surrogate,
     −mean A at the start: 0 when every group is whole) and kl to the reference."""
     device = next(policy.parameters()).device
@@ -96,7 +103,7 @@ def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
 
 
 def train_grpo(
-    policy: Any, tokenizer: Any, samples: Sequence[GrpoSample], cfg: TrainConfig,
+    policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[GrpoSample], cfg: TrainConfig,
     on_progress: ProgressFn | None = None, *, max_steps: int = 0,
 ) -> tuple[StepLog, dict[str, float]]:
     """Optimise `policy` (a PeftModel, modified in place) on `samples`; returns the per-step log and the GRPO terms
@@ -140,7 +147,7 @@ def train_grpo(
                  "surrogate_end": after["policy_loss"], "kl_end": after["kl"]}
 
 
-def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
     done = registered(store, job)
     if done is not None:

@@ -10,7 +10,7 @@ import contextlib
 import math
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch import nn
@@ -23,12 +23,17 @@ from training.lora import attach_lora
 from evorag_core.adapters.files import load_adapter
 from training.precision import resolve_train_dtype
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+
+    from evorag_core.store import Adapter
+
 __all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
 
 MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
 
 
-def start_policy(model: nn.Module, cfg: TrainConfig, reference: Any | None, base_id: str) -> Any:
+def start_policy(model: nn.Module, cfg: TrainConfig, reference: Adapter | None, base_id: str) -> PeftModel:
     """The PeftModel to train: the reference adapter loaded trainable (continue from the previous round), or a
     fresh seeded LoRA (B = 0, so it starts as the base model)."""
     if reference is None:

@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -34,6 +34,12 @@ from training.reduce import sequence_mean
 from training.rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
 from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 from training.seqlogp import Encoded, base_lm, completion_token_logps, encode
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedTokenizerBase
+
+    from evorag_core.store import Adapter, Store
 
 __all__ = ["VALUE_HEAD_FILE", "PpoStep", "ppo_steps", "train_ppo", "run"]
 
@@ -108,8 +114,9 @@ def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
 
 
 def train_ppo(
-    policy: Any, head: ValueHead, tokenizer: Any, steps: Sequence[PpoStep], bootstrap: Sequence[str | None],
-    cfg: TrainConfig, on_progress: ProgressFn | None = None, *, vf_coef: float = 0.5, max_steps: int = 0,
+    policy: PeftModel, head: ValueHead, tokenizer: PreTrainedTokenizerBase, steps: Sequence[PpoStep],
+    bootstrap: Sequence[str | None], cfg: TrainConfig, on_progress: ProgressFn | None = None, *, vf_coef: float = 0.5,
+    max_steps: int = 0,
 ) -> StepLog:
     """Optimise `policy` (PeftModel) and `head` in place on `steps`. `bootstrap[e]` is the prompt after episode e's
     last step when it was truncated (its value bootstraps GAE), None when it terminated."""
@@ -156,7 +163,7 @@ def train_ppo(
     return log
 
 
-def _value_head(policy: Any, reference: Any | None) -> ValueHead:
+def _value_head(policy: PeftModel, reference: Adapter | None) -> ValueHead:
     head = ValueHead(base_lm(policy).config.hidden_size)
     saved = Path(reference.path) / VALUE_HEAD_FILE if reference is not None else None
     if saved is not None and saved.is_file():
@@ -166,7 +173,7 @@ def _value_head(policy: Any, reference: Any | None) -> ValueHead:
     return head
 
 
-def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
     done = registered(store, job)
     if done is not None:

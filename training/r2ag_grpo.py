@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -44,6 +44,13 @@ from training.grpo import group_advantages
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import MAX_GRAD_NORM, StepLog, train_mode
 from training.seqlogp import base_lm
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedTokenizerBase
+
+    from evorag_core.retrieval.base import Retriever
+    from evorag_core.store import Store
 
 __all__ = ["R2agGrpoConfig", "TreeState", "R2agGroup", "sample_group", "train_r2ag_grpo", "r2ag_config_from_job",
            "run"]
@@ -107,7 +114,7 @@ class R2agGroup:
         return all(r.total == self.rewards[0].total for r in self.rewards)
 
 
-def sample_group(steering: LMSteering, retriever: Any, passages: Mapping[str, Passage], state: TreeState,
+def sample_group(steering: LMSteering, retriever: Retriever, passages: Mapping[str, Passage], state: TreeState,
                  cfg: R2agGrpoConfig, seed: int, weights: RewardWeights = RewardWeights()) -> R2agGroup:
     """G expansions of `state`, their rewards, advantages and the pruned trees they lead to."""
     request = SteerRequest(state.question.question, tuple(passages[p] for p in state.context if p in passages))
@@ -135,11 +142,11 @@ def sample_group(steering: LMSteering, retriever: Any, passages: Mapping[str, Pa
 
 
 def train_r2ag_grpo(
-    policy: Any,
-    tokenizer: Any,
+    policy: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
     questions: Sequence[Question],
-    gold_for: Any,
-    retriever: Any,
+    gold_for: Callable[[Question], Iterable[str]],
+    retriever: Retriever,
     passages: Mapping[str, Passage],
     train: TrainConfig,
     cfg: R2agGrpoConfig,
@@ -194,13 +201,14 @@ def train_r2ag_grpo(
     return _done(policy, log, samples)
 
 
-def _done(policy: Any, log: StepLog, samples: list) -> tuple[StepLog, list]:
+def _done(policy: PeftModel, log: StepLog, samples: list) -> tuple[StepLog, list]:
     policy.eval()
     return log, samples
 
 
-def _update(policy: Any, tokenizer: Any, groups: Sequence[R2agGroup], train: TrainConfig, cfg: R2agGrpoConfig,
-            ref_adapter: str | None, params: list, optimizer: Any) -> dict[str, float]:
+def _update(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, groups: Sequence[R2agGroup], train: TrainConfig,
+            cfg: R2agGrpoConfig, ref_adapter: str | None, params: list,
+            optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """One optimiser step over the groups with reward spread (every reply weighs the same); zeros without any."""
     if not groups:
         return {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "updated": 0.0, "grad_norm": 0.0}
@@ -267,7 +275,7 @@ def _load(job: RoundJob, cfg: R2agGrpoConfig):
     return chosen, corpus, retriever
 
 
-def run(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
     """setup -> train -> save -> register (see the module docstring)."""
     from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 

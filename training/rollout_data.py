@@ -15,13 +15,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.policy.prompts import LABELS, completion_text
 from evorag_core.env.scheduler import step_reward
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from evorag_core.config import PolicyConfig
+    from evorag_core.store import Episode, Store
 
 
 __all__ = [
@@ -70,12 +76,12 @@ class PassageResolver:
     (`config["data"]`), then in `default_data` (the job's `data`), then in the question as registered in the store
     (`Store.get_question`); data files are loaded once each."""
 
-    def __init__(self, default_data: str | None = None, store: Any | None = None):
+    def __init__(self, default_data: str | None = None, store: Store | None = None):
         self.default_data = default_data
         self.store = store
         self._tables: dict[str, dict[str, Passage]] = {}
 
-    def __call__(self, raw: Any, episode: Any) -> Passage:
+    def __call__(self, raw: Any, episode: Episode) -> Passage:
         if isinstance(raw, Mapping):
             return Passage(str(raw["pid"]), str(raw.get("title", "")), str(raw.get("text", "")))
         pid = str(raw)
@@ -89,7 +95,7 @@ class PassageResolver:
             "name the data file the episodes came from (job key 'data', `evorag train --data`)"
         )
 
-    def _sources(self, episode: Any) -> Iterator[tuple[str, dict[str, Passage]]]:
+    def _sources(self, episode: Episode) -> Iterator[tuple[str, dict[str, Passage]]]:
         for path in dict.fromkeys(p for p in (_data_file(episode), self.default_data) if p):
             yield str(path), self._file(str(path))
         if self.store is not None:
@@ -111,7 +117,8 @@ class PassageResolver:
         return self._tables[path]
 
 
-def prompt_renderer(model: Any, tokenizer: Any, model_id: str, policy_cfg: Any) -> Render:
+def prompt_renderer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_id: str,
+                    policy_cfg: PolicyConfig) -> Render:
     """`LMPolicy.prompt` of a transformers backend around `model` (built before LoRA is attached; only the
     tokenizer's chat template is used to render)."""
     from evorag_core.policy.agent import LMPolicy
@@ -120,7 +127,7 @@ def prompt_renderer(model: Any, tokenizer: Any, model_id: str, policy_cfg: Any) 
     return LMPolicy(TransformersBackend.from_model(model, tokenizer, model_id=model_id), policy_cfg).prompt
 
 
-def load_episodes(store: Any, *, ids: Sequence[int] = (), limit: int = 32, stage: str | None = None) -> list[Any]:
+def load_episodes(store: Store, *, ids: Sequence[int] = (), limit: int = 32, stage: str | None = None) -> list[Episode]:
     """Episodes with their steps: exactly `ids`, or the `limit` newest finished ones (of `stage`, if given)."""
     if ids:
         return [store.get_episode(i) for i in ids]
@@ -135,12 +142,12 @@ def load_episodes(store: Any, *, ids: Sequence[int] = (), limit: int = 32, stage
     return [store.get_episode(e.id) for e in sorted(found[:limit], key=lambda e: e.id)]
 
 
-def _data_file(episode: Any) -> str | None:
+def _data_file(episode: Episode) -> str | None:
     config = episode.config or {}
     return config.get("data") or config.get("data_path")
 
 
-def replay_episode(episode: Any, resolve: PassageResolver, t_max: int) -> Replay:
+def replay_episode(episode: Episode, resolve: PassageResolver, t_max: int) -> Replay:
     """The state before each stored step, with the step's completion and scalarised reward."""
     t_max = int((episode.config or {}).get("t_max", t_max))
     chain: list[Hop] = []

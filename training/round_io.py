@@ -11,12 +11,17 @@ import resource
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.lm.loading import base_model_id
 from evorag_core.errors import AdapterError, ConfigError
 
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from evorag_core.store import Adapter, Store
 
 __all__ = [
     "load_base",
@@ -30,7 +35,7 @@ __all__ = [
 ]
 
 
-def load_base(job: RoundJob) -> tuple[Any, Any, str]:
+def load_base(job: RoundJob) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
     """(fresh base model, tokenizer, base model id) for the job's policy model; a new copy per round."""
     from evorag_core.lm.loading import load_model
 
@@ -38,7 +43,7 @@ def load_base(job: RoundJob) -> tuple[Any, Any, str]:
     return model, tokenizer, base_model_id(job.policy.model, job.home)
 
 
-def resolve_reference(store: Any, job: RoundJob, base_id: str) -> Any | None:
+def resolve_reference(store: Store, job: RoundJob, base_id: str) -> Adapter | None:
     """The store's Adapter row the round starts from and is regularised towards, or None for the base model.
 
     previous: the newest registered adapter of this base model (None for the first round); active: the active one;
@@ -61,7 +66,7 @@ def resolve_reference(store: Any, job: RoundJob, base_id: str) -> Any | None:
     return found
 
 
-def registered(store: Any, job: RoundJob) -> AdapterRef | None:
+def registered(store: Store, job: RoundJob) -> AdapterRef | None:
     """This round's adapter if an earlier attempt already registered it (the attempt died before finishing)."""
     try:
         row = store.get_adapter(job.adapter_name)
@@ -88,7 +93,7 @@ def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float | int | str | 
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
 
 
-def register(store: Any, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any],
+def register(store: Store, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any],
              on_progress: ProgressFn | None = None) -> AdapterRef:
     """Record the saved adapter in the store under `job.adapter_name`, after the phase report "register" (where the
     worker checks a last time for a cancel request: a cancelled round registers nothing)."""

@@ -6,17 +6,20 @@ and each goes setup -> train -> save -> register. The names and modules come fro
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evorag_core.objectives import OBJECTIVES, WORKER_OBJECTIVES
 from training.job import AdapterRef, ProgressFn, RoundJob
+
+if TYPE_CHECKING:
+    from evorag_core.store import Store
 
 __all__ = ["ROUND_MODULES", "run_round"]
 
 ROUND_MODULES: dict[str, str] = {n: OBJECTIVES[n].module for n in WORKER_OBJECTIVES}  # from the one registry
 
 
-def run_round(job: RoundJob, store: Any, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run_round(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
     """Run `job` with its objective's module (imported on first use: TRL is heavy and only DPO needs it)."""
     module = importlib.import_module(ROUND_MODULES[job.objective])
     return module.run(job, store, on_progress)

@@ -12,12 +12,16 @@ through the LM head, so the `[B, T, vocab]` logits are never built.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from torch import Tensor
 
 from evorag_core.lm.base import encode_pair
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["HEAD_SHARE", "Encoded", "encode", "fit_prompt", "fit_text", "completion_token_logps", "base_lm"]
 
@@ -50,7 +54,7 @@ def fit_prompt(prompt_ids: list[int], budget: int, marker_ids: list[int]) -> lis
     return prompt_ids[:head] + marker_ids + prompt_ids[len(prompt_ids) - (room - head):]
 
 
-def fit_text(tokenizer: Any, prompt: str, budget: int) -> str:
+def fit_text(tokenizer: PreTrainedTokenizerBase, prompt: str, budget: int) -> str:
     """`prompt` as text, cut like `fit_prompt` to about `budget` tokens (4 tokens of slack: decoding and encoding
     again can merge a token or two at the seams)."""
     ids = encode_pair(tokenizer, prompt, "")[0]
@@ -63,7 +67,8 @@ def fit_text(tokenizer: Any, prompt: str, budget: int) -> str:
     return tokenizer.decode(ids[:head]) + _CUT_MARKER + tokenizer.decode(ids[len(ids) - (room - head):])
 
 
-def encode(tokenizer: Any, prompts: Sequence[str], completions: Sequence[str], max_length: int) -> Encoded:
+def encode(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], completions: Sequence[str],
+           max_length: int) -> Encoded:
     """Tokenise (prompt, completion) rows under the boundary rule, cutting prompts to fit `max_length`."""
     if len(prompts) != len(completions) or not prompts:
         raise ValueError(f"need as many prompts as completions (>= 1), got {len(prompts)} and {len(completions)}")
@@ -91,12 +96,13 @@ def encode(tokenizer: Any, prompts: Sequence[str], completions: Sequence[str], m
     return Encoded(ids, attention, cmask, tuple(len(p) for p, _ in rows), tuple(len(c) for _, c in rows), truncated)
 
 
-def base_lm(model: Any) -> Any:
+def base_lm(model: PreTrainedModel | PeftModel) -> PreTrainedModel:
     """The causal LM under a peft wrapper (its LoRA layers stay active), or the model itself."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def completion_token_logps(model: Any, batch: Encoded, *, with_hidden: bool = False) -> tuple[Tensor, Tensor | None]:
+def completion_token_logps(model: PreTrainedModel | PeftModel, batch: Encoded, *,
+                           with_hidden: bool = False) -> tuple[Tensor, Tensor | None]:
     """(log π(token) per completion token `[B, C]` float32 (0 where `completion_mask` is 0), last hidden states
     `[B, L, H]` or None). Gradients flow when called outside `torch.no_grad()`."""
     lm = base_lm(model)

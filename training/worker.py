@@ -30,7 +30,8 @@ import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -38,6 +39,9 @@ from evorag_core.config import Config
 from evorag_core.errors import StoreError
 
 from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
+
+if TYPE_CHECKING:
+    from evorag_core.store import Round, Store
 
 __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars",
            "tame_malloc", "release_memory", "main"]
@@ -64,7 +68,7 @@ def new_worker_id() -> str:
 class Heartbeat:
     """Extends a round's lease from a thread and carries the latest progress to the store."""
 
-    def __init__(self, store: Any, round_id: int, worker_id: str, lease_s: float):
+    def __init__(self, store: Store, round_id: int, worker_id: str, lease_s: float):
         self.store, self.round_id, self.worker_id = store, round_id, worker_id
         self.interval = max(min(lease_s / 3.0, PROGRESS_EVERY_S), 0.05)
         self.lost = threading.Event()
@@ -145,8 +149,8 @@ def _readable(exc: BaseException) -> str:
 
 
 def process_one(
-    store: Any, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None = None
-) -> Any | None:
+    store: Store, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None = None
+) -> Round | None:
     """Reap expired leases, then claim and run one round; returns the round as finished (None if none was queued)."""
     report = store.expire_leases()
     if report.failed or report.requeued:
@@ -195,7 +199,7 @@ def process_one(
     return done
 
 
-def _cancel(store: Any, round_id: int, worker_id: str, progress: dict[str, Any]) -> Any | None:
+def _cancel(store: Store, round_id: int, worker_id: str, progress: dict[str, Any]) -> Round | None:
     """End a cancelled round: the last progress written (the phase and step it stopped at), then cancelled, its
     pairs released."""
     try:
@@ -206,7 +210,7 @@ def _cancel(store: Any, round_id: int, worker_id: str, progress: dict[str, Any])
         return store.get_round(round_id)
 
 
-def _fail(store: Any, round_id: int, worker_id: str, error: str) -> Any | None:
+def _fail(store: Store, round_id: int, worker_id: str, error: str) -> Round | None:
     try:
         return store.finish_round(round_id, error=error, worker_id=worker_id)
     except StoreError as exc:  # reaped or cancelled meanwhile: the store already released its pairs
@@ -214,7 +218,7 @@ def _fail(store: Any, round_id: int, worker_id: str, error: str) -> Any | None:
         return store.get_round(round_id)
 
 
-def serve(store: Any, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id: str | None = None,
+def serve(store: Store, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id: str | None = None,
           stop: threading.Event | None = None, run: RunFn | None = None) -> int:
     """Process rounds until `stop` is set (or, with opts.once, after one poll); returns how many rounds ran."""
     worker_id = worker_id or new_worker_id()
@@ -237,7 +241,7 @@ def serve(store: Any, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id
     return count
 
 
-def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 

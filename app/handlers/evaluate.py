@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import plotly.graph_objects as go
 
@@ -12,13 +12,16 @@ from evorag_core.env.episode import EpisodeRecord
 from evorag_core.evaluation.traces import EvalRecorder, run_name
 from evorag_core.evaluation.runner import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
-from evorag_core.methods.registry import LM_FREE_METHODS, METHODS, build_method
+from evorag_core.methods.registry import LM_FREE_METHODS, METHODS, Method, build_method
 
 from app import views
 from app.policies import BASE, LIVE
 from app.services import Services
 from app.handlers.common import adapter_lookup, short
 from app.handlers.episodes import policy_options
+
+if TYPE_CHECKING:
+    from evorag_core.runtime import Runtime
 
 __all__ = ["EvalRun", "EVAL_PREFIX", "eval_method_options", "run_eval", "eval_summary", "compare_runs",
            "eval_questions", "drill_down"]
@@ -44,7 +47,7 @@ def eval_method_options(svc: Services) -> list[tuple[str, str]]:
     return policy_options(svc) + extra
 
 
-def _eval_method(svc: Services, rt: Any, method: str, script: str):
+def _eval_method(svc: Services, rt: Runtime, method: str, script: str) -> Method:
     if method.startswith(EVAL_PREFIX):
         name = method[len(EVAL_PREFIX):]
         if name not in METHODS:
@@ -83,7 +86,7 @@ def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | No
     return runs, run
 
 
-def _recorder(svc: Services, rt: Any, method: str, em: Any) -> EvalRecorder | None:
+def _recorder(svc: Services, rt: Runtime, method: str, em: Method) -> EvalRecorder | None:
     """Stores the run's episodes (source 'eval') for the Traces tab; None when the store is unavailable."""
     store = svc.store_or_none()
     if store is None:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.errors import DataAccessError, DatasetFormatError
-from evorag_core.store import NO_ADAPTER, TraceFacets, TraceFilter, parse_day
-from evorag_core.types import Passage
+from evorag_core.store import NO_ADAPTER, Episode, TraceFacets, TraceFilter, TraceRow, parse_day
+from evorag_core.types import Dataset, Passage
 
 from app import views
 from app.services import Services
 from app.trace_view import TraceView, render_trace
 from app.handlers.common import none_if_all, short
+
+if TYPE_CHECKING:
+    import gradio as gr
 
 __all__ = ["TRACE_COLUMNS", "PAGE_SIZE", "TracesView", "trace_filter", "list_traces", "trace_facets", "open_trace",
            "parse_trace_id", "link_base", "url_params"]
@@ -68,7 +71,7 @@ def _num(value: float | None) -> Any:
     return "" if value is None else round(float(value), 3)
 
 
-def _row(r: Any) -> list[Any]:
+def _row(r: TraceRow) -> list[Any]:
     return [r.id, r.created_at.strftime("%Y-%m-%d %H:%M"), r.source or "", r.dataset, r.question_id,
             short(r.question, 80), r.policy, r.adapter or "", r.stage, r.n_steps if r.n_steps is not None else "",
             short(r.answer, 40) if r.answer is not None else "", _num(r.em), _num(r.f1),
@@ -114,7 +117,7 @@ def parse_trace_id(value: Any) -> int:
     return int(number)
 
 
-def _passages(svc: Services, data_path: str | None) -> tuple[Mapping[str, Passage] | None, Any]:
+def _passages(svc: Services, data_path: str | None) -> tuple[Mapping[str, Passage] | None, Dataset | None]:
     """{pid: Passage} of the episode's data file and the data set, or (None, None) when the studio may not or
     cannot read it (the trace then shows passage ids)."""
     if not data_path:
@@ -127,7 +130,7 @@ def _passages(svc: Services, data_path: str | None) -> tuple[Mapping[str, Passag
     return {p.pid: p for q in ds.questions for p in q.passages}, ds
 
 
-def _gold(episode: Any, dataset: Any) -> list[str]:
+def _gold(episode: Episode, dataset: Dataset | None) -> list[str]:
     stored = (episode.config or {}).get("gold")
     if stored is not None:
         return [str(g) for g in stored]
@@ -152,13 +155,13 @@ def open_trace(svc: Services, episode_id: Any, base: str = "") -> TraceView:
     return render_trace(episode, store.judgments(tid), by_pid=by_pid, gold=_gold(episode, dataset), base=base)
 
 
-def url_params(request: Any) -> dict[str, str]:
+def url_params(request: gr.Request | None) -> dict[str, str]:
     """The page URL's query parameters of a Gradio request ({} without one)."""
     params = getattr(request, "query_params", None) if request is not None else None
     return {str(k): str(v) for k, v in dict(params or {}).items()}
 
 
-def link_base(request: Any) -> str:
+def link_base(request: gr.Request | None) -> str:
     """The page's address without its query (from the Referer header), for links to copy; '' when unknown."""
     headers = dict(getattr(request, "headers", None) or {}) if request is not None else {}
     ref = headers.get("referer") or headers.get("Referer") or ""

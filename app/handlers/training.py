@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 
@@ -14,6 +14,9 @@ from evorag_core.store.records import ROUND_KL_KEYS
 from app import round_progress, views
 from app.services import Services
 from app.handlers.common import none_if_all, short
+
+if TYPE_CHECKING:
+    from evorag_core.store import Round
 
 __all__ = [
     "OBJECTIVES",
@@ -211,7 +214,7 @@ def _key_metrics(metrics_list: list[dict[str, Any]], limit: int = 8) -> list[str
     return keys if keys else sorted(present)[:limit]
 
 
-def _merge_losses(points: list[tuple[float, float]], r: Any) -> None:
+def _merge_losses(points: list[tuple[float, float]], r: Round) -> None:
     """Loss points: the round's reported history when it has one, else each progress report the UI has seen."""
     history = (r.metrics or {}).get("loss_history") or (r.progress or {}).get("loss_history")
     if isinstance(history, list) and history:
@@ -225,7 +228,7 @@ def _merge_losses(points: list[tuple[float, float]], r: Any) -> None:
             points.append(point)
 
 
-def _merge_kl(rows: list[dict[str, float]], r: Any) -> None:
+def _merge_kl(rows: list[dict[str, float]], r: Round) -> None:
     """KL rows: the round's recorded `kl_history` once it has one, else each progress report the UI has seen
     (a running round's heartbeat carries the latest step's kl / kl_k2 / kl_k3)."""
     history = (r.metrics or {}).get("kl_history")

@@ -13,16 +13,21 @@ may have changed since activation).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evorag_core.errors import AdapterError
 
 from evorag_core.adapters.files import META_FILE, read_adapter_meta, verify_adapter
 
+if TYPE_CHECKING:
+    from torch import nn
+
+    from evorag_core.store import Adapter, Store
+
 __all__ = ["verify_registered", "activate", "adapter_json"]
 
 
-def verify_registered(adapter: Any, base_model_id: str, model: Any | None = None) -> None:
+def verify_registered(adapter: Adapter, base_model_id: str, model: nn.Module | None = None) -> None:
     """Raise AdapterError unless the store's `adapter` row points to an intact adapter for `base_model_id`."""
     path = Path(adapter.path)
     try:
@@ -37,7 +42,7 @@ def verify_registered(adapter: Any, base_model_id: str, model: Any | None = None
         )
 
 
-def activate(store: Any, name: str, base_model_id: str) -> Any:
+def activate(store: Store, name: str, base_model_id: str) -> Adapter:
     """Verify adapter `name`, then make it the active one; returns its row. KeyError if it is not registered;
     AdapterError, naming the adapter that stays live, if it is corrupt, missing or fits another base model."""
     row = store.get_adapter(name)
@@ -50,7 +55,7 @@ def activate(store: Any, name: str, base_model_id: str) -> Any:
     return store.mark_adapter_active(name)
 
 
-def adapter_json(adapter: Any) -> dict[str, Any]:
+def adapter_json(adapter: Adapter) -> dict[str, Any]:
     """The CLI's JSON form: {name, round, objective, path, active, created, metrics}."""
     return {
         "name": adapter.name, "round": adapter.round_id, "objective": adapter.objective, "path": adapter.path,

@@ -15,20 +15,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from evorag_core.env.actions import Action
+from evorag_core.env.state import AgentView
 from evorag_core.errors import AdapterError
 from evorag_core.types import Question
+
+if TYPE_CHECKING:
+    from evorag_core.store import Adapter, Store
 
 __all__ = ["AdapterWatcher", "PinnedPolicy"]
 
 log = logging.getLogger(__name__)
 
-VerifyFn = Callable[[Any, str], None]  # (store Adapter row, base model id) -> raises AdapterError
+VerifyFn = Callable[["Adapter", str], None]  # (store Adapter row, base model id) -> raises AdapterError
 
 
-def _default_verify(adapter: Any, base_model_id: str) -> None:
+def _default_verify(adapter: Adapter, base_model_id: str) -> None:
     """The check of `evorag_core.adapters.registry.activate` (the one activation path), run again before loading: the folder
     may have changed since the row was activated."""
     from evorag_core.adapters.registry import verify_registered  # peft/safetensors, already loaded by a running backend
@@ -39,7 +43,7 @@ def _default_verify(adapter: Any, base_model_id: str) -> None:
 class AdapterWatcher:
     """Keeps `backend`'s active adapter equal to the store's active adapter row (see the module docstring)."""
 
-    def __init__(self, store: Any, backend: Any, *, verify: VerifyFn | None = None, min_interval_s: float = 1.0,
+    def __init__(self, store: Store, backend: Any, *, verify: VerifyFn | None = None, min_interval_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.backend = backend
@@ -66,7 +70,7 @@ class AdapterWatcher:
                 self._follow(row)
             return self.current
 
-    def _follow(self, row: Any) -> None:
+    def _follow(self, row: Adapter) -> None:
         key = (row.name, str(row.path))
         if key in self.refused:
             return
@@ -107,7 +111,7 @@ class PinnedPolicy:
     def begin(self, question: Question) -> None:
         self.adapter = self.watcher.poll()
 
-    def act(self, view: Any) -> tuple[Action, Mapping[str, Any]]:
+    def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
         with self.watcher.lock:
             self.lm.backend.activate(self.adapter)
             decision = self.lm.act(view)

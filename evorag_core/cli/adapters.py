@@ -7,10 +7,14 @@ store (evorag_core/adapters/watcher.py) load the newly active adapter for their 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from evorag_core.errors import ConfigError
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 from evorag_core.cli.worker import db_url_from_args
+
+if TYPE_CHECKING:
+    from evorag_core.store import Store
 
 __all__ = ["add_parser", "main"]
 
@@ -61,7 +65,7 @@ def _say(args: argparse.Namespace, obj: dict, text: str) -> None:
         print(text)
 
 
-def _list(store, as_json: bool) -> int:
+def _list(store: Store, as_json: bool) -> int:
     from evorag_core.adapters.registry import adapter_json
 
     rows = [adapter_json(a) for a in store.list_adapters()]

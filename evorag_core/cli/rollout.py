@@ -62,7 +62,8 @@ def main(args: argparse.Namespace) -> int:
     from evorag_core.evaluation.traces import run_name
     from evorag_core.policy.agent import LMPolicy
     from evorag_core.lm.hf_backend import TransformersBackend
-    from evorag_core.pairs.rollout import PairSelector, run_rollouts
+    from evorag_core.pairs.rollout import run_rollouts
+    from evorag_core.pairs.selection import PairSelector
     from evorag_core.runtime import Runtime
     from evorag_core.store import open_store
 

@@ -13,12 +13,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from evorag_core.errors import ConfigError
 from evorag_core.objectives import OBJECTIVES
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 from evorag_core.cli.worker import db_url_from_args
+
+if TYPE_CHECKING:
+    from evorag_core.store import Round, Store
 
 __all__ = ["add_parser", "main", "follow_round", "progress_line", "round_json"]
 
@@ -96,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
         return 0 if final.status == "succeeded" else 1
 
 
-def progress_line(r: Any, width: int = 30) -> str:
+def progress_line(r: Round, width: int = 30) -> str:
     """`round 3 dpo [#####.....] 5/10 loss 0.6931 eta 12s running`."""
     prog = r.progress or {}
     step, total = prog.get("step") or 0, prog.get("total")
@@ -111,7 +114,7 @@ def progress_line(r: Any, width: int = 30) -> str:
     return " ".join(parts)
 
 
-def follow_round(store: Any, round_id: int, *, stream: TextIO, poll_s: float = 1.0) -> Any:
+def follow_round(store: Store, round_id: int, *, stream: TextIO, poll_s: float = 1.0) -> Round:
     """Redraw the progress line on `stream` until the round is succeeded, failed or cancelled; returns it."""
     waited = time.monotonic()
     hinted = False
@@ -129,13 +132,13 @@ def follow_round(store: Any, round_id: int, *, stream: TextIO, poll_s: float = 1
         time.sleep(poll_s)
 
 
-def round_json(r: Any) -> dict[str, Any]:
+def round_json(r: Round) -> dict[str, Any]:
     metrics = r.metrics or {}
     return {"round_id": r.id, "objective": r.objective, "status": r.status, "attempts": r.attempts,
             "error": r.error, "adapter": metrics.get("adapter"), "progress": r.progress, "metrics": metrics}
 
 
-def _print_summary(r: Any) -> None:
+def _print_summary(r: Round) -> None:
     if r.status != "succeeded":
         print(f"round {r.id} {r.status}: {r.error or 'no error recorded'}")
         return
@@ -148,6 +151,6 @@ def _print_summary(r: Any) -> None:
         print(f"activate it with: evorag adapters activate {m['adapter']}")
 
 
-def _check(value: Any, what: str) -> None:
+def _check(value: int | None, what: str) -> None:
     if value is not None and value < 1:
         raise ConfigError(f"{what} must be at least 1")

@@ -5,7 +5,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence, TextIO
 
 from evorag_core.metrics import mean, paired_bootstrap
 from evorag_core.methods.base import QuestionResult
@@ -147,7 +147,8 @@ class Progress:
     from the start and do not speed up the ETA. The bar closes itself (final state written) when every question is
     done; `close()` (or `with Progress(...)`) closes it early, e.g. after an error or a fully resumed run."""
 
-    def __init__(self, total: int, stream: Any = None, desc: str | None = None, disable: bool = False) -> None:
+    def __init__(self, total: int, stream: TextIO | None = None, desc: str | None = None,
+                 disable: bool = False) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, desc=desc, unit="q", file=stream if stream is not None else sys.stderr,

@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.env.actions import action_to_dict
 from evorag_core.env.episode import EpisodeRecord
 from evorag_core.methods.base import QuestionResult
+
+if TYPE_CHECKING:
+    from evorag_core.store import Store
 
 __all__ = ["EvalRecorder", "run_name", "result_steps", "record_result"]
 
@@ -76,7 +79,7 @@ def result_steps(result: QuestionResult) -> tuple[list, EpisodeRecord | None]:
     return _trace_steps(tuple(result.trace)), None
 
 
-def record_result(store: Any, result: QuestionResult, *, method: str, label: str, run: str, data_path: str | None,
+def record_result(store: Store, result: QuestionResult, *, method: str, label: str, run: str, data_path: str | None,
                   stage: str, schedule: str, adapter: str | None = None) -> int:
     """Store one evaluated question as an episode (source 'eval'); returns its id."""
     from evorag_core.store import Outcome
@@ -107,7 +110,7 @@ class EvalRecorder:
     """`evaluate(..., on_result=recorder)`: stores each result as soon as it is done. A store failure is logged
     and counted (`failed`, `last_error`), never stops the evaluation: the JSON lines stay the primary record."""
 
-    store: Any
+    store: Store
     method: str
     label: str
     run: str

@@ -1,6 +1,7 @@
 """`agent`: the EVO-RAG LM policy acting in the environment (optionally with a LoRA adapter)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.env.actions import Action
@@ -10,6 +11,8 @@ from evorag_core.methods.base import EpisodeMethod, MethodOptions
 from evorag_core.lm.backends import load_backend
 
 if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
+    from evorag_core.policy.agent import LMPolicy
     from evorag_core.runtime import Runtime
 
 __all__ = ["AgentPolicy", "agent_on", "build_agent_method"]
@@ -21,7 +24,7 @@ class AgentPolicy:
 
     name = "agent"
 
-    def __init__(self, lm: Any, adapter: str | None = None):
+    def __init__(self, lm: LMPolicy, adapter: str | None = None):
         self.lm = lm
         self.adapter = adapter
         self.label = f"agent (LM {lm.backend.model_id}" + (f" + adapter {adapter})" if adapter else ", base)")
@@ -53,7 +56,8 @@ def build_agent_method(opts: MethodOptions, rt: Runtime) -> EpisodeMethod:
     return agent_on(backend, rt, adapter, opts.rank_with_rm)
 
 
-def agent_on(backend: Any, rt: Any, adapter: str | None = None, rank_with_rm: Any = None) -> EpisodeMethod:
+def agent_on(backend: PolicyBackend, rt: Runtime, adapter: str | None = None,
+             rank_with_rm: Path | str | None = None) -> EpisodeMethod:
     """The agent method on an already loaded backend (several methods can share one model). `rank_with_rm`: a
     saved preference model (folder); the agent then takes the best of the greedy decision and `policy.siblings`
     samples by that model at every state (best-of-K)."""

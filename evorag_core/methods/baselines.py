@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from evorag_core.reader.prompt import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, render_passages
 from evorag_core.reader.answers import Reader
@@ -24,6 +24,9 @@ from evorag_core.types import Passage, Question
 from evorag_core.methods.base import MethodOptions, QuestionResult
 
 if TYPE_CHECKING:
+    from evorag_core.config import AnswerConfig
+    from evorag_core.lm.base import PolicyBackend
+    from evorag_core.retrieval.base import Retriever
     from evorag_core.runtime import Runtime
 
 __all__ = ["BaselineConfig", "PipelineMethod", "BASELINES", "baseline_on", "build_baseline",
@@ -46,15 +49,17 @@ class BaselineConfig:
     max_answer_tokens: int = 24
     max_thought_tokens: int = 48
     passage_chars: int = 300
-    answer: Any = None  # the reader's `config.AnswerConfig` (None: its defaults)
+    answer: AnswerConfig | None = None  # the reader's `config.AnswerConfig` (None: its defaults)
 
 
 class PipelineMethod:
     """One baseline; `run_question` returns a QuestionResult with the retrieval trace.
     `retriever_for(question)` gives (retriever, {pid: Passage}) for the question's corpus."""
 
-    def __init__(self, name: str, backend: Any, retriever_for: Any, cfg: BaselineConfig = BaselineConfig(),
-                 gold_for: Any = None, label: str | None = None):
+    def __init__(self, name: str, backend: PolicyBackend,
+                 retriever_for: Callable[[Question], tuple[Retriever, Mapping[str, Passage]]],
+                 cfg: BaselineConfig = BaselineConfig(), gold_for: Callable[[Question], Iterable[str]] | None = None,
+                 label: str | None = None):
         self.name = name
         self.label = label or name
         self.backend = backend
@@ -171,7 +176,7 @@ def build_baseline(name: str, opts: MethodOptions, rt: Runtime) -> PipelineMetho
     return baseline_on(name, backend, rt)
 
 
-def baseline_on(name: str, backend: Any, rt: Any) -> PipelineMethod:
+def baseline_on(name: str, backend: PolicyBackend, rt: Runtime) -> PipelineMethod:
     """Baseline `name` on an already loaded backend (several methods can share one model)."""
     cfg = BaselineConfig(k=rt.cfg.env.top_k, passage_chars=rt.cfg.policy.passage_chars,
                          max_answer_tokens=rt.cfg.policy.max_answer_tokens, answer=rt.cfg.answer)
@@ -183,7 +188,7 @@ def baseline_on(name: str, backend: Any, rt: Any) -> PipelineMethod:
 class _RetrieverWithPassages:
     """retriever_for(question) -> (retriever over that question's corpus, pid -> Passage)."""
 
-    def __init__(self, rt: Any):
+    def __init__(self, rt: Runtime):
         self.rt = rt
 
     def __call__(self, question: Question):

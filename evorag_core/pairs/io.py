@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from evorag_core.errors import DatasetFormatError
+
+if TYPE_CHECKING:
+    from evorag_core.store import NewPair, Store
 
 __all__ = ["pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
            "split_chatml", "join_chatml"]
@@ -91,7 +94,7 @@ def _messages(raw: Any, path: str, line: int, field: str, *, roles: tuple[str, .
     return [dict(m) for m in raw]
 
 
-def new_pair_from_record(raw: Any, path: str = "<pairs>", line: int = 1):
+def new_pair_from_record(raw: Any, path: str = "<pairs>", line: int = 1) -> NewPair:
     """A store `NewPair` from one export line (its id and status are not imported: the pair is queued anew)."""
     from evorag_core.store import PAIR_SOURCES, NewPair
 
@@ -169,13 +172,13 @@ def read_pairs(path: Path | str) -> list:
     return out
 
 
-def export_pairs(store, path: Path | str, *, status: str | None = "queued", source: str | None = None,
+def export_pairs(store: Store, path: Path | str, *, status: str | None = "queued", source: str | None = None,
                  stage: str | None = None) -> int:
     """Write the store's pairs matching the filters (oldest first); returns how many lines were written."""
     pairs = store.list_pairs(status=status, source=source, stage=stage, limit=None)
     return write_pairs(pairs, path)
 
 
-def import_pairs(store, path: Path | str) -> list[int]:
+def import_pairs(store: Store, path: Path | str) -> list[int]:
     """Queue every pair of an export file in one transaction (all or nothing); returns the new ids."""
     return store.add_pairs(read_pairs(path))

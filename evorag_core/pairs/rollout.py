@@ -1,4 +1,5 @@
-"""Sibling-branch rollouts and trajectory-prefix preference pairs (SPEC §4).
+"""Sibling-branch rollouts of the policy from the environment, the source of trajectory-prefix preference pairs
+(SPEC §4): `rollout_question` for one question, `run_rollouts` for a run that stores each episode as it ends.
 
 One rollout of a question:
 1. The main trajectory follows the policy greedily from reset to the end (ANSWER, REFUSE or T_max); the environment
@@ -14,6 +15,9 @@ One rollout of a question:
    out keeps the stored returns comparable across states. The per-signal parts G_t^(k) = sum_{u >= t} w_k(u)
    r_u^(k) add up to G_t; they are what the multi-head preference model's heads are trained on.
 
+The branches, states and pairs are the values of pairs/branches.py; pairs/selection.py builds and selects the pairs,
+pairs/persist.py stores each episode and its pairs; `run_rollouts` below runs the whole loop.
+
 Cost bounds (`RolloutConfig`): the rollout's own T_max (`t_max`, default 5; at t = T_max the LM policy may only
 ANSWER or REFUSE, so every branch ends by then), `max_states` (default 3 branch states per episode) and
 `max_branch_steps` (default 0 = continue to the end; with N > 0 a branch is cut after its candidate step plus N
@@ -22,51 +26,33 @@ K = 4: 5 greedy decisions, 3 sibling calls (K samples each, batched) and, branch
 4 * (4 + 2 + 0) = 24 greedy continuation decisions. Measured on HotpotQA, the 135M policy usually SEARCHes once and
 ANSWERs at t = 2, so an episode branches at 2 states and costs about 10 decisions (bench/preference.py reports
 `decisions` per run).
-
-Pairs: every two distinct candidates of one state whose branches are comparable (both ran to their end, or both
-were cut at the same horizon) and whose returns differ by at least `min(policy_margin, preference_margin)` become a
-pair (higher return = chosen). The `margin` column holds |dG| so that consumers filter by their own threshold:
-DPO uses margin >= policy_margin (0.2), the preference model margin >= preference_margin (0.3). `PairSelector`
-then drops exact duplicates (same prompt and the same two completions, in either order) and balances the pairs
-that involve the greedy action so that "the chosen side is the policy's greedy choice" holds in about half of them
-(majority side down-sampled: it may exceed the minority by at most a factor `balance_ratio`, plus one; the excess is
-held back and released as soon as the other side catches up, the rest is dropped at the end of the run). Pairs
-between two sampled siblings carry no such shortcut and are never held back.
 """
 from __future__ import annotations
 
-import hashlib
 import zlib
-from collections import deque
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from evorag_core.env.actions import Action, Answer, Refuse, Search, action_to_dict
 from evorag_core.config import PolicyConfig, RolloutConfig
+from evorag_core.env.actions import Action, Answer, Refuse, Search
 from evorag_core.env.env import EnvSnapshot, RagEnv
 from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.env.scheduler import SIGNAL_WEIGHT
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.env.state import AgentView
+from evorag_core.pairs.branches import Branch, BranchState, EpisodeRollout
+from evorag_core.pairs.persist import SavedRollout, save_rollout
+from evorag_core.pairs.selection import PairSelector, RolloutStats, build_pairs
 from evorag_core.types import Question
+
+if TYPE_CHECKING:
+    from evorag_core.store import Store
 
 __all__ = [
     "BranchingPolicy",
-    "Branch",
-    "BranchState",
-    "EpisodeRollout",
-    "RolloutPair",
-    "RolloutStats",
-    "PairSelector",
-    "branch_states",
     "signal_returns",
-    "build_pairs",
+    "branch_states",
     "rollout_question",
-    "pair_metadata",
-    "store_steps",
-    "SavedRollout",
-    "save_rollout",
     "run_rollouts",
 ]
 
@@ -85,80 +71,6 @@ class BranchingPolicy(Protocol):
 
     def candidates(self, view: AgentView, k: int | None = None, temperature: float | None = None,
                    seed: int | None = None) -> Sequence[_Decision]: ...
-
-
-@dataclass(frozen=True)
-class Branch:
-    """One distinct candidate at a state and the branch continued from it."""
-
-    completion: str
-    action: Action
-    logprob: float | None
-    greedy: bool  # the policy's greedy choice (its branch is the main trajectory's remainder)
-    samples: int  # how many of the K sampled siblings produced this completion
-    ret: float  # G_t: sum of the weighted step rewards from the branch point on
-    signals: Mapping[str, float]  # G_t^(k) by signal name (weighted); they add up to `ret`
-    steps: int  # steps in the branch, the candidate's own step included
-    complete: bool  # ended by ANSWER / REFUSE / T_max, not cut by max_branch_steps
-    outcome: str  # "answer: ...", "refuse", "truncated" (T_max) or "cut"
-    observation: str = ""  # a SEARCH candidate: what it retrieved, as the next prompt shows it ("" otherwise)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "completion": self.completion, "return": self.ret, "signals": dict(self.signals), "steps": self.steps,
-            "complete": self.complete, "outcome": self.outcome, "greedy": self.greedy, "samples": self.samples,
-            "logprob": self.logprob, "observation": self.observation,
-        }
-
-
-@dataclass(frozen=True)
-class BranchState:
-    """A visited state of the main trajectory with its sampled siblings and their branches."""
-
-    t: int
-    prompt: str
-    sampled: tuple[tuple[Action, str, float], ...]  # the K raw samples: (action, completion, log-prob)
-    branches: tuple[Branch, ...]  # distinct candidates; the greedy one first
-
-    def branch(self, completion: str) -> Branch:
-        return next(b for b in self.branches if b.completion == completion)
-
-
-@dataclass(frozen=True)
-class RolloutPair:
-    prompt: str
-    chosen: Branch
-    rejected: Branch
-    t: int
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)  # what goes to the store's metadata
-
-    @property
-    def margin(self) -> float:
-        return self.chosen.ret - self.rejected.ret
-
-    @property
-    def key(self) -> str:
-        """Identity for duplicate detection: the prompt and the unordered pair of completions."""
-        a, b = sorted((self.chosen.completion, self.rejected.completion))
-        return hashlib.sha1("\0".join((self.prompt, a, b)).encode()).hexdigest()
-
-    @property
-    def greedy_side(self) -> bool | None:
-        """True: the chosen side is the greedy action; False: the rejected side is; None: neither."""
-        if self.chosen.greedy:
-            return True
-        if self.rejected.greedy:
-            return False
-        return None
-
-
-@dataclass(frozen=True)
-class EpisodeRollout:
-    question: Question
-    record: EpisodeRecord  # the main (greedy) trajectory
-    states: tuple[BranchState, ...]
-    pairs: tuple[RolloutPair, ...]  # comparable pairs over the margin, before dedup and balance
-    decisions: int  # policy decisions made (greedy + sampled + branch continuations)
 
 
 def signal_returns(steps: Iterable[StepRecord]) -> dict[str, float]:
@@ -181,106 +93,6 @@ def branch_states(n_steps: int, max_states: int) -> list[int]:
     if max_states == 1:
         return [0]
     return sorted({round(i * (n_steps - 1) / (max_states - 1)) for i in range(max_states)})
-
-
-def _comparable(a: Branch, b: Branch) -> bool:
-    return (a.complete and b.complete) or (not a.complete and not b.complete and a.steps == b.steps)
-
-
-def build_pairs(state: BranchState, min_margin: float) -> list[RolloutPair]:
-    """All pairs of distinct, comparable branches of one state with |dG| >= min_margin, higher return chosen."""
-    out: list[RolloutPair] = []
-    branches = state.branches
-    for i in range(len(branches)):
-        for j in range(i + 1, len(branches)):
-            a, b = branches[i], branches[j]
-            if a.completion == b.completion or not _comparable(a, b):
-                continue
-            if abs(a.ret - b.ret) + 1e-12 < min_margin:
-                continue
-            hi, lo = (a, b) if a.ret > b.ret else (b, a)
-            out.append(RolloutPair(state.prompt, hi, lo, state.t))
-    return out
-
-
-@dataclass
-class RolloutStats:
-    episodes: int = 0
-    steps: int = 0
-    candidates: int = 0  # sibling rows stored (K per branch state)
-    branches: int = 0  # distinct branches scored (greedy included)
-    decisions: int = 0
-    pairs_built: int = 0  # comparable pairs over the margin
-    pairs_kept: int = 0
-    dropped_duplicate: int = 0
-    dropped_balance: int = 0
-    greedy_chosen: int = 0  # kept pairs whose chosen side is the greedy action
-    greedy_rejected: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class PairSelector:
-    """Dedup and greedy-side balance over a whole run (see the module docstring); feed it pairs with `offer`."""
-
-    balance_ratio: float = 1.0  # 0 disables balancing
-    stats: RolloutStats = field(default_factory=RolloutStats)
-    _seen: set[str] = field(default_factory=set)
-    _held: dict[bool, deque] = field(default_factory=lambda: {True: deque(), False: deque()})
-
-    def offer(self, pairs: Iterable[RolloutPair]) -> list[RolloutPair]:
-        """The pairs to store now: new ones that pass, plus held-back ones the balance now admits."""
-        out: list[RolloutPair] = []
-        for pair in pairs:
-            self.stats.pairs_built += 1
-            if pair.key in self._seen:
-                self.stats.dropped_duplicate += 1
-                continue
-            self._seen.add(pair.key)
-            side = pair.greedy_side
-            if side is None or self.balance_ratio <= 0:
-                self._emit(pair, out)
-            else:
-                self._held[side].append(pair)
-                self._drain(out)
-        return out
-
-    def finish(self) -> int:
-        """Drop what is still held back (the majority side's excess); returns how many."""
-        dropped = len(self._held[True]) + len(self._held[False])
-        self._held[True].clear()
-        self._held[False].clear()
-        self.stats.dropped_balance += dropped
-        return dropped
-
-    def _count(self, side: bool) -> int:
-        return self.stats.greedy_chosen if side else self.stats.greedy_rejected
-
-    def _admits(self, side: bool) -> bool:
-        return self._count(side) + 1 <= self.balance_ratio * self._count(not side) + 1
-
-    def _drain(self, out: list[RolloutPair]) -> None:
-        moved = True
-        while moved:
-            moved = False
-            for side in (True, False):
-                if self._held[side] and self._admits(side):
-                    self._emit(self._held[side].popleft(), out)
-                    moved = True
-
-    def _emit(self, pair: RolloutPair, out: list[RolloutPair]) -> None:
-        side = pair.greedy_side
-        if side is True:
-            self.stats.greedy_chosen += 1
-        elif side is False:
-            self.stats.greedy_rejected += 1
-        self.stats.pairs_kept += 1
-        out.append(pair)
-
-
-# -- running the policy -----------------------------------------------------------------------------------------
 
 
 def _info(decision: _Decision) -> dict[str, Any]:
@@ -394,130 +206,11 @@ def rollout_question(env: RagEnv, policy: BranchingPolicy, question: Question, c
     return EpisodeRollout(question, main, tuple(states), pairs, decisions)
 
 
-# -- what goes to the store -------------------------------------------------------------------------------------
-
-
-def pair_metadata(pair: RolloutPair, rollout: EpisodeRollout, episode_db_id: int | None,
-                  cfg: RolloutConfig) -> dict[str, Any]:
-    """Everything a consumer needs besides prompt/chosen/rejected: per-signal returns of both branches (for the
-    preference model's heads), where the pair came from and which thresholds it passes."""
-    rec = rollout.record
-    margin = pair.margin
-    return {
-        "episode_db_id": episode_db_id,
-        "episode": rec.episode_id,
-        "question_id": rec.question_id,
-        "dataset": rec.dataset,
-        "stage": rec.stage,
-        "t": pair.t,
-        "t_max": rec.t_max,
-        "schedule": rec.schedule,
-        "preset": rec.preset,
-        "policy": rec.meta.get("policy"),
-        "return_chosen": pair.chosen.ret,
-        "return_rejected": pair.rejected.ret,
-        "signals_chosen": dict(pair.chosen.signals),
-        "signals_rejected": dict(pair.rejected.signals),
-        "chosen_branch": pair.chosen.summary(),
-        "rejected_branch": pair.rejected.summary(),
-        "for_policy": margin >= cfg.policy_margin,
-        "for_preference": margin >= cfg.preference_margin,
-        "greedy_side": {True: "chosen", False: "rejected", None: None}[pair.greedy_side],
-        "key": pair.key,
-    }
-
-
-def store_steps(rollout: EpisodeRollout) -> list:
-    """The main trajectory as store `Step`s, with the K sampled siblings (and their branch returns) on the steps
-    where the rollout branched."""
-    from evorag_core.store import Sibling, Step
-
-    by_t = {s.t: s for s in rollout.states}
-    out = []
-    for step in rollout.record.steps:
-        siblings: tuple = ()
-        state = by_t.get(step.t)
-        if state is not None:
-            siblings = tuple(
-                Sibling(action_to_dict(a)["action"], _argument(a), lp, state.branch(c).ret)
-                for a, c, lp in state.sampled
-            )
-        verdict = None
-        if step.verdict is not None:
-            verdict = "answerable" if step.verdict.answerable else "unanswerable"
-        out.append(Step(
-            t=step.t, action=action_to_dict(step.action)["action"], argument=_argument(step.action),
-            passages=tuple(step.passages), signals=dict(step.signals), weights=dict(step.weights),
-            reward=step.reward, judge_verdict=verdict, siblings=siblings,
-        ))
-    return out
-
-
-def _argument(action: Action) -> str | None:
-    d = action_to_dict(action)
-    return d.get("query") or d.get("answer")
-
-
-@dataclass(frozen=True)
-class SavedRollout:
-    episode_id: int
-    pair_ids: tuple[int, ...]
-    steps: int
-    candidates: int
-
-
-def save_rollout(store, rollout: EpisodeRollout, selector: PairSelector, cfg: RolloutConfig,
-                 policy_name: str, *, run: str | None = None, adapter: str | None = None,
-                 data_path: str | None = None) -> SavedRollout:
-    """Write the episode (its steps, the siblings, a summary of every branch in its config JSON), then the pairs
-    the selector lets through now (held-back pairs of earlier episodes included; their metadata names their own
-    episode). Two short transactions: the episode, then its pairs."""
-    from evorag_core.metrics import exact_match, f1_score
-    from evorag_core.store import NewPair, Outcome
-
-    rec = rollout.record
-    config = {
-        "rollout": dict(cfg.__dict__), "t_max": rec.t_max, "top_k": rec.top_k, "preset": rec.preset,
-        "episode_key": rec.episode_id, "answer": rec.answer, "decisions": rollout.decisions,
-        "branches": {str(s.t): [b.summary() for b in s.branches] for s in rollout.states},
-    }
-    steps = store_steps(rollout)
-    episode_id = store.add_episode(
-        question_id=rec.question_id, dataset=rec.dataset, question=rec.question, policy=policy_name,
-        stage=rec.stage, schedule=rec.schedule, config=config, steps=steps,
-        status="truncated" if rec.truncated else "finished", total_return=rec.total_return,
-        source="rollout", adapter=adapter, data_path=data_path, run=run,
-        outcome=Outcome(rec.answer, *_grade(rec.answer, rec.gold_answers, exact_match, f1_score), rec.refused),
-    )
-    offered = [replace(p, meta=pair_metadata(p, rollout, episode_id, cfg)) for p in rollout.pairs]
-    ready = selector.offer(offered)
-    new = [
-        NewPair(p.prompt, p.chosen.completion, p.rejected.completion, source="rollout", margin=p.margin,
-                stage=p.meta.get("stage"), metadata=dict(p.meta))
-        for p in ready
-    ]
-    ids = store.add_pairs(new)
-    selector.stats.episodes += 1
-    selector.stats.steps += len(steps)
-    n_siblings = sum(len(s.siblings) for s in steps)
-    selector.stats.candidates += n_siblings
-    selector.stats.branches += sum(len(s.branches) for s in rollout.states)
-    selector.stats.decisions += rollout.decisions
-    return SavedRollout(episode_id, tuple(ids), len(steps), n_siblings)
-
-
-def _grade(answer: str | None, golds: Sequence[str], em, f1) -> tuple[float | None, float | None]:
-    """(EM, F1) of the final answer as `evorag eval` scores it (0, 0 without an answer); (None, None) without gold."""
-    if not golds:
-        return None, None
-    return (0.0, 0.0) if answer is None else (em(answer, golds), f1(answer, golds))
-
-
 def run_rollouts(
     questions: Iterable[Question],
     make_env: Callable[[Question], RagEnv],
     policy: BranchingPolicy,
-    store,
+    store: Store,
     cfg: RolloutConfig,
     selector: PairSelector,
     *,

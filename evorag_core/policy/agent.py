@@ -57,7 +57,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -71,6 +71,9 @@ from evorag_core.types import Passage
 from evorag_core.lm.base import Generation, PolicyBackend, encode_pair
 from evorag_core.policy.queries import choose_queries
 from evorag_core.policy.prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, completion_text, demo_turns, render_user
+
+if TYPE_CHECKING:
+    from evorag_core.reader.arena.generator import ArenaOutput
 
 __all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
@@ -242,7 +245,7 @@ class LMPolicy:
                                 self.cfg.passage_chars, temperature, seed, baseline_prompt=baseline)
         return dict(zip(rows, chosen))
 
-    def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[Any]:
+    def _arena_replies(self, view: AgentView, n: int, temperature: float, seed: int) -> list[ArenaOutput]:
         """`n` ARENA replies over the reader's passages (numbered 1..m in that order)."""
         from evorag_core.reader.arena.generator import ArenaGenerator
         from evorag_core.reader.arena.prompt import ArenaConfig
@@ -252,7 +255,7 @@ class LMPolicy:
         return ArenaGenerator(self.backend, cfg).sample(view.question, passages, n, temperature, seed=seed)
 
     def _decision(self, view, prompt, name, raw, probs, generated: Generation | None,
-                  reply: Any = None, query: tuple[str, dict[str, Any]] | None = None,
+                  reply: ArenaOutput | None = None, query: tuple[str, dict[str, Any]] | None = None,
                   source: str | None = None) -> PolicyDecision:
         fallback = None
         argument = ""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -38,6 +38,9 @@ from evorag_core.evidence.entities import bridge_candidates
 from evorag_core.evidence.text import expansion_terms, title_key, uncovered_terms, words
 from evorag_core.env.state import AgentView
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["QueryCandidate", "COPY_WORDS", "FILTER_REASONS", "earlier_queries", "filter_reason", "grounded_candidates",
            "score_candidates", "choose_queries"]
@@ -130,7 +133,7 @@ def _keep(raw: Sequence[QueryCandidate], earlier: Sequence[str], passages: Seque
     return list(kept.values())
 
 
-def score_candidates(backend: Any, prompt: str, texts: Sequence[str]) -> list[float]:
+def score_candidates(backend: PolicyBackend, prompt: str, texts: Sequence[str]) -> list[float]:
     """Mean log-prob per token of " <text>" after `prompt` (the agent prompt + "SEARCH:"), one scoring pass."""
     conts = [f" {t}" for t in texts]
     sums = backend.score_choices(prompt, conts)
@@ -140,9 +143,9 @@ def score_candidates(backend: Any, prompt: str, texts: Sequence[str]) -> list[fl
     return [s / max(n, 1) for s, n in zip(sums, lengths)]
 
 
-def choose_queries(backend: Any, view: AgentView, search_prompt: str, generated: Sequence[str], passage_chars: int,
-                   temperature: float, seed: int, max_bridges: int = 3, baseline_prompt: str | None = None
-                   ) -> list[tuple[str, dict[str, Any]]]:
+def choose_queries(backend: PolicyBackend, view: AgentView, search_prompt: str, generated: Sequence[str],
+                   passage_chars: int, temperature: float, seed: int, max_bridges: int = 3,
+                   baseline_prompt: str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """One query per row whose generated query is `generated[row]`: the best-scored candidate (greedy), or a draw
     from softmax(score / temperature) (sampled siblings); with the query info each decision reports (chosen
     source, candidates with scores, filter counts)."""

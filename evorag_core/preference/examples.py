@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
 
 from evorag_core.errors import ConfigError
 from evorag_core.env.signals import SIGNAL_NAMES
 
+if TYPE_CHECKING:
+    from evorag_core.store import NewPair, Pair
+
+PairLike = Union["Pair", "NewPair", Mapping[str, Any]]  # a store pair, a queued pair or an export record (pairs/io.py)
 
 @dataclass(frozen=True)
 class PreferenceExample:
@@ -22,7 +26,7 @@ class PreferenceExample:
     group: str  # split key: the question id (pairs of one question never straddle the split)
 
 
-def _as_pair(item: Any) -> Any:
+def _as_pair(item: PairLike) -> Pair | NewPair:
     """Store `Pair`s and `NewPair`s as they are; an export record (a mapping, pair_io's format) as a `NewPair`."""
     if isinstance(item, Mapping):
         from evorag_core.pairs.io import new_pair_from_record
@@ -36,7 +40,7 @@ def candidate_text(completion: str, observation: str | None) -> str:
     return f"{completion}\n{observation}" if observation else completion
 
 
-def examples_from_pairs(pairs: Iterable[Any], min_margin: float,
+def examples_from_pairs(pairs: Iterable[PairLike], min_margin: float,
                         observation: bool = True) -> tuple[list[PreferenceExample], int]:
     """Examples from store `Pair`s / `NewPair`s or export records that carry per-signal returns (metadata
     `signals_chosen` / `signals_rejected`) and have margin >= `min_margin`. Returns (examples, skipped); human

@@ -5,7 +5,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -15,8 +15,11 @@ from evorag_core.config import Config, PreferenceConfig
 from evorag_core.errors import ConfigError, TrainingError
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.preference.encoder import FeatureCache, PrefixEncoder, encode_examples
-from evorag_core.preference.examples import PreferenceExample, examples_from_pairs, split_examples
+from evorag_core.preference.examples import PairLike, PreferenceExample, examples_from_pairs, split_examples
 from evorag_core.preference.model import PreferenceModel, preference_loss
+
+if TYPE_CHECKING:
+    from evorag_core.store import Store
 
 
 @dataclass(frozen=True)
@@ -173,13 +176,13 @@ def metrics_for(model: PreferenceModel, train_feats, eval_feats, train, evals, s
                              dict(extras or {}))
 
 
-def _load_pairs(store_or_pairs: Any) -> list[Any]:
+def _load_pairs(store_or_pairs: Store | Iterable[PairLike]) -> list[PairLike]:
     if hasattr(store_or_pairs, "list_pairs"):
         return [p for p in store_or_pairs.list_pairs(limit=None) if p.status != "discarded"]
     return list(store_or_pairs)
 
 
-def train_preference_model(store_or_pairs: Any, cfg: Config, out_dir: Path | str, *,
+def train_preference_model(store_or_pairs: Store | Iterable[PairLike], cfg: Config, out_dir: Path | str, *,
                            encoder: PrefixEncoder | None = None, home: Path | str | None = None) -> PreferenceMetrics:
     """Fit the preference model on the stored rollout pairs (every status but discarded) or on given pairs (store
     `Pair`s or export records) with margin >= cfg.rollout.preference_margin, evaluate it on the held-out questions,

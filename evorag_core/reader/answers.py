@@ -8,12 +8,15 @@ measured alternatives are); `"free"` is greedy generation from `reader_prompt`, 
 of every method before grounded answers, kept for larger models that answer well on their own."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from evorag_core.config import AnswerConfig
 from evorag_core.reader.prompt import clean_answer, reader_prompt
 from evorag_core.reader.span import SpanAnswer, SpanReader, span_prompt
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["Reader"]
 
@@ -23,7 +26,8 @@ class Reader:
     defaults); `chars` the method's passage cut; `max_tokens` the free mode's generation budget. The span mode's
     `SpanReader` (its refusal reasons and answer kinds counted) is `span`, None in free mode."""
 
-    def __init__(self, backend: Any, cfg: Any = None, chars: int = 300, max_tokens: int = 24) -> None:
+    def __init__(self, backend: PolicyBackend, cfg: AnswerConfig | None = None, chars: int = 300,
+                 max_tokens: int = 24) -> None:
         self.backend, self.cfg = backend, cfg if cfg is not None else AnswerConfig()
         self.chars, self.max_tokens = chars, max_tokens
         self.span = SpanReader(backend, self.cfg, chars) if self.cfg.mode == "span" else None

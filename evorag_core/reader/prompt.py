@@ -3,9 +3,12 @@ answer text; shared by the span reader and the free reader."""
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["ANSWER_SYSTEM", "ANSWER_SYSTEM_CTX", "clean_answer", "reader_prompt", "render_passages"]
 
@@ -36,7 +39,7 @@ def render_passages(passages: Sequence[Passage], chars: int) -> str:
     return "\n".join(f"[{i}] {p.title}: {p.text[:chars]}" for i, p in enumerate(passages, 1))
 
 
-def reader_prompt(backend: Any, question: str, passages: Sequence[Passage], chars: int) -> str:
+def reader_prompt(backend: PolicyBackend, question: str, passages: Sequence[Passage], chars: int) -> str:
     """The reader's chat prompt: the passages (closed book when there are none), the question, "Answer:"."""
     if passages:
         user = f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"

@@ -43,13 +43,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from evorag_core.reader.prompt import ANSWER_SYSTEM_CTX, render_passages
 from evorag_core.metrics import normalize_answer
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from evorag_core.config import AnswerConfig
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["SpanAnswer", "SpanReader", "extract_candidates", "is_yes_no", "either_or", "is_numeric_question",
            "span_prompt", "span_in_passages", "SHORT_ANSWER_DEMOS"]
@@ -235,7 +239,7 @@ def extract_candidates(question: str, passages: Sequence[Passage], chars: int, m
     return out[:limit]
 
 
-def span_prompt(backend: Any, question: str, passages: Sequence[Passage], chars: int, demos: bool) -> str:
+def span_prompt(backend: PolicyBackend, question: str, passages: Sequence[Passage], chars: int, demos: bool) -> str:
     """The reader prompt (`reader.prompt.reader_prompt`'s system turn and layout), with the short-answer demonstrations
     as earlier chat turns when `demos`."""
     user = f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
@@ -246,7 +250,7 @@ class SpanReader:
     """See the module docstring. `cfg` is an `AnswerConfig`; `chars` the passages' cut when cfg.passage_chars is
     0. `refusals` counts refusal reasons, `kinds` the answers' kinds, over the reader's life."""
 
-    def __init__(self, backend: Any, cfg: Any, chars: int = 300) -> None:
+    def __init__(self, backend: PolicyBackend, cfg: AnswerConfig, chars: int = 300) -> None:
         self.backend, self.cfg = backend, cfg
         self.chars = cfg.passage_chars or chars
         self.refusals: Counter[str] = Counter()

@@ -18,16 +18,9 @@ from evorag_core.errors import DatasetFormatError
 from evorag_core.env.judges import GoldCoverageJudge
 from evorag_core.pairs.io import export_pairs, import_pairs, join_chatml, read_pairs, split_chatml
 from evorag_core.policy.prompts import render_search_result
-from evorag_core.pairs.rollout import (
-    Branch,
-    BranchState,
-    PairSelector,
-    RolloutPair,
-    branch_states,
-    build_pairs,
-    run_rollouts,
-    signal_returns,
-)
+from evorag_core.pairs.branches import Branch, BranchState, RolloutPair
+from evorag_core.pairs.rollout import branch_states, run_rollouts, signal_returns
+from evorag_core.pairs.selection import PairSelector, build_pairs
 from evorag_core.runtime import Runtime
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.store import NewPair, open_store

@@ -28,6 +28,9 @@ from evorag_core.methods.base import MethodOptions, QuestionResult
 from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 
 if TYPE_CHECKING:
+    from evorag_core.config import AnswerConfig
+    from evorag_core.lm.base import PolicyBackend
+    from evorag_core.reader.answers import Reader
     from evorag_core.runtime import Runtime
 
 __all__ = [
@@ -45,13 +48,13 @@ class ArenaMethod:
 
     name = "arena"
 
-    def __init__(self, generator: ArenaGenerator, label: str | None = None, reader: Any = None) -> None:
+    def __init__(self, generator: ArenaGenerator, label: str | None = None, reader: Reader | None = None) -> None:
         self.generator = generator
         self.label = label or "ARENA"
         self.reader = reader  # an answers.Reader: arena.answer_span (None: the generated <answer> is the answer)
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> PolicyBackend:
         return self.generator.backend
 
     def run_question(self, question: Question) -> QuestionResult:
@@ -106,7 +109,8 @@ def _span_evidence(out: ArenaOutput) -> tuple[tuple[Passage, ...], str]:
     return out.references, "all"
 
 
-def span_reader(backend: Any, answer_cfg: Any, cfg: ArenaConfig, max_tokens: int = 24) -> Any:
+def span_reader(backend: PolicyBackend, answer_cfg: AnswerConfig | None, cfg: ArenaConfig, max_tokens: int = 24
+                ) -> Reader:
     """The shared reader in span mode with `answer_cfg`'s other settings (a `config.AnswerConfig`; None: the
     defaults), its passages cut as ARENA cuts its references (`cfg.passage_chars`; 0 = the full text)."""
     from evorag_core.reader.answers import Reader

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
-from evorag_core.config import DynaKragConfig
+from evorag_core.config import AnswerConfig, DynaKragConfig
 from evorag_core.lm.base import PolicyBackend
 from evorag_core.policy.prompts import render_passage
 from evorag_core.reader.answers import Reader
@@ -68,7 +68,7 @@ class EvidenceLM:
     no / refusal from the final context's passages with the shared reader (`answers.Reader`; the compressed snippets
     then serve nothing but the trace), free mode generates from the snippets or passages as before."""
 
-    def __init__(self, backend: PolicyBackend, cfg: DynaKragConfig, answer_cfg: Any = None):
+    def __init__(self, backend: PolicyBackend, cfg: DynaKragConfig, answer_cfg: AnswerConfig | None = None):
         self.backend = backend
         self.cfg = cfg
         self.reader = Reader(backend, answer_cfg, cfg.passage_chars, cfg.answer_tokens)

@@ -28,8 +28,8 @@ from evorag_core.methods.dynakrag.state import ACTIONS, RETRIEVAL, EvidenceState
 from evorag_core.methods.dynakrag.validity import valid_actions
 
 if TYPE_CHECKING:
-    from evorag_core.runtime import Runtime
     from evorag_core.lm.base import PolicyBackend
+    from evorag_core.runtime import Runtime
 
 __all__ = ["StepTrace", "Episode", "run_dynakrag", "DynaKragMethod", "build_dynakrag_method", "method_label",
            "episode_metrics"]
@@ -157,7 +157,7 @@ def _controller(cfg: DynaKragConfig, home: Path) -> Controller:
     raise ConfigError(f"dynakrag.controller must be 'learned' or 'uniform', got {cfg.controller!r}")
 
 
-def make_context_factory(rt, cfg: DynaKragConfig, lm: EvidenceLM | None) -> Callable[[Question], OpContext]:
+def make_context_factory(rt: Runtime, cfg: DynaKragConfig, lm: EvidenceLM | None) -> Callable[[Question], OpContext]:
     """OpContext per question from a Runtime: its corpus (pooled or per-question), retrievers and passages."""
     lookups: dict[int, tuple[Corpus, dict]] = {}
 

@@ -24,7 +24,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from evorag_core.methods.dynakrag.method import make_context_factory
 from evorag_core.methods.dynakrag.ops import OpContext, execute, final_context
 from evorag_core.methods.dynakrag.state import ACQUISITION, SCORED, EvidenceState, initial_state
 from evorag_core.methods.dynakrag.validity import valid_actions
+
+if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
+    from evorag_core.runtime import Runtime
 
 __all__ = ["Transition", "Prefix", "state_support_recall", "target", "check_continuation_target",
            "continuation_utility", "explore_question", "collect", "fit_models", "train_dynakrag", "train_command"]
@@ -262,7 +266,8 @@ def fit_models(transitions: Sequence[Transition], prefixes: Sequence[Prefix], cf
     return ValueModels(value, continuation, metrics)
 
 
-def train_dynakrag(dataset: Dataset, runtime: Any, cfg: DynaKragConfig, out_dir: Path, *, backend: Any = None,
+def train_dynakrag(dataset: Dataset, runtime: Runtime, cfg: DynaKragConfig, out_dir: Path, *,
+                   backend: PolicyBackend | None = None,
                    holdout: float = 0.2, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Explore `dataset.questions` (the training split) with `runtime`'s corpus and retrievers, fit the action-value
     and continuation forests, save them to `out_dir` (joblib + controller.json, transitions.jsonl) and return the

@@ -12,7 +12,7 @@ per-question retrieval numbers (averaged into the summary), `extras["tree"]` the
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from evorag_core.reader.answers import Reader
 from evorag_core.errors import ConfigError
@@ -26,6 +26,9 @@ from evorag_core.methods.r2ag.steering import LMSteering, Steering
 from evorag_core.methods.r2ag.tree import Tree, TreeSettings, grow, new_tree
 
 if TYPE_CHECKING:
+    from evorag_core.config import AnswerConfig, R2agConfig
+    from evorag_core.lm.base import PolicyBackend
+    from evorag_core.retrieval.base import Retriever
     from evorag_core.runtime import Runtime
 
 __all__ = ["answer_from_passages", "make_steering", "TreeBuilder", "R2agMethod", "build_r2ag_method",
@@ -34,14 +37,14 @@ __all__ = ["answer_from_passages", "make_steering", "TreeBuilder", "R2agMethod",
 STEERINGS = ("lm", "scripted")
 
 
-def answer_from_passages(backend: Any, question: str, passages: Sequence[Passage], *, max_tokens: int = 24,
-                         chars: int = 300, answer_cfg: Any = None) -> str:
+def answer_from_passages(backend: PolicyBackend, question: str, passages: Sequence[Passage], *, max_tokens: int = 24,
+                         chars: int = 300, answer_cfg: AnswerConfig | None = None) -> str:
     """The shared reader (`evorag_core.reader.answers.Reader`, `answer_cfg` an `AnswerConfig`, None: its defaults): a span
     of the passages / yes / no / "" (refusal) in span mode, greedy cleaned text in free mode."""
     return Reader(backend, answer_cfg, chars, max_tokens).answer(question, passages)
 
 
-def make_steering(cfg: Any, backend: Any | None) -> Steering:
+def make_steering(cfg: R2agConfig, backend: PolicyBackend | None) -> Steering:
     """The steering named by `cfg.steering` ("lm" needs `backend`)."""
     if cfg.steering == "scripted":
         return ScriptedSteering()
@@ -56,8 +59,8 @@ class TreeBuilder:
     """grow(question, gold) -> Tree over the question's corpus: `corpus_for(question)` and `retriever_for(corpus)`
     supply them (pid -> Passage lookups are cached per corpus)."""
 
-    def __init__(self, steering: Steering, cfg: Any, corpus_for: Callable[[Question], Corpus],
-                 retriever_for: Callable[[Corpus], Any]) -> None:
+    def __init__(self, steering: Steering, cfg: R2agConfig, corpus_for: Callable[[Question], Corpus],
+                 retriever_for: Callable[[Corpus], Retriever]) -> None:
         self.steering, self.cfg = steering, cfg
         self.settings, self.weights = TreeSettings.from_config(cfg), RewardWeights.from_config(cfg)
         self.corpus_for, self.retriever_for = corpus_for, retriever_for
@@ -77,13 +80,14 @@ class TreeBuilder:
 class R2agMethod:
     name = "r2ag"
 
-    def __init__(self, builder: TreeBuilder, answerer: Any, label: str | None = None, answer_cfg: Any = None) -> None:
+    def __init__(self, builder: TreeBuilder, answerer: PolicyBackend, label: str | None = None,
+                 answer_cfg: AnswerConfig | None = None) -> None:
         self.builder, self.answerer = builder, answerer  # answerer: a PolicyBackend (chat_prompt + generate)
         self.answer_cfg = answer_cfg  # the shared reader's AnswerConfig (None: its defaults)
         self.label = label or f"R2AG[{builder.steering.name}]"
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> PolicyBackend:
         return self.answerer
 
     def run_question(self, question: Question) -> QuestionResult:
@@ -131,7 +135,7 @@ def build_r2ag_method(opts: MethodOptions, rt: Runtime) -> R2agMethod:
     return R2agMethod(builder, backend, label, rt.cfg.answer)
 
 
-def build_tree_builder(rt: Any, adapter: str | None = None) -> TreeBuilder:
+def build_tree_builder(rt: Runtime, adapter: str | None = None) -> TreeBuilder:
     """The tree builder of a Runtime (`evorag retrieval-eval --method r2ag`): the policy LM is loaded only for
     steering = "lm"."""
     from evorag_core.lm.backends import load_backend

@@ -2,9 +2,12 @@
 passages on the branch ("evidences"), with an optional worked example turn for small models."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["SYSTEM_PROMPT", "DEMO_TURN", "render_user", "build_prompt"]
 
@@ -44,7 +47,7 @@ def render_user(question: str, passages: Sequence[Passage], chars: int = 300) ->
     return f"User question: {question}\nEvidences:\n" + "\n".join(lines)
 
 
-def build_prompt(backend: Any, question: str, passages: Sequence[Passage], chars: int = 300,
+def build_prompt(backend: PolicyBackend, question: str, passages: Sequence[Passage], chars: int = 300,
                  demo: bool = True) -> str:
     """The chat prompt (the backend's template) for one expansion of a branch whose passages are `passages`."""
     return backend.chat_prompt(SYSTEM_PROMPT, render_user(question, passages, chars), [DEMO_TURN] if demo else [])

@@ -8,11 +8,15 @@ leniently (`parse.parse_expansion`); a reply cut by the token limit is marked `t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from evorag_core.types import Passage
 from evorag_core.methods.r2ag.parse import Expansion, parse_expansion
 from evorag_core.methods.r2ag.prompt import build_prompt
+
+if TYPE_CHECKING:
+    from evorag_core.config import R2agConfig
+    from evorag_core.lm.base import Generation, PolicyBackend
 
 __all__ = ["SteerRequest", "Proposal", "Steering", "LMSteering"]
 
@@ -46,21 +50,21 @@ class LMSteering:
 
     name = "lm"
 
-    def __init__(self, backend: Any, *, max_new_tokens: int = 160, temperature: float = 0.0, passage_chars: int = 300,
-                 demo: bool = True, max_queries: int = 6, seed: int = 0) -> None:
+    def __init__(self, backend: PolicyBackend, *, max_new_tokens: int = 160, temperature: float = 0.0,
+                 passage_chars: int = 300, demo: bool = True, max_queries: int = 6, seed: int = 0) -> None:
         self.backend = backend
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.passage_chars, self.demo, self.max_queries, self.seed = passage_chars, demo, max_queries, seed
 
     @classmethod
-    def from_config(cls, backend: Any, cfg: Any, seed: int = 0) -> "LMSteering":
+    def from_config(cls, backend: PolicyBackend, cfg: R2agConfig, seed: int = 0) -> "LMSteering":
         return cls(backend, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                    passage_chars=cfg.passage_chars, demo=cfg.demo, max_queries=cfg.max_queries, seed=seed)
 
     def prompt(self, request: SteerRequest) -> str:
         return build_prompt(self.backend, request.question, request.context, self.passage_chars, self.demo)
 
-    def _proposal(self, prompt: str, gen: Any) -> Proposal:
+    def _proposal(self, prompt: str, gen: Generation) -> Proposal:
         return Proposal(gen.text, parse_expansion(gen.text, self.max_queries), gen.finish_reason == "length", prompt,
                         tuple(gen.token_ids), gen.finish_reason, gen.logprob, len(gen.token_ids))
 

@@ -18,13 +18,17 @@ Trees are immutable values and round-trip through JSON (`to_dict` / `Tree.from_d
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.types import Passage
 from evorag_core.methods.r2ag.parse import Expansion
 from evorag_core.methods.r2ag.rewards import R2agReward, RewardWeights, expansion_reward
 from evorag_core.methods.r2ag.steering import SteerRequest, Steering
+
+if TYPE_CHECKING:
+    from evorag_core.config import R2agConfig
+    from evorag_core.retrieval.base import Retriever
 
 __all__ = ["TreeSettings", "Node", "ExpansionRecord", "Tree", "new_tree", "frontier", "expand_once", "grow",
            "prune", "pruned_context", "retrieve_queries"]
@@ -46,7 +50,7 @@ class TreeSettings:
             raise ConfigError("r2ag.top_t_base and r2ag.top_t_predicted must be >= 0")
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "TreeSettings":
+    def from_config(cls, cfg: R2agConfig) -> "TreeSettings":
         return cls(cfg.max_iterations, cfg.top_t_base, cfg.top_t_predicted, cfg.top_k, cfg.max_frontier)
 
 
@@ -156,14 +160,14 @@ def frontier(tree: Tree, settings: TreeSettings) -> list[Node]:
     return layer[: settings.max_frontier]
 
 
-def retrieve_queries(retriever: Any, queries: Sequence[str], k: int) -> list[tuple[str, ...]]:
+def retrieve_queries(retriever: Retriever, queries: Sequence[str], k: int) -> list[tuple[str, ...]]:
     """Top-k pids per query, all queries in one `search_batch` call."""
     if not queries:
         return []
     return [tuple(h.pid for h in hits) for hits in retriever.search_batch(list(queries), k)]
 
 
-def expand_once(tree: Tree, steering: Steering, retriever: Any, passages: Mapping[str, Passage],
+def expand_once(tree: Tree, steering: Steering, retriever: Retriever, passages: Mapping[str, Passage],
                 settings: TreeSettings, weights: RewardWeights | None = None) -> Tree:
     """One iteration: expand every frontier branch; a finished tree comes back marked `done`."""
     weights = weights or RewardWeights(top_t_base=settings.top_t_base, top_t_predicted=settings.top_t_predicted)
@@ -219,7 +223,7 @@ def _finish(tree: Tree, settings: TreeSettings) -> Tree:
     return replace(tree, done=True, stop_reason=reason)
 
 
-def grow(tree: Tree, steering: Steering, retriever: Any, passages: Mapping[str, Passage], settings: TreeSettings,
+def grow(tree: Tree, steering: Steering, retriever: Retriever, passages: Mapping[str, Passage], settings: TreeSettings,
          weights: RewardWeights | None = None) -> Tree:
     """Expand until done (at most `max_iterations` iterations)."""
     while not tree.done:

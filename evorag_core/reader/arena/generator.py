@@ -10,11 +10,14 @@ them as [i] in its analysis and gives the answer; parsed strictly, with a lenien
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from evorag_core.reader.arena.parse import ArenaParse, lenient_answer, parse_arena
 from evorag_core.reader.arena.prompt import ArenaConfig, build_prompt
 from evorag_core.types import Passage
+
+if TYPE_CHECKING:
+    from evorag_core.lm.base import PolicyBackend
 
 __all__ = ["ArenaOutput", "ArenaGenerator", "arena_answer"]
 
@@ -70,7 +73,7 @@ class ArenaOutput:
 
 
 class ArenaGenerator:
-    def __init__(self, backend: Any, cfg: ArenaConfig | None = None) -> None:
+    def __init__(self, backend: PolicyBackend, cfg: ArenaConfig | None = None) -> None:
         self.backend = backend  # a PolicyBackend (chat_prompt + generate)
         self.cfg = cfg if cfg is not None else ArenaConfig()
 
@@ -101,7 +104,7 @@ class ArenaGenerator:
 
 
 def arena_answer(
-    backend: Any, question: str, passages: Sequence[Passage], cfg: ArenaConfig | None = None
+    backend: PolicyBackend, question: str, passages: Sequence[Passage], cfg: ArenaConfig | None = None
 ) -> tuple[str | None, tuple[str, ...], ArenaOutput]:
     """The agent's ANSWER step: (answer, cited pids, output).
 

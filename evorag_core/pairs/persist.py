@@ -1,0 +1,134 @@
+"""What a rollout leaves in the store: the main episode with its steps and sampled siblings (`store_steps`), then the
+pairs the `PairSelector` lets through, each with its metadata (`pair_metadata`); `save_rollout` writes one episode
+and its pairs in two short transactions and returns a `SavedRollout`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from evorag_core.config import RolloutConfig
+from evorag_core.env.actions import Action, action_to_dict
+from evorag_core.pairs.branches import EpisodeRollout, RolloutPair
+from evorag_core.pairs.selection import PairSelector
+
+if TYPE_CHECKING:
+    from evorag_core.store import Step, Store
+
+__all__ = ["pair_metadata", "store_steps", "SavedRollout", "save_rollout"]
+
+
+def pair_metadata(pair: RolloutPair, rollout: EpisodeRollout, episode_db_id: int | None,
+                  cfg: RolloutConfig) -> dict[str, Any]:
+    """Everything a consumer needs besides prompt/chosen/rejected: per-signal returns of both branches (for the
+    preference model's heads), where the pair came from and which thresholds it passes."""
+    rec = rollout.record
+    margin = pair.margin
+    return {
+        "episode_db_id": episode_db_id,
+        "episode": rec.episode_id,
+        "question_id": rec.question_id,
+        "dataset": rec.dataset,
+        "stage": rec.stage,
+        "t": pair.t,
+        "t_max": rec.t_max,
+        "schedule": rec.schedule,
+        "preset": rec.preset,
+        "policy": rec.meta.get("policy"),
+        "return_chosen": pair.chosen.ret,
+        "return_rejected": pair.rejected.ret,
+        "signals_chosen": dict(pair.chosen.signals),
+        "signals_rejected": dict(pair.rejected.signals),
+        "chosen_branch": pair.chosen.summary(),
+        "rejected_branch": pair.rejected.summary(),
+        "for_policy": margin >= cfg.policy_margin,
+        "for_preference": margin >= cfg.preference_margin,
+        "greedy_side": {True: "chosen", False: "rejected", None: None}[pair.greedy_side],
+        "key": pair.key,
+    }
+
+
+def store_steps(rollout: EpisodeRollout) -> list[Step]:
+    """The main trajectory as store `Step`s, with the K sampled siblings (and their branch returns) on the steps
+    where the rollout branched."""
+    from evorag_core.store import Sibling, Step
+
+    by_t = {s.t: s for s in rollout.states}
+    out = []
+    for step in rollout.record.steps:
+        siblings: tuple = ()
+        state = by_t.get(step.t)
+        if state is not None:
+            siblings = tuple(
+                Sibling(action_to_dict(a)["action"], _argument(a), lp, state.branch(c).ret)
+                for a, c, lp in state.sampled
+            )
+        verdict = None
+        if step.verdict is not None:
+            verdict = "answerable" if step.verdict.answerable else "unanswerable"
+        out.append(Step(
+            t=step.t, action=action_to_dict(step.action)["action"], argument=_argument(step.action),
+            passages=tuple(step.passages), signals=dict(step.signals), weights=dict(step.weights),
+            reward=step.reward, judge_verdict=verdict, siblings=siblings,
+        ))
+    return out
+
+
+def _argument(action: Action) -> str | None:
+    d = action_to_dict(action)
+    return d.get("query") or d.get("answer")
+
+
+@dataclass(frozen=True)
+class SavedRollout:
+    episode_id: int
+    pair_ids: tuple[int, ...]
+    steps: int
+    candidates: int
+
+
+def save_rollout(store: Store, rollout: EpisodeRollout, selector: PairSelector, cfg: RolloutConfig,
+                 policy_name: str, *, run: str | None = None, adapter: str | None = None,
+                 data_path: str | None = None) -> SavedRollout:
+    """Write the episode (its steps, the siblings, a summary of every branch in its config JSON), then the pairs
+    the selector lets through now (held-back pairs of earlier episodes included; their metadata names their own
+    episode). Two short transactions: the episode, then its pairs."""
+    from evorag_core.metrics import exact_match, f1_score
+    from evorag_core.store import NewPair, Outcome
+
+    rec = rollout.record
+    config = {
+        "rollout": dict(cfg.__dict__), "t_max": rec.t_max, "top_k": rec.top_k, "preset": rec.preset,
+        "episode_key": rec.episode_id, "answer": rec.answer, "decisions": rollout.decisions,
+        "branches": {str(s.t): [b.summary() for b in s.branches] for s in rollout.states},
+    }
+    steps = store_steps(rollout)
+    episode_id = store.add_episode(
+        question_id=rec.question_id, dataset=rec.dataset, question=rec.question, policy=policy_name,
+        stage=rec.stage, schedule=rec.schedule, config=config, steps=steps,
+        status="truncated" if rec.truncated else "finished", total_return=rec.total_return,
+        source="rollout", adapter=adapter, data_path=data_path, run=run,
+        outcome=Outcome(rec.answer, *_grade(rec.answer, rec.gold_answers, exact_match, f1_score), rec.refused),
+    )
+    offered = [replace(p, meta=pair_metadata(p, rollout, episode_id, cfg)) for p in rollout.pairs]
+    ready = selector.offer(offered)
+    new = [
+        NewPair(p.prompt, p.chosen.completion, p.rejected.completion, source="rollout", margin=p.margin,
+                stage=p.meta.get("stage"), metadata=dict(p.meta))
+        for p in ready
+    ]
+    ids = store.add_pairs(new)
+    selector.stats.episodes += 1
+    selector.stats.steps += len(steps)
+    n_siblings = sum(len(s.siblings) for s in steps)
+    selector.stats.candidates += n_siblings
+    selector.stats.branches += sum(len(s.branches) for s in rollout.states)
+    selector.stats.decisions += rollout.decisions
+    return SavedRollout(episode_id, tuple(ids), len(steps), n_siblings)
+
+
+def _grade(answer: str | None, golds: Sequence[str], em, f1) -> tuple[float | None, float | None]:
+    """(EM, F1) of the final answer as `evorag eval` scores it (0, 0 without an answer); (None, None) without gold."""
+    if not golds:
+        return None, None
+    return (0.0, 0.0) if answer is None else (em(answer, golds), f1(answer, golds))
