@@ -21,7 +21,7 @@ from app import handlers, views
 from app.handlers import EpisodeView
 from app.handlers import traces as trace_handlers
 from app.services import Services
-from app.wiring import EXAMPLE_SCRIPT, annotator, error_message, on
+from app.wiring import EXAMPLE_SCRIPT, annotator_name, error_message, on
 from app.session import EpisodeSettings
 
 __all__ = ["EpisodeTab", "Reload", "build_tab"]
@@ -218,7 +218,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
             yield (*outs, shown_now, sess)
 
     def on_override(sess, shown_now, t, v, who, request: gr.Request):
-        view, sess = handlers.override_verdict(sess, t, v, annotator(who, request))
+        view, sess = handlers.override_verdict(sess, t, v, annotator_name(who, request))
         return (*_outputs(view, shown_now), sess)
 
     def on_sample(sess, shown_now, kk, temp, sd):
@@ -230,7 +230,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         return (*_outputs(view, shown_now), sess)
 
     def on_pair(sess, shown_now, i, j, who, request: gr.Request):
-        msg, _ = handlers.queue_pair(sess, svc, i, j, annotator(who, request))
+        msg, _ = handlers.queue_pair(sess, svc, i, j, annotator_name(who, request))
         html = views.message_html(msg, "ok")
         return html, {**(shown_now or {}), "pair_msg": html}, handlers.pairs_count_html(svc)
 
@@ -239,7 +239,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         return (*_outputs(view, shown_now), sess, name, arg)
 
     def on_human(sess, shown_now, name, arg, queue, who, request: gr.Request):
-        view, sess, _ = handlers.human_step(sess, svc, name, arg, annotator(who, request), bool(queue))
+        view, sess, _ = handlers.human_step(sess, svc, name, arg, annotator_name(who, request), bool(queue))
         return (*_outputs(view, shown_now), sess, "", handlers.pairs_count_html(svc))
 
     ep_outputs = [*outputs, shown, session]

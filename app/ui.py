@@ -1,28 +1,25 @@
-"""Layout and event wiring of the studio. No logic here: every event calls a function of `handlers` and maps its
-plain result onto components. Errors become a one-line message in the page (a toast), never a stack trace.
+"""Layout of the studio: the header and the tabs (each tab module builds its own). No logic here: every event calls
+a function of `handlers` and maps its plain result onto components; events are wired through `app.wiring.on`, so an
+error becomes a one-line message in the page (a toast), never a stack trace.
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-import time
-from typing import Any, Callable
 
 import gradio as gr
 
-from evorag_core.errors import EvoRagError
 from evorag_core.env.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
 from app import compare_tab, episode_tab, handlers, r2ag_view, traces_tab, training_tab, views
 from app.episode_tab import Reload
 from app.services import Services
-from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, annotator, on
+from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
 
 __all__ = ["build_ui"]
 
 log = logging.getLogger(__name__)
+
 
 def build_ui(svc: Services) -> gr.Blocks:
     with gr.Blocks(title="EVO-RAG Studio", fill_width=True, analytics_enabled=False) as demo:

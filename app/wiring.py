@@ -14,7 +14,7 @@ from evorag_core.errors import EvoRagError
 
 from app import views
 
-__all__ = ["EXAMPLE_SCRIPT", "TIMER_SECONDS", "annotator", "error_message", "guard", "on"]
+__all__ = ["EXAMPLE_SCRIPT", "TIMER_SECONDS", "annotator_name", "error_message", "guard", "on"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def on(trigger: Callable, fn: Callable, inputs: Any, outputs: Any, *, quiet: boo
     return trigger(guard(fn, n, quiet=quiet), inputs, outputs, **kwargs)
 
 
-def annotator(typed: str | None, request: gr.Request | None) -> str:
+def annotator_name(typed: str | None, request: gr.Request | None) -> str:
     """Who made an annotation: the logged-in user when the studio requires login, else the name typed in the page."""
     user = getattr(request, "username", None) if request is not None else None
     return user or (typed or "").strip()

@@ -14,7 +14,7 @@ from tests.paths import DEMO
 from app import handlers, views
 from app.services import Services
 from app.session import EpisodeSettings
-from app.wiring import annotator, error_message, guard
+from app.wiring import annotator_name, error_message, guard
 from evorag_core.config import load_config
 from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
 from evorag_core.env.signals import SIGNAL_NAMES
@@ -320,8 +320,8 @@ def test_annotator_is_the_logged_in_user_when_there_is_one():
     class Req:
         username = "alice"
 
-    assert annotator("typed name", Req()) == "alice"
-    assert annotator(" typed name ", None) == "typed name"
+    assert annotator_name("typed name", Req()) == "alice"
+    assert annotator_name(" typed name ", None) == "typed name"
 
 
 def test_run_streams_one_view_per_step_and_refuses_a_finished_episode(svc):
