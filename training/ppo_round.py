@@ -4,7 +4,9 @@ Data: each stored episode replayed into (state, action taken, r̃_t = Σ_k w_k(t
 (`training.ppo.ValueHead`) reads the policy's last hidden state at the state's last prompt token. Before the first
 update, without gradients: π_old log-probs of every action, V_old(s_t), and V(s_{T+1}) for truncated episodes (0 for
 terminated ones); then GAE(γ = train.gamma, λ = train.gae_lambda) per episode gives advantages and value targets.
-Advantages are whitened over the round's steps (zero mean, unit std), as TRL's PPO did.
+Advantages are whitened over the round's steps (zero mean, unit std), as TRL's PPO did. Steps a person took in the
+studio (`actor = "human"`) carry their reward into the returns but get advantage 0: the policy does not learn their
+action as its own (GRPO's groups are the policy's sampled siblings, so it never trains on a human action either).
 
 Loss: clipped policy loss (ε = train.clip_eps) + vf_coef · clipped value loss (train.value_clip), per completion
 token then per step (`training.ppo.ppo_losses`). The value head starts at zero (V ≡ 0), or from the reference
@@ -53,10 +55,12 @@ class PpoStep:
     prompt: str
     completion: str
     reward: float
+    human: bool = False  # a person chose this action (studio human step): not the policy's to learn
 
 
 def ppo_steps(replays: Sequence[Replay], render) -> list[PpoStep]:
-    return [PpoStep(e, render(s.view), s.completion, s.reward) for e, r in enumerate(replays) for s in r.steps]
+    return [PpoStep(e, render(s.view), s.completion, s.reward, s.actor == "human")
+            for e, r in enumerate(replays) for s in r.steps]
 
 
 def _prompt_mask(batch: Encoded) -> torch.Tensor:
@@ -101,8 +105,14 @@ def _advantages(steps: Sequence[PpoStep], values: torch.Tensor, last: list[float
         idx = [i for i, s in enumerate(steps) if s.episode == e]
         a, r = gae([steps[i].reward for i in idx], values[idx], cfg.gamma, cfg.gae_lambda, last_value=last[e])
         advantages[idx], returns[idx] = a, r
-    if len(steps) > 1 and float(advantages.std()) > 0:
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    # A person's action (a studio human step) is off-policy: its reward still flows into the earlier steps' returns
+    # (GAE above), and the value head learns its state, but it gets no policy advantage: whitening runs over the
+    # policy's own steps and the human steps' advantages are 0, so the clipped surrogate has no gradient there.
+    own = torch.tensor([not s.human for s in steps], dtype=torch.bool)
+    if int(own.sum()) > 1 and float(advantages[own].std()) > 0:
+        mine = advantages[own]
+        advantages[own] = (mine - mine.mean()) / (mine.std() + 1e-8)
+    advantages[~own] = 0.0
     return advantages, returns
 
 
@@ -202,6 +212,7 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
             "objective": "ppo", "gamma": job.train.gamma, "gae_lambda": job.train.gae_lambda, "vf_coef": job.vf_coef,
             **log.summary(("loss", "policy_loss", "value_loss", "kl", "approx_kl", "clip_frac", "value_clip_frac")),
             "episodes": len(replays), "episode_ids": [r.episode_id for r in replays], "samples": len(steps),
+            "human_steps": sum(s.human for s in steps),
             "mean_step_reward": sum(s.reward for s in steps) / len(steps),
             "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
             "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,

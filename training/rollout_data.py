@@ -51,6 +51,7 @@ class StepState:
     completion: str  # the action taken, as the policy writes it ("SEARCH: ...")
     reward: float  # r̃_t
     siblings: tuple[Any, ...]  # store Sibling rows sampled at this state
+    actor: str = "policy"  # who chose the action: "policy", or "human" (a person acted in the studio)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ def replay_episode(episode: Episode, resolve: PassageResolver, t_max: int) -> Re
             raise ConfigError(f"episode {episode.id}, t={step.t}: unknown action {step.action!r}")
         view = _view(episode.question, chain, history, step.t, t_max)
         completion = completion_text(name, step.argument or "")
-        states.append(StepState(step.t, view, completion, step_reward(step.signals, step.weights), step.siblings))
+        states.append(StepState(step.t, view, completion, step_reward(step.signals, step.weights), step.siblings,
+                                getattr(step, "actor", "policy")))
         if name == "SEARCH":
             chain.append(Hop(step.argument or "", tuple(resolve(p, episode) for p in step.passages)))
             history.append(step.argument or "")

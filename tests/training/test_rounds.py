@@ -6,6 +6,7 @@ so the expected advantages and rewards can be worked out by hand in the docstrin
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -135,6 +136,33 @@ def test_replay_rebuilds_the_views_the_policy_saw(tmp_path):
     w1 = weights_at("discovery", 1, 20)
     assert math.isclose(replay.steps[0].reward, -1.0 * w1["beta"] - 1.0 * w1["eta"])  # ret −1, step −1
     assert replay.terminated and replay.final_view.t == 4
+
+
+def test_ppo_gives_human_steps_no_advantage_but_keeps_their_reward_in_the_returns(tmp_path):
+    """A person answered at t=2 in the studio: the replay says so; PPO whitens the policy's own steps only and sets
+    the human step's advantage to 0 (no policy gradient on an action the policy did not choose), while its +1 answer
+    reward still reaches the policy's t=1 return. With no human step nothing changes."""
+    from training.ppo_round import PpoStep, _advantages, ppo_steps
+
+    human_answer = dataclasses.replace(step(2, "ANSWER", "Sable River", ans=1.0), actor="human")
+    with open_store(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        eid = add_episode(store, [step(1, "SEARCH", "Ansel Travine", ["demo:demo-001:2"], ret=1.0), human_answer,
+                                  step(3, "REFUSE", None, (), ref=-1.0)])
+        replay = replay_episode(store.get_episode(eid), PassageResolver(), 20)
+    assert [s.actor for s in replay.steps] == ["policy", "human", "policy"]
+    steps = ppo_steps([replay], lambda view: f"t={view.t}")
+    assert [s.human for s in steps] == [False, True, False]
+    cfg = load_config().train
+    values = torch.zeros(3)
+    advantages, returns = _advantages(steps, values, [0.0], cfg)
+    assert advantages[1] == 0.0
+    assert float(advantages[[0, 2]].mean()) == pytest.approx(0.0, abs=1e-6)  # whitened over the policy's steps
+    rewards = [s.reward for s in steps]
+    g, lam = cfg.gamma, cfg.gae_lambda
+    assert float(returns[0]) == pytest.approx(rewards[0] + g * lam * (rewards[1] + g * lam * rewards[2]), rel=1e-5)
+    plain = [PpoStep(s.episode, s.prompt, s.completion, s.reward) for s in steps]
+    a_plain, r_plain = _advantages(plain, values, [0.0], cfg)
+    assert torch.allclose(r_plain, returns) and a_plain[1] != 0.0
 
 
 def test_passage_ids_resolve_through_the_store_when_the_episode_names_no_file(tmp_path):
