@@ -30,10 +30,12 @@ def messages(store, rid: int) -> list[str]:
     return [line.message for line in store.round_log(rid)]
 
 
-def test_a_failed_rounds_lines_are_stored_from_claim_to_traceback(world):
+def test_a_failed_rounds_lines_are_stored_from_claim_to_traceback(world, monkeypatch):
     """The stand-in logs, reports two phases and 3 steps, warns, and raises: the round's log holds, in order, the
-    claim, each phase once, the first and the last step line with the loss, the objective's own lines, the warning
-    (as WARNING), and the failure's traceback as one ERROR line ending with the exception."""
+    claim, each phase once, the first and the last step line with the loss (not step 2: step lines are throttled),
+    the objective's own lines, the warning (as WARNING), and the failure's traceback as one ERROR line ending with the
+    exception."""
+    monkeypatch.setattr("training.worker.STEP_LOG_EVERY_S", 3600.0)
     home, _, store, cfg = world
     rid = store.enqueue_round("dpo", {"pairs": 8})
 
@@ -55,7 +57,7 @@ def test_a_failed_rounds_lines_are_stored_from_claim_to_traceback(world):
     assert text[0] == f"round {rid} (dpo, attempt 1/1) claimed by w"
     assert text[1:4] == [f"round {rid} phase load", "dpo phase load", f"round {rid} phase prepare"]
     assert text[4] == f"round {rid} step 1/3: loss 0.6 (0.5 s/step)"
-    assert text[5] == f"round {rid} step 3/3: loss 0.4 (0.5 s/step)"  # step 2 came within STEP_LOG_EVERY_S
+    assert text[5] == f"round {rid} step 3/3: loss 0.4 (0.5 s/step)"
     assert (lines[6].level, text[6]) == ("WARNING", "the learning rate looks high")
     assert lines[7].level == "ERROR" and text[7].startswith(f"round {rid} failed:\nTraceback")
     assert text[7].rstrip().endswith("TrainingError: nothing to train on")
@@ -226,10 +228,15 @@ def test_a_worker_process_rounds_lines_followed_live_by_the_cli(world, tiny, cap
     home, url, store, _ = world
     rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 1})
     worker = Worker(home, url, tiny)
+    codes: list[int] = []
+    follow = threading.Thread(target=lambda: codes.append(cli_main(
+        ["rounds", "log", str(rid), "--follow", "--poll", "0.3", "--home", str(home), "--db", url])), daemon=True)
     try:
-        code = cli_main(["rounds", "log", str(rid), "--follow", "--poll", "0.3", "--home", str(home), "--db", url])
+        follow.start()
+        wait_for(lambda: store.get_round(rid).status in ("succeeded", "failed", "cancelled"), 300, "the round", worker)
+        follow.join(30)
         out = capsys.readouterr().out
-        assert code == 0, worker.tail()
+        assert codes == [0], f"{store.get_round(rid).error}\n{worker.tail()}"
     finally:
         worker.stop()
     assert f"round {rid} (dpo, attempt 1/1) claimed by " in out and f"round {rid} phase load" in out
