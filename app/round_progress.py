@@ -180,4 +180,4 @@ def log_html(r: Any, lines: Sequence[Any], last_seq: int) -> str:
         count = f" · {last_seq} line{'s' if last_seq != 1 else ''}"
     return (f'<div class="evo-log" data-round="{r.id}" data-last-seq="{last_seq}">'
             f'<div class="evo-log-head">{esc(title)}{esc(count)} · <span class="evo-log-status">{esc(r.status_label)}'
-            f'</span></div><div class="evo-log-lines">{body}</div></div>')
+            f'</span> · times in UTC</div><div class="evo-log-lines">{body}</div></div>')

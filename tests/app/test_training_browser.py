@@ -94,7 +94,7 @@ def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(pa
     assert not page.locator("#evo-kl").is_visible()  # DPO logs no per-step KL: no empty panel
     # the log panel follows the newest round: the worker's lines from the claim to the training steps
     page.wait_for_function(
-        f"{text_of('evo-round-log')}.includes('round {rid} (dpo, attempt 1/1) claimed by') && "
+        f"{text_of('evo-round-log')}.includes('round {rid} (dpo, attempt 1/2) claimed by') && "
         f"{text_of('evo-round-log')}.includes('round {rid} phase load') && "
         f"/round {rid} step [0-9]+\\/20000: loss /.test({text_of('evo-round-log')})", timeout=120_000)
     shot(page, "training_02_running")
