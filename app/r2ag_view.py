@@ -1,11 +1,15 @@
 """Studio tab: an R²AG retrieval tree grown one expansion at a time, like an EVO-RAG episode is stepped.
 
-Nodes show their query and the title of the passage they retrieved; gold hits are highlighted, branches that
-pruning removes are greyed (with "Show pruning"), branches outside the top-t are marked "not expanded", and each
-expanded node carries its expansion's reward (R and its parts R_MH, R_JH, R_AP, R_f, or why it was zeroed).
+The tree is drawn as a tree diagram (`r2ag_figure.tree_figure`: plotly, a tidy layout, one marker per node = a query
+and its top-1 passage): gold hits are marked node by node, branches that pruning removes are greyed (with "Show
+pruning"), stop nodes are squares, and a legend names each mark. Clicking a node (or picking it in the "Node" list,
+which the click keeps in step) shows its detail beside the figure: query kind, query, top-1 passage (title and
+text) and the reward terms of its expansions. The expansions' rewards are also listed in a table below.
 
-Handlers take and return plain values (`TreeSession`, `TreeView`), testable without a browser; `tree_html` and
-`rewards_html` are pure renderers (every text from data or a model is escaped); `build_tab(svc)` is the layout.
+Handlers take and return plain values (`TreeSession`, `TreeView`), testable without a browser; the figure and the
+detail are pure renderers (`app.r2ag_figure`, every text from data or a model escaped); `build_tab(svc)` is the
+layout. gr.Plot (Gradio 6.31) has no point-selection event, so a small script forwards plotly's click on a node to a
+hidden textbox (`evo-r2ag-clicked`) whose change selects the node.
 Steering: "scripted" (no model) or "lm" (the studio's policy LM, base weights, under the provider's lock).
 """
 from __future__ import annotations
@@ -13,14 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
+import plotly.graph_objects as go
+
 from evorag_core.methods.r2ag.method import TreeBuilder
 from evorag_core.methods.r2ag.rewards import RewardWeights
 from evorag_core.methods.r2ag.scripted import ScriptedSteering
 from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
-from evorag_core.methods.r2ag.tree import Node, Tree, TreeSettings, expand_once, new_tree, prune
+from evorag_core.methods.r2ag.tree import Tree, TreeSettings, expand_once, new_tree
+from evorag_core.types import Passage
 
 from app.episode_tab import Reload
-from app.views import esc
+from app.r2ag_figure import node_choices, node_detail_html, tree_figure
+from app.views import empty_figure, esc
 from app.wiring import on
 
 if TYPE_CHECKING:
@@ -28,16 +36,30 @@ if TYPE_CHECKING:
     from app.services import Services
     from evorag_core.config import R2agConfig
 
-__all__ = ["STEERING_CHOICES", "TreeSession", "TreeView", "tree_html", "rewards_html", "tree_status",
-           "start_tree", "step_tree", "run_tree", "show_tree", "build_tab"]
+__all__ = ["STEERING_CHOICES", "CLICK_JS", "TreeSession", "TreeView", "rewards_html", "tree_status", "parse_node",
+           "start_tree", "step_tree", "run_tree", "show_tree", "select_node", "build_tab"]
 
 STEERING_CHOICES = ("scripted", "lm")
-STYLE = (
-    "<style>.r2ag-tree ul{list-style:none;margin:0 0 0 1.2em;padding:0;border-left:1px dashed #bbb}"
-    ".r2ag-tree li{margin:2px 0;padding:1px 4px}.r2ag-gold{background:#d9f7d9;font-weight:600}"
-    ".r2ag-pruned{opacity:.45;color:#777}.r2ag-kind{font-size:.8em;color:#555}.r2ag-reward{font-size:.8em;color:#333}"
-    ".r2ag-off{font-size:.8em;color:#a60}</style>"
-)
+
+# plotly's click on a node point -> the hidden textbox #evo-r2ag-clicked ("<node id>@<time>", so that clicking the
+# same node again is still a change). Installed once; it re-attaches whenever the plot's div lost the listener.
+CLICK_JS = """() => {
+  if (window.__evoR2agPoll) return;
+  const handler = (ev) => {
+    const pt = ((ev && ev.points) || []).find((p) => p.data && p.data.meta === 'r2ag-nodes');
+    const box = document.querySelector('#evo-r2ag-clicked textarea, #evo-r2ag-clicked input');
+    if (!pt || !box) return;
+    box.value = String(pt.customdata) + '@' + Date.now();
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  };
+  window.__evoR2agPoll = setInterval(() => {
+    const div = document.querySelector('#evo-r2ag-figure .js-plotly-plot');
+    if (!div || typeof div.on !== 'function') return;
+    const has = div._ev && typeof div._ev.listeners === 'function'
+      ? div._ev.listeners('plotly_click').includes(handler) : div.__evoR2ag === handler;
+    if (!has) { div.on('plotly_click', handler); div.__evoR2ag = handler; }
+  }, 300);
+}"""
 
 
 @dataclass(frozen=True)
@@ -51,46 +73,20 @@ class TreeSession:
 
 @dataclass(frozen=True)
 class TreeView:
-    tree: str  # HTML
+    figure: go.Figure  # the tree diagram
     rewards: str  # HTML table, one row per expansion
     status: str
+    nodes: list[tuple[str, str]]  # the node picker's (label, id) choices
+    selected: int | None  # the node whose detail is shown
+    detail: str  # HTML: the selected node's detail
 
 
-def _reward_text(tree: Tree, node: Node) -> str:
-    exp = next((e for e in tree.expansions if e.node == node.id), None)
-    if exp is None:
-        return ""
-    r = exp.reward
-    parts = f"MH {r.multi_hit:.2f} · JH {r.joint_hit:.0f} · AP {r.average_precision:.2f} · f {r.format:.2f}"
-    why = f" zeroed: {r.zeroed}" if r.zeroed else ""
-    stop = " · stop" if exp.parsed.stop else ""
-    return f" <span class='r2ag-reward'>[expansion {exp.index + 1}: R = {r.total:.3f} ({parts}){stop}{why}]</span>"
-
-
-def _node_html(tree: Tree, node: Node, children: dict[int, list[Node]], show_pruning: bool) -> str:
-    classes = ["r2ag-gold" if node.gold_hit and tree.gold else "", "r2ag-pruned" if show_pruning and node.pruned else ""]
-    title = ", ".join(node.titles) or "nothing retrieved"
-    kind = "question" if node.kind == "root" else f"{node.kind} #{node.rank}"
-    head = f"<span class='r2ag-kind'>{esc(kind)}</span> {esc(node.query)}"
-    if node.kind != "root":
-        head += f" → <i>{esc(title)}</i>"
-        if not node.new_pids:
-            head += " <span class='r2ag-off'>(already retrieved)</span>"
-        elif not node.selected:
-            head += " <span class='r2ag-off'>(outside top-t: not expanded)</span>"
-    head += _reward_text(tree, node)
-    kids = "".join(_node_html(tree, c, children, show_pruning) for c in children.get(node.id, []))
-    sub = f"<ul>{kids}</ul>" if kids else ""
-    return f"<li class='{' '.join(c for c in classes if c)}'>{head}{sub}</li>"
-
-
-def tree_html(tree: Tree, show_pruning: bool = False) -> str:
-    """The tree as nested lists; with `show_pruning`, the branches pruning removes are greyed."""
-    shown = prune(tree) if show_pruning else tree
-    children: dict[int, list[Node]] = {}
-    for node in shown.nodes[1:]:
-        children.setdefault(node.parent, []).append(node)
-    return f"{STYLE}<div class='r2ag-tree'><ul>{_node_html(shown, shown.nodes[0], children, show_pruning)}</ul></div>"
+def parse_node(value: object) -> int | None:
+    """A node id from the picker ("12") or the click box ("12@1700000000000"); None for anything else."""
+    if value is None or value == "":
+        return None
+    text = str(value).split("@", 1)[0].strip()
+    return int(text) if text.isdigit() else None
 
 
 def rewards_html(tree: Tree) -> str:
@@ -139,9 +135,24 @@ def _builder(svc: Services, data_path: str | None, steering: str) -> TreeBuilder
     return TreeBuilder(steer, cfg, rt.corpus_for, lambda corpus: rt.retrieval.retriever_for(corpus, cfg.retriever))
 
 
-def _view(session: TreeSession, show_pruning: bool) -> TreeView:
-    return TreeView(tree_html(session.tree, show_pruning), rewards_html(session.tree),
-                    tree_status(session.tree, session.settings))
+def _passage(svc: Services, session: TreeSession, node_id: int | None) -> Passage | None:
+    """The top-1 passage of a node, looked up in the question's corpus (None for the root or nothing retrieved)."""
+    if node_id is None or not 0 <= node_id < len(session.tree.nodes) or not session.tree.nodes[node_id].pids:
+        return None
+    rt = svc.runtime(session.data_path or None)
+    pid = session.tree.nodes[node_id].pids[0]
+    corpus = rt.corpus_for(rt.dataset.get(session.question_id))
+    return next((p for p in corpus.passages if p.pid == pid), None)
+
+
+def _view(svc: Services, session: TreeSession, show_pruning: bool, selected: str | int | None = None) -> TreeView:
+    node = parse_node(selected)
+    if node is not None and node >= len(session.tree.nodes):
+        node = None
+    tree = session.tree
+    return TreeView(tree_figure(tree, show_pruning, node), rewards_html(tree), tree_status(tree, session.settings),
+                    node_choices(tree), node,
+                    node_detail_html(tree, node, _passage(svc, session, node), show_pruning))
 
 
 def start_tree(svc: Services, data_path: str | None, question_id: str, steering: str = "scripted",
@@ -159,36 +170,50 @@ def start_tree(svc: Services, data_path: str | None, question_id: str, steering:
     gold = rt.corpus_for(question).gold_for(question)
     session = TreeSession(str(data_path or ""), question_id, steering, settings,
                           new_tree(question.question, gold, question.id))
-    return _view(session, False), session
+    return _view(svc, session, False), session
 
 
-def step_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False) -> tuple[TreeView, TreeSession]:
-    """One expansion of every frontier branch (one retrieval batch)."""
+def step_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False,
+              selected: str | int | None = None) -> tuple[TreeView, TreeSession]:
+    """One expansion of every frontier branch (one retrieval batch); the selected node stays selected."""
     if session is None:
         raise ValueError("start a tree first")
     if session.tree.done:
-        return _view(session, show_pruning), session
+        return _view(svc, session, show_pruning, selected), session
     rt = svc.runtime(session.data_path or None)
     builder = _builder(svc, session.data_path or None, session.steering)
     corpus = rt.corpus_for(rt.dataset.get(session.question_id))
     tree = expand_once(session.tree, builder.steering, builder.retriever_for(corpus), builder.passages(corpus),
                        session.settings, RewardWeights.from_config(rt.cfg.r2ag))
     session = replace(session, tree=tree)
-    return _view(session, show_pruning), session
+    return _view(svc, session, show_pruning, selected), session
 
 
-def run_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False) -> tuple[TreeView, TreeSession]:
+def run_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False,
+             selected: str | int | None = None) -> tuple[TreeView, TreeSession]:
     """Expand until the tree is done."""
-    view, session = step_tree(svc, session, show_pruning)
+    view, session = step_tree(svc, session, show_pruning, selected)
     while not session.tree.done:
-        view, session = step_tree(svc, session, show_pruning)
+        view, session = step_tree(svc, session, show_pruning, selected)
     return view, session
 
 
-def show_tree(session: TreeSession | None, show_pruning: bool) -> TreeView:
+def show_tree(svc: Services, session: TreeSession | None, show_pruning: bool,
+              selected: str | int | None = None) -> TreeView | None:
+    """The view of the current tree (after "Show pruning" or a node selection); None before a tree is started."""
     if session is None:
-        return TreeView("<p>Start a tree.</p>", "", "")
-    return _view(session, show_pruning)
+        return None
+    return _view(svc, session, show_pruning, selected)
+
+
+def select_node(svc: Services, session: TreeSession | None, show_pruning: bool, value: str | int | None) -> TreeView:
+    """The view with the node `value` ("12" from the picker, "12@time" from a click) selected."""
+    if session is None:
+        raise ValueError("start a tree first")
+    node = parse_node(value)
+    if node is None or node >= len(session.tree.nodes):
+        raise ValueError(f"no node {value!r} in the tree")
+    return _view(svc, session, show_pruning, node)
 
 
 def build_tab(svc: Services) -> Reload:
@@ -215,21 +240,48 @@ def build_tab(svc: Services) -> Reload:
         run_btn = gr.Button("Expand to the end", elem_id="evo-r2ag-run")
         pruning = gr.Checkbox(value=False, label="Show pruning", elem_id="evo-r2ag-pruning")
     status = gr.Markdown(elem_id="evo-r2ag-status")
-    tree_box = gr.HTML(elem_id="evo-r2ag-tree")
+    with gr.Row():
+        with gr.Column(scale=3, min_width=480):
+            figure = gr.Plot(empty_figure("R²AG retrieval tree", "start a tree to see it"), show_label=False,
+                             elem_id="evo-r2ag-figure")
+        with gr.Column(scale=2, min_width=320):
+            node_dd = gr.Dropdown(choices=[], value=None, label="Node (or click one in the tree)",
+                                  elem_id="evo-r2ag-node")
+            detail = gr.HTML(node_detail_html(new_tree(""), None), elem_id="evo-r2ag-detail")
+            clicked = gr.Textbox(visible="hidden", elem_id="evo-r2ag-clicked")
     rewards_box = gr.HTML(elem_id="evo-r2ag-rewards")
-    outputs = [tree_box, rewards_box, status, state]
+    outputs = [figure, rewards_box, status, node_dd, detail, state]
 
     def unpack(pair):
         view, session = pair
-        return view.tree, view.rewards, view.status, session
+        value = None if view.selected is None else str(view.selected)
+        return (view.figure, view.rewards, view.status, gr.Dropdown(choices=view.nodes, value=value), view.detail,
+                session)
+
+    def shown(view):
+        return (gr.skip(),) * 2 if view is None else (view.figure, view.detail)
 
     on(data_dd.change, lambda path: gr.Dropdown(choices=load_data(svc, path).questions, value=None), data_dd,
        question_dd, api_visibility="private")
     on(start_btn.click, lambda p, q, s, n: unpack(start_tree(svc, p, q, s, n)),
        [data_dd, question_dd, steering_dd, iterations], outputs)
-    on(step_btn.click, lambda sess, show: unpack(step_tree(svc, sess, show)), [state, pruning], outputs)
-    on(run_btn.click, lambda sess, show: unpack(run_tree(svc, sess, show)), [state, pruning], outputs)
-    on(pruning.change, lambda sess, show: (lambda v: (v.tree, v.rewards, v.status))(show_tree(sess, show)),
-       [state, pruning], [tree_box, rewards_box, status])
+    on(step_btn.click, lambda sess, show, node: unpack(step_tree(svc, sess, show, node)), [state, pruning, node_dd],
+       outputs)
+    on(run_btn.click, lambda sess, show, node: unpack(run_tree(svc, sess, show, node)), [state, pruning, node_dd],
+       outputs)
+    on(pruning.change, lambda sess, show, node: shown(show_tree(svc, sess, show, node)), [state, pruning, node_dd],
+       [figure, detail])
+    on(node_dd.input, lambda sess, show, node: shown(select_node(svc, sess, show, node)), [state, pruning, node_dd],
+       [figure, detail])
+
+    def clicked_node(sess, show, value):
+        if not value:
+            return gr.skip(), gr.skip(), gr.skip()
+        view = select_node(svc, sess, show, value)
+        return view.figure, view.detail, gr.Dropdown(value=str(view.selected))
+
+    on(clicked.change, clicked_node, [state, pruning, clicked], [figure, detail, node_dd], api_visibility="private")
+    for installed_on in (start_btn.click, figure.change):  # installs the click forwarder (once per page)
+        installed_on(None, None, None, js=CLICK_JS, api_visibility="private")
 
     return Reload(lambda: gr.Dropdown(choices=data_choices(svc)), [], [data_dd])

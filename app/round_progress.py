@@ -8,12 +8,13 @@ Pure functions of a `Round` row (as the worker's heartbeat last wrote it) and th
                                      heartbeat wrote it (so it counts down between heartbeats), or None
     progress_html(round, now)     -> the progress box (escaped; no text from the round is trusted)
     integer_steps(fig, last_step) -> the figure with x ticks on whole steps only
+    log_html(round, lines, last)  -> the round's log panel: its newest stored lines, oldest first (escaped)
 """
 from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from evorag_core.store import Round
 
 __all__ = ["PHASES", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration", "progress_html",
-           "integer_steps"]
+           "integer_steps", "log_html"]
 
 # The worker's phase names (training/job.py `phase`, "train" from the step reports) and how people read them.
 PHASES: tuple[tuple[str, str], ...] = (
@@ -148,3 +149,38 @@ def integer_steps(fig: go.Figure, last_step: float | None) -> go.Figure:
     last = max(float(last_step or 1), 1.0)
     fig.update_xaxes(tickmode="linear", tick0=0, dtick=max(1, math.ceil(last / 10)), tickformat="d")
     return fig
+
+
+def log_html(r: Any, lines: Sequence[Any], last_seq: int) -> str:
+    """The log panel of round `r`: `lines` (its newest stored lines, oldest first; `last_seq` the newest's number) as
+    `time level message` rows; a gap in their numbers (lines the store left out of a long round) as one row saying
+    how many, and a note where earlier lines are not shown. Times are UTC."""
+    title = f"Round #{r.id} ({r.objective}) log"
+    if not lines:
+        empty = ("waiting for a worker to claim the round" if r.status == "queued"
+                 else "no lines stored for this round")
+        body = f'<div class="evo-log-empty">{esc(empty)}</div>'
+        count = ""
+    else:
+        rows = []
+        if lines[0].seq > 1:
+            rows.append(f'<div class="evo-log-gap">… lines 1–{lines[0].seq - 1} not shown: '
+                        f'<code>evorag rounds log {r.id}</code> prints them all (the store keeps the first and the '
+                        f'newest lines of a long round) …</div>')
+        previous = lines[0].seq - 1
+        for line in lines:
+            if line.seq > previous + 1:
+                rows.append(f'<div class="evo-log-gap">… {line.seq - previous - 1} lines left out …</div>')
+            previous = line.seq
+            level = str(line.level)
+            rows.append(
+                f'<div class="evo-log-line {esc(level.lower())}" data-seq="{line.seq}">'
+                f'<span class="evo-log-time" title="{esc(line.created_at.isoformat())}">'
+                f'{esc(line.created_at.strftime("%H:%M:%S"))}</span>'
+                f'<span class="evo-log-level">{esc(level)}</span><span class="evo-log-msg">{esc(line.message)}</span>'
+                f'</div>')
+        body = "".join(rows)
+        count = f" · {last_seq} line{'s' if last_seq != 1 else ''}"
+    return (f'<div class="evo-log" data-round="{r.id}" data-last-seq="{last_seq}">'
+            f'<div class="evo-log-head">{esc(title)}{esc(count)} · <span class="evo-log-status">{esc(r.status_label)}'
+            f'</span> · times in UTC</div><div class="evo-log-lines">{body}</div></div>')

@@ -75,4 +75,16 @@ CSS = """
 .evo-fill { height: 100%; background: #1e88e5; transition: width 0.4s; }
 .evo-fill.succeeded { background: #43a047; } .evo-fill.failed { background: #e53935; }
 .evo-fill.cancelled { background: #9e9e9e; }
+.evo-log-head { font-size: 0.85rem; color: var(--body-text-color-subdued); margin: 4px 0; }
+.evo-log-lines { max-height: 320px; overflow-y: auto; font-family: var(--font-mono); font-size: 0.75rem;
+  line-height: 1.35; background: var(--background-fill-secondary); border: 1px solid var(--border-color-primary);
+  border-radius: 6px; padding: 6px 8px; }
+.evo-log-line { display: flex; gap: 8px; align-items: baseline; }
+.evo-log-time { color: var(--body-text-color-subdued); flex: none; }
+.evo-log-level { flex: none; width: 4.6em; color: var(--body-text-color-subdued); }
+.evo-log-msg { white-space: pre-wrap; overflow-wrap: anywhere; min-width: 0; }
+.evo-log-line.warning .evo-log-level, .evo-log-line.warning .evo-log-msg { color: #b26a00; }
+.evo-log-line.error .evo-log-level, .evo-log-line.error .evo-log-msg,
+.evo-log-line.critical .evo-log-level, .evo-log-line.critical .evo-log-msg { color: #c62828; }
+.evo-log-gap, .evo-log-empty { color: var(--body-text-color-subdued); font-style: italic; }
 """

@@ -3,7 +3,9 @@
 Launch is checked against what exists (the pairs or episodes available for the objective are shown beside the
 fields; a larger request is capped, with a message, and none available refuses it). The newest round's progress
 shows its phase, step i/N, elapsed time and ETA; queued and running rounds can be cancelled. The KL panel is shown
-only for objectives that log a KL (not DPO). A 2 s timer refreshes what changed.
+only for objectives that log a KL (not DPO). The log panel shows the newest (or the picked) round's log lines as its
+worker stored them, newest at the bottom, kept scrolled to the bottom unless the reader scrolled up. A 2 s timer
+refreshes what changed (the log only when new lines arrived).
 """
 from __future__ import annotations
 
@@ -23,6 +25,20 @@ from app.wiring import TIMER_SECONDS, on
 __all__ = ["LR_STEP", "TrainingTab", "build_tab"]
 
 LR_STEP = 1e-5  # ArrowUp on 5e-5 gives 6e-5 (Gradio's default step 1 would give 1.00005)
+
+# The log panel stays scrolled to its newest line after each update, unless the reader scrolled up to read (then it
+# keeps their place); `watch` runs after Gradio re-rendered the HTML with a new value.
+LOG_SCROLL_JS = """
+let stick = true, top = 0;
+const box = () => element.querySelector('.evo-log-lines');
+element.addEventListener('scroll', () => {
+  const b = box();
+  if (b) { stick = b.scrollTop + b.clientHeight >= b.scrollHeight - 24; top = b.scrollTop; }
+}, true);
+const place = () => { const b = box(); if (b) b.scrollTop = stick ? b.scrollHeight : top; };
+place();
+watch('value', place);
+"""
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,9 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             cancel_msg = gr.HTML(elem_id="evo-cancel-msg")
             loss = gr.Plot(label="Loss", elem_id="evo-loss")
             kl_plot = gr.Plot(label="KL to the reference", elem_id="evo-kl", visible=False)
+            log_pick = gr.Dropdown(label="Round log", choices=[("newest round", th.LOG_NEWEST)], value=th.LOG_NEWEST,
+                                   elem_id="evo-log-pick")
+            log_box = gr.HTML(elem_id="evo-round-log", js_on_load=LOG_SCROLL_JS)
     gr.Markdown("### Rounds")
     rounds = gr.HTML(elem_id="evo-rounds-box")
     gr.Markdown("### Adapters")
@@ -80,15 +99,18 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         live = gr.HTML(elem_id="evo-live-box")
     act_msg = gr.HTML()
 
-    def refresh(shown: dict | None, obj: str, src: str, stg: str, picked: Any) -> tuple:
+    def refresh(shown: dict | None, obj: str, src: str, stg: str, picked: Any,
+                log_picked: Any = th.LOG_NEWEST) -> tuple:
         """New values for the outputs that changed since the last refresh (gr.skip() for the others), so that a
         timer tick costs the browser nothing when nothing happened."""
         shown = dict(shown or {})
         view = handlers.training_view(svc)
         live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
+        log_key, log_html = th.round_log(svc, th.log_round_id(log_picked, view.newest_id), shown.get("log"))
         fresh = {"progress": view.progress, "loss": view.loss_key, "kl": (view.kl_key, view.kl_visible),
                  "rounds": view.rounds, "adapters": view.adapters, "live": live_html, "names": view.adapter_names,
-                 "cancellable": view.cancellable, "available": th.availability_text(svc, obj, src, stg)}
+                 "cancellable": view.cancellable, "available": th.availability_text(svc, obj, src, stg),
+                 "log": log_key, "log_choices": view.log_choices}
 
         def send(key: str, value: Any) -> Any:
             return value if shown.get(key, object()) != fresh[key] else gr.skip()
@@ -102,15 +124,18 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         cancel_out = (gr.Dropdown(choices=view.cancellable, value=picked if picked in ids else (ids[0] if ids else None))
                       if changed else gr.skip())
         button_out = gr.Button(interactive=bool(ids)) if changed else gr.skip()  # nothing to cancel: greyed out
+        log_out = log_html if log_html is not None else gr.skip()  # no new line: nothing re-rendered
+        log_pick_out = (gr.Dropdown(choices=view.log_choices) if shown.get("log_choices") != view.log_choices
+                        else gr.skip())
         return (send("progress", view.progress), send("loss", view.loss), kl_out, send("rounds", view.rounds),
                 send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
-                send("available", fresh["available"]))
+                send("available", fresh["available"]), log_out, log_pick_out)
 
     outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd, cancel_dd, cancel,
-            available]
-    watched = [names_state, objective, source, stage, cancel_dd]
+            available, log_box, log_pick]
+    watched = [names_state, objective, source, stage, cancel_dd, log_pick]
 
-    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown, picked):
+    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown, picked, log_picked):
         round_id = None
         try:
             done = th.launch(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
@@ -118,7 +143,7 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             round_id = done.round_id
         except ValueError as exc:  # refused (nothing available, a bad value): said where the user looks
             msg = views.message_html(str(exc), "error")
-        return (msg, *refresh(shown, obj, src, stg, picked), round_id)
+        return (msg, *refresh(shown, obj, src, stg, picked, log_picked), round_id)
 
     def clear_when_ended(round_id):
         """The launch message ("Round #1 queued…") goes once its round has ended: the Rounds table tells the rest."""
@@ -126,22 +151,23 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             return gr.skip(), gr.skip()
         return "", None
 
-    def on_cancel(picked, shown, obj, src, stg):
+    def on_cancel(picked, shown, obj, src, stg, log_picked):
         msg = th.cancel_round(svc, picked)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked, log_picked))
 
-    def on_activate(name, shown, obj, src, stg, picked):
+    def on_activate(name, shown, obj, src, stg, picked, log_picked):
         msg = handlers.activate_adapter(svc, name)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked, log_picked))
 
-    def on_base(shown, obj, src, stg, picked):
+    def on_base(shown, obj, src, stg, picked, log_picked):
         msg = handlers.use_base_model(svc)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked, log_picked))
 
     launched = gr.State(None)  # the round the launch message is about
     on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state,
-                                 cancel_dd], [launch_msg, *outs, launched])
-    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage], [cancel_msg, *outs])
+                                 cancel_dd, log_pick], [launch_msg, *outs, launched])
+    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage, log_pick], [cancel_msg, *outs])
+    on(log_pick.input, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
     on(activate.click, on_activate, [adapter_dd, *watched], [act_msg, *outs])
     on(base.click, on_base, watched, [act_msg, *outs])
     for changed in (objective.change, source.change, stage.change):

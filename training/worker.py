@@ -14,6 +14,10 @@ within one step: `RoundCancelled` is raised from the report, and the worker ends
 claimed pairs released and no adapter registered (registering is itself a phase, checked first). SIGTERM and
 Ctrl-C fail the running round ("worker stopped") before the process exits, so its pairs are released at once.
 
+Each round's log lines (this module's and the objectives' INFO+ records while the round runs: the claim, each phase,
+step lines with the loss, warnings, a failure's traceback, the outcome) also go to the store's `round_logs`
+(training/round_log.py), where the studio's Training tab and `evorag rounds log ID` read them.
+
     python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
 """
 from __future__ import annotations
@@ -26,6 +30,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -37,8 +42,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from evorag_core.config import Config
 from evorag_core.errors import StoreError
+from evorag_core.store.records import ROUND_KL_KEYS
 
 from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
+from training.round_log import RoundLogHandler, capture_round_log
 
 if TYPE_CHECKING:
     from evorag_core.store import Round, Store
@@ -52,6 +59,7 @@ RunFn = Callable[[RoundJob, Any, ProgressFn], AdapterRef]
 
 
 PROGRESS_EVERY_S = 2.0  # the heartbeat writes progress (and extends the lease) at least this often
+STEP_LOG_EVERY_S = 2.0  # a round logs its first and last step, and one step line at most this often in between
 
 
 @dataclass(frozen=True)
@@ -76,11 +84,17 @@ class Heartbeat:
         self._wake = threading.Event()  # set by the first training step: write it at once
         self._lock = threading.Lock()
         self._progress: dict[str, Any] = {"step": 0, "total": None, "loss": None, "eta": None, "phase": "setup"}
+        self._step_logged_at: float | None = None  # time.monotonic() of the last step line
         self._thread = threading.Thread(target=self._run, name=f"evorag-heartbeat-{round_id}", daemon=True)
 
     def start(self) -> "Heartbeat":
         self._thread.start()
         return self
+
+    @property
+    def thread_ident(self) -> int | None:
+        """The heartbeat thread's id (its warnings belong to the round's log)."""
+        return self._thread.ident
 
     def stop(self) -> None:
         self._stop.set()
@@ -92,9 +106,13 @@ class Heartbeat:
         RoundLost once the round is gone and RoundCancelled once a cancel was requested (one read per report)."""
         if "step" not in entry and "phase" in entry:
             with self._lock:
+                changed = self._progress.get("phase") != str(entry["phase"])
                 self._progress = {**self._progress, "phase": str(entry["phase"])}
+            if changed:
+                log.info("round %s phase %s", self.round_id, entry["phase"])
             self._wake.set()
         else:
+            self._log_step(entry)
             step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
             eta = None
             if step and total and elapsed is not None:
@@ -114,6 +132,24 @@ class Heartbeat:
             requested = False
         if requested:
             raise RoundCancelled(f"round {self.round_id}: cancel requested")
+
+    def _log_step(self, entry: dict[str, Any]) -> None:
+        """One line per step report for the first and the last step, and at most one per STEP_LOG_EVERY_S between:
+        `round 3 step 4/20: loss 0.6931, kl 0.0012 (1.3 s/step)`."""
+        step, total, elapsed = entry.get("step"), entry.get("total"), entry.get("elapsed_s")
+        now = time.monotonic()
+        try:
+            last = step is not None and total is not None and float(step) >= float(total)
+            if not (self._step_logged_at is None or last or now - self._step_logged_at >= STEP_LOG_EVERY_S):
+                return
+            values = [f"{key} {float(entry[key]):.4g}" for key in ("loss", *ROUND_KL_KEYS)
+                      if isinstance(entry.get(key), (int, float))]
+            speed = f" ({float(elapsed) / float(step):.2g} s/step)" if step and elapsed is not None else ""
+        except (TypeError, ValueError):  # an odd report is no reason to stop training
+            return
+        self._step_logged_at = now
+        of = f"/{total}" if total else ""
+        log.info("round %s step %s%s: %s%s", self.round_id, step, of, ", ".join(values) or "no loss reported", speed)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -159,11 +195,19 @@ def process_one(
     claimed = store.claim_round(worker_id, opts.lease_s)
     if claimed is None:
         return None
+    with capture_round_log(store, claimed.id) as round_log:  # this thread's and the heartbeat's lines
+        return _run_claimed(store, cfg, home, worker_id, opts, run, claimed, round_log)
+
+
+def _run_claimed(store: Any, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None,
+                 claimed: Any, round_log: RoundLogHandler) -> Any | None:
+    """Run the claimed round and finish it: succeeded, failed or cancelled (see the module docstring)."""
     log.info("round %s (%s, attempt %d/%d) claimed by %s", claimed.id, claimed.objective, claimed.attempts,
              claimed.max_attempts, worker_id)
     if run is None:
         from training.rounds import run_round as run
     heartbeat = Heartbeat(store, claimed.id, worker_id, opts.lease_s).start()
+    round_log.watch_thread(heartbeat.thread_ident)
     try:
         job = RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home)
         ref = run(job, store, heartbeat.report)
@@ -172,10 +216,11 @@ def process_one(
         return store.get_round(claimed.id)
     except RoundCancelled as exc:
         heartbeat.stop()
-        log.info("%s: stopped at %s", exc, heartbeat.snapshot())
+        log.info("%s: stopping", exc)
         return _cancel(store, claimed.id, worker_id, heartbeat.snapshot())
     except (KeyboardInterrupt, SystemExit):
         heartbeat.stop()  # stop() is idempotent; the finally below calls it again
+        log.error("round %s failed: the worker was stopped (SIGTERM or Ctrl-C) mid-round", claimed.id)
         _fail(store, claimed.id, worker_id, "interrupted: the worker was stopped (SIGTERM or Ctrl-C) mid-round")
         raise
     except Exception as exc:  # the round's failure is recorded, with a readable message; the worker lives on
@@ -204,7 +249,11 @@ def _cancel(store: Store, round_id: int, worker_id: str, progress: dict[str, Any
     pairs released."""
     try:
         store.heartbeat(round_id, worker_id, progress={**progress, "eta": None})
-        return store.confirm_cancel(round_id, worker_id=worker_id)
+        done = store.confirm_cancel(round_id, worker_id=worker_id)
+        step = f" at step {progress.get('step') or 0}/{progress['total']}" if progress.get("total") else ""
+        log.info("round %s cancelled%s (phase %s): its pairs are queued again, no adapter registered", round_id, step,
+                 progress.get("phase", "setup"))
+        return done
     except StoreError as exc:  # reaped meanwhile: the reaper already cancelled it and released its pairs
         log.warning("round %s could not be marked cancelled: %s", round_id, exc)
         return store.get_round(round_id)

@@ -30,6 +30,10 @@ __all__ = [
     "availability_text",
     "cancel_round",
     "training_view",
+    "LOG_NEWEST",
+    "LOG_LINES_SHOWN",
+    "log_round_id",
+    "round_log",
     "activate_adapter",
     "use_base_model",
     "round_ended",
@@ -38,6 +42,8 @@ __all__ = [
 
 OBJECTIVES = STUDIO_OBJECTIVES  # the objectives this tab launches (evorag_core.objectives)
 KL_ESTIMATORS = ("k3", "k2")
+LOG_NEWEST = "newest"  # the log panel's default pick: follow the newest round
+LOG_LINES_SHOWN = 500  # the log panel shows a round's newest lines; `evorag rounds log ID` prints them all
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class TrainingView:
     kl_key: tuple = ()  # (round id, KL rows): equal keys mean an identical KL figure
     kl_visible: bool = False  # the KL panel is shown only for objectives that log a per-step KL (not DPO)
     cancellable: list[tuple[str, int]] = field(default_factory=list)  # (label, id) of queued and running rounds
+    newest_id: int | None = None  # the newest round (the log panel follows it unless one is picked)
+    log_choices: list[tuple[str, str]] = field(default_factory=list)  # the log panel's round picker
 
 
 @dataclass(frozen=True)
@@ -197,8 +205,36 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
     live = next((a.name for a in adapters if a.active), "base model")
     cancellable = [(f"#{r.id} {r.objective} · {r.status_label}", r.id) for r in rounds
                    if r.status in ("queued", "running")]
+    log_choices = [("newest round", LOG_NEWEST), *[(f"#{r.id} {r.objective}", str(r.id)) for r in rounds]]
     return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key, kl,
-                        kl_key, kl_visible, cancellable)
+                        kl_key, kl_visible, cancellable, newest.id if newest is not None else None, log_choices)
+
+
+def log_round_id(picked: Any, newest_id: int | None) -> int | None:
+    """The round whose log the panel shows: the one picked, else ("newest round") the newest."""
+    if picked in (None, "", LOG_NEWEST):
+        return newest_id
+    return int(picked)
+
+
+def round_log(svc: Services, round_id: int | None, shown: Any = None) -> tuple[tuple, str | None]:
+    """(key, HTML) of round `round_id`'s log panel: its newest LOG_LINES_SHOWN stored lines. The key is what the panel
+    depends on (round, its newest line, its status); when it equals `shown` (what the page shows) the HTML is None and
+    no line is read, so a timer tick without new lines costs one small query and re-renders nothing."""
+    if round_id is None:
+        key: tuple = (None,)
+        return key, (None if shown == key else '<div class="evo-log-empty">No training round yet.</div>')
+    store = svc.store()
+    try:
+        r = store.get_round(round_id)
+    except KeyError:
+        key = (round_id, "gone")
+        return key, (None if shown == key else f'<div class="evo-log-empty">No round {int(round_id)}.</div>')
+    last_seq = store.round_log_last_seq(round_id)
+    key = (round_id, last_seq, r.status_label)
+    if shown == key:
+        return key, None
+    return key, round_progress.log_html(r, store.round_log(round_id, last=LOG_LINES_SHOWN), last_seq)
 
 
 # Metrics shown first when rounds and adapters are compared (whichever of them a round reported).

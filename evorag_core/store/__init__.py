@@ -1,7 +1,8 @@
 """The database: one schema versioned by Alembic, and the `Store` service layer over it.
 
 `open_store(url)` migrates the database (SQLite file by default, any SQLAlchemy URL works) and returns a
-`Store`; see `store.py` for the error conventions and `pairs.py` / `rounds.py` for the queue lifecycles.
+`Store`; see `store.py` for the error conventions, `pairs.py` / `rounds.py` for the queue lifecycles and
+`round_logs.py` for the rounds' log lines.
 """
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from evorag_core.store.records import (
     Episode,
     ExpiryReport,
     Judgment,
+    NewLogLine,
     NewPair,
     Outcome,
     Pair,
     Round,
+    RoundLogLine,
     Sibling,
     Step,
     User,
@@ -47,8 +50,10 @@ __all__ = [
     "ExpiryReport",
     "Judgment",
     "NewPair",
+    "NewLogLine",
     "Pair",
     "Round",
+    "RoundLogLine",
     "Sibling",
     "Step",
     "User",

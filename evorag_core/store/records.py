@@ -22,6 +22,8 @@ __all__ = [
     "NewPair",
     "Pair",
     "Round",
+    "NewLogLine",
+    "RoundLogLine",
     "ExpiryReport",
     "Adapter",
     "User",
@@ -198,6 +200,27 @@ class Round:
         if self.status == "queued" and self.attempts > 0:
             return f"queued to retry (attempt {self.attempts + 1}/{self.max_attempts})"
         return self.status
+
+
+@dataclass(frozen=True)
+class NewLogLine:
+    """A log record to store for a round (`Store.add_round_logs`); created_at None: now."""
+
+    level: str  # the logging level's name: INFO, WARNING, ERROR, ...
+    message: str
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RoundLogLine:
+    """One stored line of a round's log; `seq` numbers the round's lines from 1 across its attempts (a gap in it:
+    lines the store left out to keep the round's log bounded, see store/round_logs.py)."""
+
+    round_id: int
+    seq: int
+    created_at: datetime
+    level: str
+    message: str
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0004 create exactly these).
+"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0005 create exactly these).
 
 Timestamps are stored as naive UTC and come back timezone-aware (`UTCDateTime`). JSON columns use the
 portable `JSON` type (TEXT on SQLite, json on PostgreSQL). Constraint names follow `NAMING` so that later
@@ -39,6 +39,7 @@ __all__ = [
     "siblings",
     "judgments",
     "rounds",
+    "round_logs",
     "pairs",
     "adapters",
     "users",
@@ -202,6 +203,18 @@ rounds = Table(
     Column("attempts", Integer, nullable=False),
     Column("max_attempts", Integer, nullable=False),
     Column("cancel_requested_at", UTCDateTime()),  # migration 0002
+)
+
+# migration 0005: a round's log lines (its worker's INFO+ records), numbered per round from 1 across its attempts;
+# bounded by the store (evorag_core/store/round_logs.py), so `seq` may have one gap where lines were left out
+round_logs = Table(
+    "round_logs",
+    metadata,
+    Column("round_id", Integer, ForeignKey("rounds.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    _created(),
+    Column("level", String(10), nullable=False),
+    Column("message", Text, nullable=False),
 )
 
 pairs = Table(

@@ -372,25 +372,3 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
     assert "SEARCH" in page.locator("#evo-trace-box").inner_text()
     assert page.locator("#evo-drill-trace-link").get_attribute("href").startswith("?episode=")
     shot(page, "06_evaluate")
-
-
-def test_r2ag_tab_grows_a_tree_one_expansion_at_a_time(page):
-    """R²AG tab, demo-002, scripted steering, L_max 3 (the handler test's case): Start shows the root only; one
-    expansion shows gold-highlighted nodes, gold found 2/2 and one reward row; 'Show pruning' greys branches."""
-    page.get_by_role("tab", name="R²AG tree").click()
-    choose(page, "evo-r2ag-question", "demo-002")
-    page.locator("#evo-r2ag-tab-iterations input[type=number]").fill("3")
-    page.click("#evo-r2ag-start")
-    page.wait_for_function("document.querySelector('#evo-r2ag-status') && "
-                           "document.querySelector('#evo-r2ag-status').innerText.includes('iteration 0/3')")
-    page.click("#evo-r2ag-step")
-    page.wait_for_function("document.querySelector('#evo-r2ag-status').innerText.includes('iteration 1/3')")
-    assert "gold found 2/2" in page.locator("#evo-r2ag-status").inner_text()
-    assert page.locator("#evo-r2ag-tree li.r2ag-gold").count() >= 2
-    assert page.locator("#evo-r2ag-rewards tbody tr").count() == 1
-    shot(page, "10_r2ag_tree")
-    page.click("#evo-r2ag-run")
-    page.wait_for_function("document.querySelector('#evo-r2ag-status').innerText.includes('done (')")
-    page.locator("#evo-r2ag-pruning input").check()
-    page.wait_for_function("document.querySelectorAll('#evo-r2ag-tree li.r2ag-pruned').length > 0")
-    shot(page, "11_r2ag_tree_pruned")

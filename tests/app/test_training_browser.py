@@ -1,8 +1,9 @@
 """Training feedback in a real browser (issue #24 item 5): `evorag studio` on the tiny 2-layer random Llama with its
 background worker, driven by Playwright through Debian's Chromium. The learning-rate box takes 5e-5 typed and
 ArrowUp moves it by 1e-5; a DPO round asking for 64 pairs when 3 exist is capped to 3 with a visible message (the
-Rounds table shows 3); it runs (phase and step shown, KL panel hidden for DPO) and Cancel stops it: the table says
-cancelled, the 3 pairs are queued again, no adapter. Screenshots go to artifacts/screenshots/training_*.png.
+Rounds table shows 3); it runs (phase and step shown, KL panel hidden for DPO, the round's log lines streamed into
+the log panel from the worker process through the store) and Cancel stops it: the table says cancelled, the log ends
+with the cancel, the 3 pairs are queued again, no adapter. Screenshots go to artifacts/screenshots/training_*.png.
 
 Every wait is on page or store state; the generous timeouts only bound a hung worker (model and library loading on a
 loaded machine takes most of them).
@@ -91,6 +92,11 @@ def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(pa
         timeout=300_000)
     assert page.locator("#evo-round-progress").inner_text().count("ETA") == 1
     assert not page.locator("#evo-kl").is_visible()  # DPO logs no per-step KL: no empty panel
+    # the log panel follows the newest round: the worker's lines from the claim to the training steps
+    page.wait_for_function(
+        f"{text_of('evo-round-log')}.includes('round {rid} (dpo, attempt 1/2) claimed by') && "
+        f"{text_of('evo-round-log')}.includes('round {rid} phase load') && "
+        f"/round {rid} step [0-9]+\\/20000: loss /.test({text_of('evo-round-log')})", timeout=120_000)
     shot(page, "training_02_running")
 
     page.wait_for_function(f"{text_of('evo-cancel-pick')} !== '' && "
@@ -102,7 +108,16 @@ def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(pa
         f"tr => tr.cells[0].innerText.trim() === '{rid}' && tr.cells[2].innerText.trim() === 'cancelled' "
         f"&& tr.cells[3].innerText.trim() === '3')", timeout=120_000)
     page.wait_for_function(f"{text_of('evo-round-progress')}.includes('cancelled')")
+    page.wait_for_function(f"{text_of('evo-round-log')}.includes('round {rid} cancelled at step')", timeout=60_000)
     shot(page, "training_03_cancelled")
+    # every stored line is shown, in order, newest at the bottom, and the panel is scrolled to it
+    stored = [line.message for line in store.round_log(rid)]
+    shown = page.eval_on_selector_all("#evo-round-log .evo-log-msg", "els => els.map(e => e.innerText)")
+    assert shown == stored[-len(shown):] and shown[-1].startswith(f"round {rid} cancelled at step")
+    assert page.eval_on_selector(
+        "#evo-round-log .evo-log-lines", "b => b.scrollTop + b.clientHeight >= b.scrollHeight - 24")
+    page.locator("#evo-round-log").scroll_into_view_if_needed()
+    page.locator("#evo-round-log").screenshot(path=str(SHOTS / "training_04_log_panel.png"))
     done = store.get_round(rid)
     assert done.status == "cancelled" and done.progress["step"] < 20000
     assert store.count_pairs("status") == {"queued": 3} and store.list_adapters() == []

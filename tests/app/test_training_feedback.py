@@ -119,3 +119,34 @@ def test_loss_ticks_are_whole_steps_and_the_kl_panel_is_hidden_for_dpo(svc):
     assert not view.kl_visible
     long = round_progress.integer_steps(view.loss, 45)
     assert long.layout.xaxis.dtick == 5
+
+
+def test_the_log_panel_follows_the_newest_round_and_rerenders_only_on_new_lines(svc):
+    """The panel shows the newest round unless one is picked; its key changes only with a new line (or a new status),
+    so an unchanged key returns no HTML (the timer sends nothing). Messages are escaped, levels and multi-line
+    messages kept, a gap shown as the lines left out, and the newest LOG_LINES_SHOWN lines at most."""
+    from evorag_core.store import NewLogLine
+
+    store = svc.store()
+    assert th.round_log(svc, th.log_round_id("newest", None)) == (
+        (None,), '<div class="evo-log-empty">No training round yet.</div>')
+    first, second = store.enqueue_round("dpo"), store.enqueue_round("grpo")
+    view = th.training_view(svc)
+    assert view.newest_id == second
+    assert view.log_choices[:2] == [("newest round", "newest"), (f"#{second} grpo", str(second))]
+    assert th.log_round_id("newest", view.newest_id) == second and th.log_round_id(str(first), second) == first
+    key, html = th.round_log(svc, second)
+    assert "waiting for a worker" in html and f'data-round="{second}"' in html
+    assert th.round_log(svc, second, key) == (key, None)  # nothing new: nothing re-rendered
+    store.claim_round("w", 60, objective="grpo")
+    store.add_round_logs(second, [NewLogLine("INFO", "claimed <b>x</b>"),
+                                  NewLogLine("ERROR", "failed:\nTraceback\nValueError: y")])
+    key2, html = th.round_log(svc, second, key)
+    assert key2 != key and 'data-last-seq="2"' in html and "claimed &lt;b&gt;x&lt;/b&gt;" in html
+    assert 'class="evo-log-line error" data-seq="2"' in html and "Traceback\nValueError: y" in html
+    assert html.index("claimed") < html.index("Traceback")  # newest at the bottom
+    assert th.round_log(svc, second, key2) == (key2, None)
+    store.add_round_logs(first, [NewLogLine("INFO", f"line {i}") for i in range(th.LOG_LINES_SHOWN + 5)])
+    _, html = th.round_log(svc, first)
+    assert html.count('class="evo-log-line ') == th.LOG_LINES_SHOWN
+    assert "lines 1–5 not shown" in html and f"evorag rounds log {first}" in html

@@ -1,6 +1,6 @@
 """R²AG: rewards (hand-computed), the lenient parser, the tree (scripted steering on the demo data, real hybrid
-retriever), pruning, JSON round trip, the eval method and retrieval report, the LM steering, GRPO on a tiny Llama,
-and the studio's tree view handlers.
+retriever), pruning, JSON round trip, the eval method and retrieval report, the LM steering and GRPO on a tiny
+Llama. The studio's tree view is tested in tests/app/test_r2ag_view.py.
 
 Reward arithmetic used below (α = 0.2, β = 0.3, γ = 0.2, ℓ = 1.25, ω·R_f ≤ 0.02):
 gold g = {g1, g2, g3}, prior = {g1}; base queries retrieve [g1], [x], [g2], [g2]; predicted [g3], [y].
@@ -511,52 +511,3 @@ def test_lm_steering_smoke(demo_rt, session_home, one_thread):
     assert len(group) == 2
     # decode steps read fp16 weight copies (half_decode.py: ~1e-4 per token); a wrong prompt would be off by nats
     assert backend.sequence_logprob(group[0].prompt, group[0].text) == pytest.approx(group[0].logprob, abs=2e-2)
-
-
-# -- the studio's tree view ---------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def studio(session_home, tmp_path_factory):
-    from app.services import Services
-
-    services = Services(load_config(), session_home, data_path=DEMO,
-                        db_url=f"sqlite:///{tmp_path_factory.mktemp('r2ag_db') / 'studio.db'}")
-    yield services
-    services.close()
-
-
-def test_studio_tree_steps_one_expansion_at_a_time(studio):
-    """demo-002 with the scripted steering: start (root only), one expansion (three base children, two gold hits
-    highlighted, the duplicate marked, the expansion's R = 0.720 shown), then to the end; with 'Show pruning' the
-    branches without new gold are greyed."""
-    from app.r2ag_view import run_tree, show_tree, start_tree, step_tree
-
-    view, sess = start_tree(studio, str(DEMO), "demo-002", "scripted", 3)
-    assert "iteration 0/3" in view.status and "No expansions yet" in view.rewards
-    view, sess = step_tree(studio, sess)
-    assert sess.tree.iterations == 1 and "iteration 1/3" in view.status and "gold found 2/2" in view.status
-    assert view.tree.count("class='r2ag-gold'") == 3 and "(already retrieved)" in view.tree
-    assert "R = 0.720" in view.tree and view.rewards.count("<tr>") == 2  # header + one expansion
-    view, sess = run_tree(studio, sess)
-    assert sess.tree.done and "done (" in view.status
-    greyed = show_tree(sess, True)
-    assert "r2ag-pruned'" in greyed.tree and "r2ag-pruned'" not in view.tree  # the class attribute, not the CSS
-    again, same = step_tree(studio, sess)  # a finished tree stays as it is
-    assert same.tree == sess.tree
-    with pytest.raises(ValueError, match="start a tree"):
-        step_tree(studio, None)
-    with pytest.raises(ValueError, match="steering"):
-        start_tree(studio, str(DEMO), "demo-002", "oracle")
-
-
-def test_tree_html_escapes_model_text():
-    """Queries and titles come from a model and from data: they are escaped."""
-    from app.r2ag_view import rewards_html, tree_html
-    from evorag_core.methods.r2ag.tree import Node
-
-    tree = new_tree("<b>q</b>", frozenset({"p1"}))
-    tree = replace(tree, nodes=tree.nodes + (Node(1, 0, 1, "base", "<script>x</script>", 1, ("p1",), ("A & B",),
-                                                  ("p1",), True, 1, True, None),))
-    out = tree_html(tree)
-    assert "<script>" not in out and "&lt;script&gt;" in out and "A &amp; B" in out and "&lt;b&gt;q" in out
-    assert "No expansions yet" in rewards_html(tree)
