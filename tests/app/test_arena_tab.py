@@ -106,3 +106,13 @@ def test_closing_the_generation_early_leaves_nothing_behind(svc, tmp_path):
     backend = svc.policies._backend
     assert backend is not None and backend.list_adapters() == []  # the adapter's side never started
     assert backend.active_adapter is None
+
+
+def test_the_adapter_picker_lists_the_registry_and_a_local_model_is_named_by_its_folder(svc, tmp_path):
+    from app.handlers.arena import _model_label, adapter_choices
+
+    assert adapter_choices(svc) == [("none (base model only)", "")]
+    register(svc, "r1", make_adapter(svc.cfg, svc.cfg.policy.model, tmp_path / "r1", seed=3))
+    assert adapter_choices(svc)[1:] == [("adapter r1", "lm:r1")]
+    assert _model_label(svc.cfg.policy.model) == "model"  # the tiny model's folder
+    assert _model_label("HuggingFaceTB/SmolLM2") == "HuggingFaceTB/SmolLM2"
