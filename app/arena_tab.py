@@ -17,10 +17,16 @@ from app.wiring import on
 
 __all__ = ["build_tab"]
 
+_started: dict[str, int] = {}  # browser session -> generations started (see on_stop)
+
 _IDLE_BASE = "Pick a question, then Generate: the base model's reply appears here."
 _IDLE_ADAPTER = "Pick an adapter to see its reply next to the base model's."
 _SETTLE_S = 1.5  # > the handler's status interval (0.5 s)
 _STOPPED = "No reply: the generation was stopped. Generate to start again."
+
+
+def _session(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or ""
 
 
 def build_tab(svc: Services) -> gr.Tab:
@@ -69,15 +75,18 @@ def build_tab(svc: Services) -> gr.Tab:
             return adapters, gr.skip()
         return adapters, on_data(path)
 
-    def on_run(path, qid, text, chosen, budget, with_demo):
-        request = ha.ArenaRequest(path or "", qid or "", text or "", chosen or "", int(budget or 0),
-                                  bool(with_demo))
-        for st in ha.arena_generate(svc, request):
+    def on_run(path, qid, text, chosen, budget, with_demo, request: gr.Request):
+        asked = ha.ArenaRequest(path or "", qid or "", text or "", chosen or "", int(budget or 0), bool(with_demo))
+        session = _session(request)
+        _started[session] = _started.get(session, 0) + 1
+        for st in ha.arena_generate(svc, asked):
             yield (st.status, gr.skip() if st.base is None else st.base,
                    gr.skip() if st.adapter is None else st.adapter, True)
         yield gr.skip(), gr.skip(), gr.skip(), False  # done: Stop has nothing to cancel any more
 
-    def on_stop(was_running):
+    def on_stop(was_running, request: gr.Request):
+        session = _session(request)
+        started = _started.get(session, 0)
         if not was_running:  # nothing runs: keep the replies on show
             yield views.message_html("Nothing is generating.", "info"), gr.skip(), gr.skip(), False
             return
@@ -88,7 +97,8 @@ def build_tab(svc: Services) -> gr.Tab:
         # Gradio runs the cancel as its own event, beside this one: an update the generation sent just before it
         # was cancelled can arrive after the lines above, so they are sent again once it surely has
         time.sleep(_SETTLE_S)
-        yield stopped
+        if _started.get(session, 0) == started:  # not when Generate was pressed again meanwhile
+            yield stopped
 
     on(tab.select, on_select, [data_dd, question_dd], [adapter, question_dd], api_visibility="private")
     on(data_dd.select, on_data, data_dd, question_dd)

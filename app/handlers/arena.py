@@ -177,22 +177,28 @@ def arena_generate(svc: Services, request: ArenaRequest, poll: float = 0.5) -> I
             label = f"{model} (base)" if choice == BASE else f"{model} + adapter {choice[3:]}"
             loading = provider.pending_load(choice, lookup)
 
-            def run(choice: str = choice) -> tuple[ArenaOutput, float] | None:
+            writing = threading.Event()  # set once this side holds the model and writes
+
+            def run(choice: str = choice, writing: threading.Event = writing) -> tuple[ArenaOutput, float] | None:
                 backend, name = provider.backend_for(choice, lookup)
                 with provider.lock:
                     if cancelled.is_set():
                         return None
                     provider.use(name)
+                    writing.set()
                     start = time.perf_counter()
                     out = ArenaGenerator(backend, task.cfg).generate(task.question, task.references)
                     return out, time.perf_counter() - start
 
             done, box = _in_thread(run)
-            start = time.perf_counter()
-            doing = f"{loading.rstrip('…')}, then generating" if loading else "generating"
+            began: float | None = None  # when this side was first seen writing
             while not done.wait(poll):
-                msg = (f"{label}: {doing}… {time.perf_counter() - start:.0f} s "
-                       f"(a reply of up to {task.cfg.max_new_tokens} tokens)")
+                if writing.is_set():
+                    began = began if began is not None else time.perf_counter()
+                    msg = (f"{label}: generating… {time.perf_counter() - began:.0f} s "
+                           f"(a reply of up to {task.cfg.max_new_tokens} tokens)")
+                else:  # loading, or another reply (e.g. a stopped one) still holds the model
+                    msg = f"{label}: {loading or 'waiting for the model (another reply is finishing)…'}"
                 yield ArenaStatus(views.message_html(msg, "info"), None, None)
             if "error" in box:
                 raise box["error"]

@@ -116,3 +116,12 @@ def test_the_adapter_picker_lists_the_registry_and_a_local_model_is_named_by_its
     assert adapter_choices(svc)[1:] == [("adapter r1", "lm:r1")]
     assert _model_label(svc.cfg.policy.model) == "model"  # the tiny model's folder
     assert _model_label("HuggingFaceTB/SmolLM2") == "HuggingFaceTB/SmolLM2"
+
+
+def test_while_another_reply_holds_the_model_the_status_says_it_waits(svc):
+    svc.policies.backend_for("lm:base")  # the model is loaded: nothing to load first
+    run = arena_generate(svc, ArenaRequest(question_id="demo-002", max_new_tokens=4), poll=0.02)
+    with svc.policies.lock:  # e.g. a stopped reply still finishing
+        waiting = [next(run).status for _ in range(4)][1:]
+    assert all("waiting for the model (another reply is finishing)" in s for s in waiting)
+    assert "Generated the base model&#x27;s reply" in list(run)[-1].status
