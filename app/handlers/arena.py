@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, format_reward, gold_reference_ids
@@ -30,8 +30,8 @@ from app.policies import BASE, LIVE
 from app.services import Services
 from app.handlers.common import adapter_lookup
 
-__all__ = ["ArenaRequest", "ArenaTask", "ArenaStatus", "MAX_TOKENS_LIMIT", "adapter_choices", "prepare_task",
-           "task_rewards", "side_html", "empty_side", "arena_generate"]
+__all__ = ["ArenaRequest", "ArenaTask", "ArenaStatus", "MAX_TOKENS_LIMIT", "NO_ADAPTER", "adapter_choices",
+           "prepare_task", "task_rewards", "side_html", "empty_side", "arena_generate"]
 
 MAX_TOKENS_LIMIT = 2048  # the reply budget the page allows
 NO_ADAPTER = ""  # the adapter picker's "none": the base model only
