@@ -163,6 +163,23 @@ class PolicyProvider:
             sample=lambda view, k, temperature, seed: self._sample(lm, name, view, k, temperature, seed),
         )
 
+    def backend_for(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None = None
+                    ) -> tuple[TransformersBackend, str | None]:
+        """(the shared backend, the adapter name or None for the base model) for an LM choice ("lm:base",
+        "lm:live" or "lm:<name>"), the model and the adapter loaded; the caller runs it under `lock` after
+        `use(name)` (ARENA's generator, which is not an episode policy)."""
+        if not choice.startswith("lm:"):
+            raise ValueError(f"{choice!r} is not a language-model choice ({BASE}, {LIVE} or lm:<adapter>)")
+        adapter = self._adapter_for(choice, adapter_lookup)
+        backend = self._get_backend()
+        if adapter is not None:
+            self._ensure_adapter(backend, adapter.name, adapter.path)
+        return backend, adapter.name if adapter is not None else None
+
+    def model_name(self) -> str:
+        """The policy model's name as the page shows it."""
+        return self._model_name()
+
     def warm(self) -> None:
         """Load the language model now and cache the prompt heads every episode shares (`LMPolicy.warm_up`), so the
         first Step after a start is as fast as later ones (FeatureUnavailable when the policy package is missing)."""

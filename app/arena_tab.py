@@ -1,0 +1,109 @@
+"""The ARENA tab: one question answered by ARENA's citing generator with the policy model, the base model and an
+adapter of the registry side by side (generated one after the other), each reply with its relevance list against
+the gold references, the analysis with every [i] linked to its reference, the answer, the four rewards and where
+the format failed (`app/handlers/arena.py`, rendered by `app/arena_view.py`). Stop cancels a generation."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from evorag_core.reader.arena.prompt import ArenaConfig
+
+from app import handlers, views
+from app.handlers import arena as ha
+from app.services import Services
+from app.wiring import on
+
+__all__ = ["build_tab"]
+
+_started: dict[str, int] = {}  # browser session -> generations started (see on_stop)
+
+_IDLE_BASE = "Pick a question, then Generate: the base model's reply appears here."
+_IDLE_ADAPTER = "Pick an adapter to see its reply next to the base model's."
+_SETTLE_S = 1.5  # > the handler's status interval (0.5 s)
+_STOPPED = "No reply: the generation was stopped. Generate to start again."
+
+
+def _session(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or ""
+
+
+def build_tab(svc: Services) -> gr.Tab:
+    """The tab (created inside the caller's `gr.Tabs`); it reloads its pickers when selected."""
+    files = handlers.data_choices(svc)
+    with gr.Tab("ARENA", id="arena", elem_id="evo-arena-tab") as tab:
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                data_dd = gr.Dropdown(choices=files, value=files[0][1] if files else None, label="Data file",
+                                      elem_id="evo-arena-data")
+                question_dd = gr.Dropdown(label="Question (its passages are the references)", choices=[],
+                                          elem_id="evo-arena-question")
+                typed = gr.Textbox(label="Or type a question", lines=2, elem_id="evo-arena-typed",
+                                   placeholder="asked over the picked question's references; no gold, so only the "
+                                               "format reward is scored")
+                adapter = gr.Dropdown(choices=ha.adapter_choices(svc), value=ha.NO_ADAPTER,
+                                      label="Adapter (second column)", elem_id="evo-arena-adapter")
+                with gr.Row():
+                    tokens = gr.Number(value=ArenaConfig().max_new_tokens, precision=0, minimum=1,
+                                       maximum=ha.MAX_TOKENS_LIMIT, label="Reply budget (tokens)",
+                                       elem_id="evo-arena-tokens")
+                    demo = gr.Checkbox(value=False, label="Demonstration first", elem_id="evo-arena-demo",
+                                       info="one worked example before the question (the paper has none)")
+                with gr.Row():
+                    run = gr.Button("Generate", variant="primary", elem_id="evo-arena-run")
+                    stop = gr.Button("Stop", variant="stop", elem_id="evo-arena-stop")
+            with gr.Column(scale=3):
+                busy = gr.State(False)  # a generation is running (Stop clears the columns only then)
+                status = gr.HTML(elem_id="evo-arena-status")
+                with gr.Row(equal_height=False):
+                    with gr.Column(min_width=360):
+                        gr.Markdown("#### Base model")
+                        base_out = gr.HTML(ha.empty_side(_IDLE_BASE), elem_id="evo-arena-base")
+                    with gr.Column(min_width=360):
+                        gr.Markdown("#### Adapter")
+                        adapter_out = gr.HTML(ha.empty_side(_IDLE_ADAPTER), elem_id="evo-arena-adapter-out")
+
+    def on_data(path):
+        info = handlers.load_data(svc, path)
+        return gr.Dropdown(choices=info.questions, value=info.questions[0][1] if info.questions else None)
+
+    def on_select(path, question):
+        """When the tab is shown: the registry's adapters (new ones appear) and, the first time, the questions."""
+        adapters = gr.Dropdown(choices=ha.adapter_choices(svc))
+        if question:
+            return adapters, gr.skip()
+        return adapters, on_data(path)
+
+    def on_run(path, qid, text, chosen, budget, with_demo, request: gr.Request):
+        asked = ha.ArenaRequest(path or "", qid or "", text or "", chosen or "", int(budget or 0), bool(with_demo))
+        session = _session(request)
+        _started[session] = _started.get(session, 0) + 1
+        for st in ha.arena_generate(svc, asked):
+            yield (st.status, gr.skip() if st.base is None else st.base,
+                   gr.skip() if st.adapter is None else st.adapter, True)
+        yield gr.skip(), gr.skip(), gr.skip(), False  # done: Stop has nothing to cancel any more
+
+    def on_stop(was_running, request: gr.Request):
+        session = _session(request)
+        started = _started.get(session, 0)
+        if not was_running:  # nothing runs: keep the replies on show
+            yield views.message_html("Nothing is generating.", "info"), gr.skip(), gr.skip(), False
+            return
+        stopped = (views.message_html("Stopped: nothing was kept (a reply in progress finishes in the background "
+                                      "and is discarded).", "warn"),
+                   ha.empty_side(_STOPPED), ha.empty_side(_STOPPED), False)
+        yield stopped
+        # Gradio runs the cancel as its own event, beside this one: an update the generation sent just before it
+        # was cancelled can arrive after the lines above, so they are sent again once it surely has
+        time.sleep(_SETTLE_S)
+        if _started.get(session, 0) == started:  # not when Generate was pressed again meanwhile
+            yield stopped
+
+    on(tab.select, on_select, [data_dd, question_dd], [adapter, question_dd], api_visibility="private")
+    on(data_dd.select, on_data, data_dd, question_dd)
+    outputs = [status, base_out, adapter_out, busy]
+    running = on(run.click, on_run, [data_dd, question_dd, typed, adapter, tokens, demo], outputs,
+                 show_progress="minimal")
+    on(stop.click, on_stop, busy, outputs, cancels=[running], api_visibility="private", show_progress="hidden")
+    return tab
