@@ -120,6 +120,7 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         "loss_history": [[h["step"], h["loss"]] for h in steps],
         "margin_history": [[h["step"], h.get("rewards/margins")] for h in steps],
         "accuracy_history": [[h["step"], h.get("rewards/accuracies")] for h in steps],
+        "step_history": [{k: h[k] for k in ("step", *_DPO_LOGGED) if k in h} for h in steps],
         "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
         "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
         "config": job.raw, "train_config": dataclasses.asdict(job.train),
