@@ -16,6 +16,7 @@ from typing import Any
 
 import gradio as gr
 
+from evorag_core.errors import EvoRagError
 from evorag_core.objectives import OBJECTIVES as REGISTRY
 
 from app import handlers, views
@@ -138,8 +139,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             done = th.launch_job(svc, obj, given)
             msg = views.message_html(done.message, "warn" if done.capped else "ok")
             round_id = done.round_id
-        except ValueError as exc:  # refused (nothing available, a bad value): said where the user looks
-            msg = views.message_html(str(exc), "error")
+        except (ValueError, EvoRagError) as exc:  # refused (nothing available, a bad value or file): said where
+            msg = views.message_html(str(exc), "error")  # the user looks
         return (msg, *refresh(shown, obj, given["source"], given["stage"], given["data"], picked), round_id)
 
     def on_objective(obj, src, stg, dat):

@@ -2,6 +2,7 @@
 progress and history, cancel it, list and activate adapters, and the page header's live status."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -94,12 +95,21 @@ def available(svc: Services, objective: str, source: str | None = None, stage: s
     return "episodes", store.count_finished_episodes(stage=stage)
 
 
+_USABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {need: question ids} (timer ticks)
+
+
 def _usable_questions(svc: Services, objective: str, data: str | None) -> list[str]:
-    """Ids of the data file's questions a round of `objective` trains on (in file order)."""
+    """Ids of the data file's questions a round of `objective` trains on (in file order), worked out once per
+    loaded data file (the availability line is recomputed on every timer tick)."""
     rt = svc.runtime(data or None)
-    if _QUESTION_NEEDS.get(objective) == "passages":
-        return [q.id for q in rt.dataset.questions if q.passages]
-    return [q.id for q in rt.dataset.questions if rt.corpus_for(q).gold_for(q)]
+    need = _QUESTION_NEEDS.get(objective, "gold")
+    known = _USABLE.setdefault(rt, {})
+    if need not in known:
+        if need == "passages":
+            known[need] = [q.id for q in rt.dataset.questions if q.passages]
+        else:
+            known[need] = [q.id for q in rt.dataset.questions if rt.corpus_for(q).gold_for(q)]
+    return known[need]
 
 
 def availability_text(svc: Services, objective: str, source: str | None = None, stage: str | None = None,
@@ -163,7 +173,9 @@ def launch_job(svc: Services, objective: str, values: Mapping[str, Any]) -> Laun
     if what == "questions":
         settings = job.setdefault(section, {})
         offset = int(settings.get("offset") or 0)
-        n_available = max(n_available - offset, 0) if offset else n_available
+        if offset:  # the rounds skip the file's first `offset` questions, then keep the usable ones
+            usable = set(_usable_questions(svc, objective, job.get("data")))
+            n_available = sum(q.id in usable for q in svc.runtime(job.get("data")).dataset.questions[offset:])
         asked = int(settings.get("questions") or 0) or n_available  # dynakrag: 0 explores every question
     else:
         asked = int(job.get(what) or 0)

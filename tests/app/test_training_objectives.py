@@ -181,8 +181,12 @@ def test_dpo_round_charts_its_margin_and_accuracy(svc):
     store.add_pairs([NewPair(f"state {i}", "SEARCH: a", "ANSWER: b", source="human") for i in range(2)])
     rid = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
     assert store.claim_round("w", 60).id == rid
-    store.heartbeat(rid, "w", {"step": 1, "total": 4, "loss": 0.69, "rewards/margins": 0.1,
-                               "rewards/accuracies": 0.5, "elapsed_s": 1.0, "phase": "train"})
+    from training.dpo_round import _forward_progress
+
+    reports: list[dict] = []  # what a DPO round reports for a TRL log line (the keys the charts read)
+    _forward_progress(reports.append)({"step": 1, "max_steps": 4, "loss": 0.69, "rewards/margins": 0.1,
+                                       "rewards/accuracies": 0.5, "elapsed_s": 1.0})
+    store.heartbeat(rid, "w", {**reports[0], "phase": "train"})
     view = th.training_view(svc)
     assert [shown for _, shown in view.charts] == [True, True] and not view.kl_visible
-    assert view.charts[0][0].data[0].name == "rewards/margins"
+    assert view.charts[0][0].data[0].name == "margin" and list(view.charts[1][0].data[0].y) == [0.5]
