@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from evorag_core.objectives import OBJECTIVES
+
 from app.views import esc
 
 if TYPE_CHECKING:
     from evorag_core.store import Round
 
-__all__ = ["PHASES", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration", "progress_html",
-           "integer_steps", "log_html"]
+__all__ = ["PHASES", "phase_labels", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration",
+           "progress_html", "integer_steps", "log_html"]
 
 # The worker's phase names (training/job.py `phase`, "train" from the step reports) and how people read them.
 PHASES: tuple[tuple[str, str], ...] = (
@@ -32,6 +34,8 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("register", "registering"),
 )
 _ORDER = {name: i for i, (name, _) in enumerate(PHASES)}
+# How the last two phases read for an objective whose product is not an adapter (registry `artifact`).
+_ARTIFACT_LABELS = {"controller": {"save": "saving controller", "register": "installing controller"}}
 _FINAL = ("succeeded", "failed", "cancelled")
 
 STYLE = (
@@ -89,11 +93,18 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def _phase_strip(phase: str, stopped_at: str | None) -> str:
+def phase_labels(objective: str) -> dict[str, str]:
+    """Phase name -> how it reads for a round of `objective` (DynaKrag saves and installs a controller)."""
+    known = OBJECTIVES.get(objective)
+    return {**dict(PHASES), **_ARTIFACT_LABELS.get(known.artifact if known is not None else "adapter", {})}
+
+
+def _phase_strip(phase: str, stopped_at: str | None, labels: dict[str, str]) -> str:
     """The five phases as chips: done, current (or where a failed/cancelled round stopped), to come."""
     at = _ORDER.get(stopped_at or phase)
     items = []
-    for i, (name, label) in enumerate(PHASES):
+    for i, (name, _) in enumerate(PHASES):
+        label = labels[name]
         if phase == "succeeded" or (at is not None and i < at):
             cls = "done"
         elif at is not None and i == at:
@@ -109,12 +120,13 @@ def progress_html(r: Round, now: datetime) -> str:
     elapsed time and ETA (see the module docstring)."""
     prog = dict(r.progress or {})
     phase = phase_of(r)
+    labels = phase_labels(r.objective)
     step, total = prog.get("step"), prog.get("total")
     count = f" · step {int(step or 0)}/{int(total)}" if total else ""
     if phase == "queued":
         status = "waiting for a worker" if r.status_label == "queued" else r.status_label
     elif r.status == "running":
-        label = dict(PHASES).get(phase, "starting")
+        label = labels.get(phase, "starting")
         status = f"{r.status_label} · {label}"
         if r.status_label == "cancelling":
             status = f"cancelling · stops at the next step ({label})"
@@ -138,7 +150,7 @@ def progress_html(r: Round, now: datetime) -> str:
     return (
         f'{STYLE}<div class="evo-progress" data-status="{esc(r.status)}" data-phase="{esc(phase)}">'
         f'<div class="evo-progress-label">{esc(f"Round #{r.id} ({r.objective})")} — <b>{esc(status)}</b>'
-        f'{esc(count)}</div>{_phase_strip(phase, stopped)}'
+        f'{esc(count)}</div>{_phase_strip(phase, stopped, labels)}'
         f'<div class="evo-bar"><div class="evo-fill {esc(r.status)}" style="width:{frac * 100:.1f}%"></div></div>'
         f'<div class="evo-progress-times">{esc(" · ".join(times))}</div></div>'
     )

@@ -119,6 +119,7 @@ class Services:
         self.extra_files: list[Path] = []  # uploaded or typed data files, newest last
         self.loss_history: dict[int, list[tuple[float, float]]] = {}  # round id -> (step, loss) seen by the UI
         self.kl_history: dict[int, list[dict[str, float]]] = {}  # round id -> {step, kl...} rows seen by the UI
+        self.step_history: dict[int, list[dict[str, float]]] = {}  # round id -> {step, metric...} rows seen by the UI
         self.warm_status = ""  # what the background warm-up is loading now ("" when idle or done)
         self._lock = threading.RLock()
         self._runtimes: OrderedDict[Path, Runtime] = OrderedDict()

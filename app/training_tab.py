@@ -1,11 +1,15 @@
 """Studio tab: Training. Layout and event wiring only; every value comes from `handlers.training`.
 
-Launch is checked against what exists (the pairs or episodes available for the objective are shown beside the
-fields; a larger request is capped, with a message, and none available refuses it). The newest round's progress
-shows its phase, step i/N, elapsed time and ETA; queued and running rounds can be cancelled. The KL panel is shown
-only for objectives that log a KL (not DPO). The log panel shows the newest (or the picked) round's log lines as its
-worker stored them, newest at the bottom, kept scrolled to the bottom unless the reader scrolled up. A 2 s timer
-refreshes what changed (the log only when new lines arrived).
+Every objective the worker runs can be launched here (dpo, grpo, ppo, arena-grpo, r2ag-grpo, dynakrag): the tab
+shows the fields the picked objective reads (the registry's `Objective.fields`, each drawn as
+app/training_fields.py says) and hides the others. Launch is checked against what exists (the pairs, episodes or
+data-file questions available for the objective are shown beside the fields; a larger request is capped, with a
+message, and none available refuses it). The newest round's progress shows its phase, step i/N, elapsed time and
+ETA; queued and running rounds can be cancelled. Its charts: the loss (hidden for an objective that logs none),
+the KL (only for objectives that log one) and the objective's own metrics (registry `charts`, each shown once the
+round reported it). The log panel shows the newest (or the picked) round's log lines as its worker stored them, newest at the
+bottom, kept scrolled to the bottom unless the reader scrolled up. A 2 s timer refreshes what changed (the log only
+when new lines arrived).
 """
 from __future__ import annotations
 
@@ -14,17 +18,18 @@ from typing import Any
 
 import gradio as gr
 
-from evorag_core.env.scheduler import STAGES
-from evorag_core.store.records import PAIR_SOURCES
+from evorag_core.errors import EvoRagError
+from evorag_core.objectives import OBJECTIVES as REGISTRY
 
 from app import handlers, views
+from app import training_fields as tf
 from app.handlers import training as th
 from app.services import Services
 from app.wiring import TIMER_SECONDS, on
 
 __all__ = ["LR_STEP", "TrainingTab", "build_tab"]
 
-LR_STEP = 1e-5  # ArrowUp on 5e-5 gives 6e-5 (Gradio's default step 1 would give 1.00005)
+LR_STEP = tf.LR_STEP
 
 # The log panel stays scrolled to its newest line after each update, unless the reader scrolled up to read (then it
 # keeps their place); `watch` runs after Gradio re-rendered the HTML with a new value.
@@ -47,31 +52,37 @@ class TrainingTab:
     compare: gr.Button  # "Compare with base": wired by ui.py to the Compare tab
 
 
+def _field(spec: tf.FieldSpec, value: Any, visible: bool, svc: Services) -> gr.components.Component:
+    common = dict(label=spec.label, elem_id=spec.elem_id, visible=visible)
+    if spec.kind == "data":
+        return gr.Dropdown(svc.data_files(), value=value, allow_custom_value=True, **common)
+    if spec.kind == "choice":
+        return gr.Dropdown(list(spec.choices), value=value, min_width=150, **common)
+    if spec.kind == "radio":
+        return gr.Radio(list(spec.choices), value=value, min_width=150, **common)
+    return gr.Number(value=value, precision=0 if spec.kind == "int" else None, minimum=spec.minimum,
+                     step=spec.step, min_width=150, **common)
+
+
 def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) -> TrainingTab:
     """The Training tab's components and events (refreshed by a timer and when `tab` is selected)."""
 
     t = svc.cfg.train
+    defaults = tf.defaults(svc.cfg, str(svc.default_data))
+    shown_fields = tf.fields_of(t.objective)
     names_state = gr.State({})  # what the training outputs last showed (see `refresh`)
+    fields: dict[str, gr.components.Component] = {}
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             objective = gr.Dropdown(list(handlers.OBJECTIVES), value=t.objective, label="Objective",
                                     elem_id="evo-objective")
-            with gr.Row():
-                n_pairs = gr.Number(value=64, precision=0, minimum=1, step=1, label="Pairs to use (DPO)",
-                                    elem_id="evo-n-pairs")
-                n_episodes = gr.Number(value=32, precision=0, minimum=1, step=1, label="Episodes (GRPO/PPO)",
-                                       elem_id="evo-n-episodes")
+            summary = gr.HTML(_summary(t.objective), elem_id="evo-objective-summary")
+            fields["data"] = _field(tf.spec("data"), defaults["data"], "data" in shown_fields, svc)
             available = gr.HTML(elem_id="evo-available-box")
-            with gr.Row():
-                epochs = gr.Number(value=t.epochs, precision=0, minimum=1, step=1, label="Epochs", elem_id="evo-epochs")
-                lr = gr.Number(value=t.lr, step=LR_STEP, label="Learning rate (e.g. 5e-5)", elem_id="evo-lr")
-            with gr.Row():
-                kl = gr.Radio(list(handlers.KL_ESTIMATORS), value=t.kl, label="KL estimator")
-                max_steps = gr.Number(value=0, precision=0, minimum=0, step=1, label="Max steps (0: no cap)",
-                                      elem_id="evo-max-steps")
-            with gr.Row():
-                source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Pair source")
-                stage = gr.Dropdown(["all", *STAGES], value="all", label="Pair stage")
+            with gr.Row(elem_id="evo-train-fields"):
+                for spec in tf.FIELDS:
+                    if spec.key != "data":
+                        fields[spec.key] = _field(spec, defaults[spec.key], spec.key in shown_fields, svc)
             launch = gr.Button("Launch round", variant="primary", elem_id="evo-launch")
             launch_msg = gr.HTML(elem_id="evo-launch-msg")
         with gr.Column(scale=2):
@@ -84,6 +95,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             cancel_msg = gr.HTML(elem_id="evo-cancel-msg")
             loss = gr.Plot(label="Loss", elem_id="evo-loss")
             kl_plot = gr.Plot(label="KL to the reference", elem_id="evo-kl", visible=False)
+            metric_plots = [gr.Plot(label="Round metrics", elem_id=f"evo-metric-{i}", visible=False)
+                            for i in range(th.MAX_CHARTS)]
             log_pick = gr.Dropdown(label="Round log", choices=[("newest round", th.LOG_NEWEST)], value=th.LOG_NEWEST,
                                    elem_id="evo-log-pick")
             log_box = gr.HTML(elem_id="evo-round-log", js_on_load=LOG_SCROLL_JS)
@@ -99,7 +112,9 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         live = gr.HTML(elem_id="evo-live-box")
     act_msg = gr.HTML()
 
-    def refresh(shown: dict | None, obj: str, src: str, stg: str, picked: Any,
+    source, stage, data = fields["source"], fields["stage"], fields["data"]
+
+    def refresh(shown: dict | None, obj: str, src: str, stg: str, dat: str, picked: Any,
                 log_picked: Any = th.LOG_NEWEST) -> tuple:
         """New values for the outputs that changed since the last refresh (gr.skip() for the others), so that a
         timer tick costs the browser nothing when nothing happened."""
@@ -107,9 +122,10 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         view = handlers.training_view(svc)
         live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
         log_key, log_html = th.round_log(svc, th.log_round_id(log_picked, view.newest_id), shown.get("log"))
-        fresh = {"progress": view.progress, "loss": view.loss_key, "kl": (view.kl_key, view.kl_visible),
+        fresh = {"progress": view.progress, "loss": (view.loss_key, view.loss_visible),
+                 "kl": (view.kl_key, view.kl_visible), "charts": (view.charts_key, tuple(v for _, v in view.charts)),
                  "rounds": view.rounds, "adapters": view.adapters, "live": live_html, "names": view.adapter_names,
-                 "cancellable": view.cancellable, "available": th.availability_text(svc, obj, src, stg),
+                 "cancellable": view.cancellable, "available": th.availability_text(svc, obj, src, stg, dat),
                  "log": log_key, "log_choices": view.log_choices}
 
         def send(key: str, value: Any) -> Any:
@@ -118,7 +134,12 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         names_changed = shown.get("names") != view.adapter_names
         pick = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()
         pol = gr.Dropdown(choices=handlers.policy_options(svc)) if names_changed else gr.skip()
+        loss_out = (gr.Plot(value=view.loss, visible=view.loss_visible) if shown.get("loss") != fresh["loss"]
+                    else gr.skip())
         kl_out = gr.Plot(value=view.kl, visible=view.kl_visible) if shown.get("kl") != fresh["kl"] else gr.skip()
+        charts_changed = shown.get("charts") != fresh["charts"]
+        chart_outs = [gr.Plot(value=fig, visible=visible) if charts_changed else gr.skip()
+                      for fig, visible in view.charts]
         ids = [i for _, i in view.cancellable]
         changed = shown.get("cancellable") != view.cancellable
         cancel_out = (gr.Dropdown(choices=view.cancellable, value=picked if picked in ids else (ids[0] if ids else None))
@@ -127,23 +148,34 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         log_out = log_html if log_html is not None else gr.skip()  # no new line: nothing re-rendered
         log_pick_out = (gr.Dropdown(choices=view.log_choices) if shown.get("log_choices") != view.log_choices
                         else gr.skip())
-        return (send("progress", view.progress), send("loss", view.loss), kl_out, send("rounds", view.rounds),
+        return (send("progress", view.progress), loss_out, kl_out, *chart_outs, send("rounds", view.rounds),
                 send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
                 send("available", fresh["available"]), log_out, log_pick_out)
 
-    outs = [progress, loss, kl_plot, rounds, adapters, adapter_dd, live, names_state, policy_dd, cancel_dd, cancel,
-            available, log_box, log_pick]
-    watched = [names_state, objective, source, stage, cancel_dd, log_pick]
+    outs = [progress, loss, kl_plot, *metric_plots, rounds, adapters, adapter_dd, live, names_state, policy_dd,
+            cancel_dd, cancel, available, log_box, log_pick]
+    watched = [names_state, objective, source, stage, data, cancel_dd, log_pick]
+    field_list = [fields[k] for k in tf.FIELD_KEYS]
 
-    def on_launch(obj, n, ep, rate, k, src, stg, n_ep, cap, shown, picked, log_picked):
+    def on_launch(obj, shown, picked, log_picked, *values):
         round_id = None
+        given = dict(zip(tf.FIELD_KEYS, values))
         try:
-            done = th.launch(svc, obj, n, ep, rate, k, src, stg, n_ep, cap)
+            done = th.launch_job(svc, obj, given)
             msg = views.message_html(done.message, "warn" if done.capped else "ok")
             round_id = done.round_id
-        except ValueError as exc:  # refused (nothing available, a bad value): said where the user looks
-            msg = views.message_html(str(exc), "error")
-        return (msg, *refresh(shown, obj, src, stg, picked, log_picked), round_id)
+        except (ValueError, EvoRagError) as exc:  # refused (nothing available, a bad value or file): said where
+            msg = views.message_html(str(exc), "error")  # the user looks
+        return (msg, *refresh(shown, obj, given["source"], given["stage"], given["data"], picked, log_picked),
+                round_id)
+
+    def on_objective(obj, src, stg, dat):
+        """Show the objective's fields, hide the others; its own defaults; its availability line."""
+        keys = tf.fields_of(obj)
+        switched = tf.switch_values(obj, defaults)
+        updates = [gr.update(visible=k in keys, **({"value": switched[k]} if k in switched else {}))
+                   for k in tf.FIELD_KEYS]
+        return (_summary(obj), *updates, th.availability_text(svc, obj, src, stg, dat))
 
     def clear_when_ended(round_id):
         """The launch message ("Round #1 queued…") goes once its round has ended: the Rounds table tells the rest."""
@@ -151,28 +183,29 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             return gr.skip(), gr.skip()
         return "", None
 
-    def on_cancel(picked, shown, obj, src, stg, log_picked):
+    def on_cancel(picked, shown, obj, src, stg, dat, log_picked):
         msg = th.cancel_round(svc, picked)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked, log_picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
 
-    def on_activate(name, shown, obj, src, stg, picked, log_picked):
+    def on_activate(name, shown, obj, src, stg, dat, picked, log_picked):
         msg = handlers.activate_adapter(svc, name)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked, log_picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
 
-    def on_base(shown, obj, src, stg, picked, log_picked):
+    def on_base(shown, obj, src, stg, dat, picked, log_picked):
         msg = handlers.use_base_model(svc)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, picked, log_picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
 
     launched = gr.State(None)  # the round the launch message is about
-    on(launch.click, on_launch, [objective, n_pairs, epochs, lr, kl, source, stage, n_episodes, max_steps, names_state,
-                                 cancel_dd, log_pick], [launch_msg, *outs, launched])
-    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage, log_pick], [cancel_msg, *outs])
+    on(launch.click, on_launch, [objective, names_state, cancel_dd, log_pick, *field_list], [launch_msg, *outs, launched])
+    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage, data, log_pick], [cancel_msg, *outs])
     on(log_pick.input, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
     on(activate.click, on_activate, [adapter_dd, *watched], [act_msg, *outs])
     on(base.click, on_base, watched, [act_msg, *outs])
-    for changed in (objective.change, source.change, stage.change):
-        on(changed, lambda o, s, g: th.availability_text(svc, o, s, g), [objective, source, stage], available,
-           quiet=True, show_progress="hidden", api_visibility="private")
+    on(objective.change, on_objective, [objective, source, stage, data], [summary, *field_list, available],
+       quiet=True, show_progress="hidden", api_visibility="private")
+    for changed in (source.change, stage.change, data.change):
+        on(changed, lambda o, s, g, d: th.availability_text(svc, o, s, g, d), [objective, source, stage, data],
+           available, quiet=True, show_progress="hidden", api_visibility="private")
     if tab is not None:
         on(tab.select, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
     timer = gr.Timer(TIMER_SECONDS)
@@ -181,3 +214,9 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
     on(timer.tick, clear_when_ended, launched, [launch_msg, launched], quiet=True, show_progress="hidden",
        concurrency_limit=None, trigger_mode="once", api_visibility="private")
     return TrainingTab(adapter_dd, compare)
+
+
+def _summary(objective: str) -> str:
+    known = REGISTRY.get(objective)
+    text = known.summary if known is not None else ""
+    return f'<div class="evo-objective-summary">{views.esc(text)}</div>'

@@ -34,6 +34,7 @@ __all__ = [
     "counts_html",
     "progress_html",
     "kl_figure",
+    "metric_figure",
     "loss_figure",
     "empty_figure",
 ]
@@ -321,6 +322,23 @@ def kl_figure(rows: Sequence[Mapping[str, float]], title: str = "KL to the refer
     fig.update_layout(title=dict(text=title, font=dict(size=14)), showlegend=True, **_FIG_LAYOUT)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="mean token KL")
+    return fig
+
+
+METRIC_COLORS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#c62828", "#00838f")
+
+
+def metric_figure(rows: Sequence[Mapping[str, float]], keys: Sequence[str], title: str, y: str = "value") -> go.Figure:
+    """Per-step values of a round: one line per key of `keys` that some row carries (rows are {step, key: value})."""
+    present = [k for k in keys if any(k in r for r in rows)]
+    if not present:
+        return empty_figure(title, "not reported yet")
+    fig = go.Figure([go.Scatter(x=[r["step"] for r in rows if k in r], y=[r[k] for r in rows if k in r],
+                                mode="lines+markers", name=k, line=dict(color=METRIC_COLORS[i % len(METRIC_COLORS)]))
+                     for i, k in enumerate(present)])
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), showlegend=len(present) > 1, **_FIG_LAYOUT)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text=y)
     return fig
 
 

@@ -1,36 +1,83 @@
 """The training objectives, one registry: the CLI (`evorag train --objective`), the settings check (`[train]
 objective`), the worker (which training module runs a queued round) and the studio's Training tab all read it.
 
-An objective either runs as a queued round (`module`: the `training` module whose `run(job, store, on_progress)` the
-worker calls) or, for DynaKrag's controller fit, in the CLI's own process (`module` None). `data` is what a round
-trains on; `studio` marks the objectives the Training tab launches with its fields; `logs_kl` whether a round logs a
-per-step KL to its reference (the tab's KL chart)."""
+Every objective runs as a queued round: `module` is the `training` module whose `run(job, store, on_progress)` the
+worker calls. `in_process` marks the one that `evorag train` runs in its own process instead of queueing it
+(DynaKrag's controller fit: seconds of forests after the exploration's LM calls). `data` is what a round trains on;
+`artifact` what it produces (a LoRA adapter registered in the store, or the DynaKrag controller folder that
+`evorag eval --method dynakrag` loads); `studio` marks the objectives the Training tab launches; `logs_kl` whether a
+round logs a per-step KL to its reference (the tab's KL chart), `logs_loss` whether it logs a loss per step.
+
+`fields` are the job keys a round of the objective reads, in the order the Training tab shows them (the keys of
+training/job.py; `section.key` is a key of a nested settings object: `arena` / `r2ag` (the GRPO configs of
+training/arena_grpo.py and training/r2ag_grpo.py), `dynakrag` (the `[dynakrag]` section for this round)).
+`charts` are the per-step metrics the round reports in its progress dicts (besides loss and KL), one chart each.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Mapping
 
-__all__ = ["Objective", "OBJECTIVES", "WORKER_OBJECTIVES", "STUDIO_OBJECTIVES"]
+__all__ = ["Chart", "Objective", "OBJECTIVES", "WORKER_OBJECTIVES", "STUDIO_OBJECTIVES"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the Training tab: the per-step progress keys drawn as lines (each where the round logged it)."""
+
+    title: str
+    keys: tuple[str, ...]
+    y: str = "value"
 
 
 @dataclass(frozen=True)
 class Objective:
     name: str
-    module: str | None  # training module run by the worker; None: run in the CLI's process
+    module: str  # the training module whose run(job, store, on_progress) the worker calls
     data: Literal["pairs", "episodes", "questions"]
     studio: bool
     logs_kl: bool
     summary: str
+    fields: tuple[str, ...] = ()
+    charts: tuple[Chart, ...] = ()
+    logs_loss: bool = True
+    artifact: Literal["adapter", "controller"] = "adapter"
+    in_process: bool = False  # `evorag train` runs it in its own process (the studio queues it for the worker)
 
+
+_GRPO_REWARD = ("reward", "format", "accuracy", "relevance", "bonus")
 
 OBJECTIVES: Mapping[str, Objective] = MappingProxyType({o.name: o for o in (
-    Objective("dpo", "training.dpo_round", "pairs", True, False, "DPO (TRL) on queued preference pairs"),
-    Objective("grpo", "training.grpo_round", "episodes", True, True, "step-level GRPO on stored episodes' siblings"),
-    Objective("ppo", "training.ppo_round", "episodes", True, True, "PPO with a value head and GAE on stored episodes"),
-    Objective("arena-grpo", "training.arena_grpo", "questions", False, True, "ARENA's GRPO on the data file's questions"),
-    Objective("r2ag-grpo", "training.r2ag_grpo", "questions", False, True, "R²AG's tree-steering GRPO on the data file"),
-    Objective("dynakrag", None, "questions", False, False, "fit the DynaKrag controller on the data file, in-process"),
+    Objective("dpo", "training.dpo_round", "pairs", True, False, "DPO (TRL) on queued preference pairs",
+              fields=("pairs", "source", "stage", "epochs", "lr", "beta", "max_steps"),
+              charts=(Chart("Reward margin (chosen - rejected)", ("margin",), "margin"),
+                      Chart("Pair accuracy (chosen preferred)", ("accuracy",), "accuracy"))),
+    Objective("grpo", "training.grpo_round", "episodes", True, True, "step-level GRPO on stored episodes' siblings",
+              fields=("episodes", "stage", "epochs", "lr", "kl", "max_steps"),
+              charts=(Chart("Policy loss", ("policy_loss",), "loss"),
+                      Chart("Clipped share and ratio", ("clip_frac", "ratio_mean")))),
+    Objective("ppo", "training.ppo_round", "episodes", True, True, "PPO with a value head and GAE on stored episodes",
+              fields=("episodes", "stage", "epochs", "lr", "kl", "vf_coef", "max_steps"),
+              charts=(Chart("Policy and value loss", ("policy_loss", "value_loss"), "loss"),
+                      Chart("Clipped share", ("clip_frac", "value_clip_frac"), "share"))),
+    Objective("arena-grpo", "training.arena_grpo", "questions", True, True, "ARENA's GRPO on the data file's questions",
+              fields=("data", "arena.questions", "arena.offset", "arena.group_size", "arena.questions_per_step",
+                      "arena.temperature", "arena.max_new_tokens", "arena.bonus", "epochs", "lr", "kl", "max_steps"),
+              charts=(Chart("Reward (group means)", _GRPO_REWARD, "reward"),)),
+    Objective("r2ag-grpo", "training.r2ag_grpo", "questions", True, True, "R²AG's tree-steering GRPO on the data file",
+              fields=("data", "r2ag.questions", "r2ag.offset", "r2ag.group_size", "r2ag.states_per_step",
+                      "r2ag.iterations", "r2ag.temperature", "r2ag.max_new_tokens", "epochs", "lr", "kl", "max_steps"),
+              charts=(Chart("Reward (group means)", ("reward", "multi_hit", "joint_hit", "average_precision", "format"),
+                            "reward"),
+                      Chart("Forest (tree states)", ("forest",), "states"))),
+    Objective("dynakrag", "training.dynakrag_round", "questions", True, False,
+              "fit the DynaKrag controller on the data file (no adapter: evorag eval --method dynakrag loads it)",
+              fields=("data", "dynakrag.questions", "dynakrag.offset", "dynakrag.train_rollouts",
+                      "dynakrag.continuation_target", "dynakrag.n_estimators", "dynakrag.min_samples_leaf"),
+              charts=(Chart("Exploration: support recall at each rollout's end", ("final_support",), "recall"),
+                      Chart("Transitions collected", ("transitions",), "transitions")),
+              logs_loss=False, artifact="controller", in_process=True),
 )})
-WORKER_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if o.module is not None)
+WORKER_OBJECTIVES: tuple[str, ...] = tuple(OBJECTIVES)
 STUDIO_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if o.studio)

@@ -120,6 +120,8 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         "loss_history": [[h["step"], h["loss"]] for h in steps],
         "margin_history": [[h["step"], h.get("rewards/margins")] for h in steps],
         "accuracy_history": [[h["step"], h.get("rewards/accuracies")] for h in steps],
+        "step_history": [{k: v for k, v in (("step", h["step"]), ("loss", h["loss"]), ("margin", h.get("rewards/margins")),
+                                            ("accuracy", h.get("rewards/accuracies"))) if v is not None} for h in steps],
         "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
         "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
         "config": job.raw, "train_config": dataclasses.asdict(job.train),

@@ -3,7 +3,7 @@
 A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob.from_round` merges it over the
 [train] and [policy] sections of the worker's config. Keys (every one optional; an unknown key fails the round):
 
-    objective   dpo | grpo | ppo | arena-grpo | r2ag-grpo (default: the row's objective)
+    objective   dpo | grpo | ppo | arena-grpo | r2ag-grpo | dynakrag (default: the row's objective)
     pairs       DPO: how many queued pairs to claim (oldest first)          source, stage: filters for the claim
     episodes    GRPO/PPO: how many of the newest finished episodes to read  episode_ids: exactly these episodes
     reference   previous (newest adapter of this base model, else base) | base | active | <adapter name>
@@ -12,6 +12,7 @@ A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob
     data        a data file to resolve passage ids of stored episodes that do not name one (arena-grpo: its questions)
     arena       arena-grpo: {ArenaGrpoConfig keys} (training/arena_grpo.py)
     r2ag        r2ag-grpo: {R2agGrpoConfig keys} (training/r2ag_grpo.py)
+    dynakrag    dynakrag: {any [dynakrag] key, plus questions (0: all) and offset} (training/dynakrag_round.py)
     base_model  the policy model spec (default: [policy] model)
     epochs, lr, kl, beta, seed, and `train: {any [train] key}`: the [train] section's values for this round
 """
@@ -26,14 +27,14 @@ from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_override
 from evorag_core.errors import ConfigError
 from evorag_core.objectives import WORKER_OBJECTIVES
 
-__all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "RoundLost", "RoundCancelled",
-           "job_config", "phase"]
+__all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "ControllerRef", "RoundResult",
+           "RoundLost", "RoundCancelled", "job_config", "phase"]
 
 OBJECTIVES: tuple[str, ...] = WORKER_OBJECTIVES  # the objectives a queued round can run (evorag_core.objectives)
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
 JOB_KEYS: tuple[str, ...] = (
     "objective", "pairs", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",
-    "max_steps", "data", "base_model", "train", "arena", "r2ag", *_TRAIN_SHORTCUTS,
+    "max_steps", "data", "base_model", "train", "arena", "r2ag", "dynakrag", *_TRAIN_SHORTCUTS,
 )
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -74,6 +75,7 @@ class RoundJob:
     max_steps: int = 0
     data: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the row's config as stored
+    config: Config | None = field(default=None, repr=False, compare=False)  # all sections merged (DynaKrag reads them)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -112,7 +114,7 @@ class RoundJob:
                 source=raw.get("source") or None, stage=raw.get("stage") or None,
                 episode_ids=tuple(int(i) for i in raw.get("episode_ids") or ()),
                 reference=str(raw.get("reference") or "previous"), data=raw.get("data") or None,
-                raw=dict(raw), **{k: (float(v) if k in ("holdout", "vf_coef") else int(v)) for k, v in options.items()},
+                raw=dict(raw), config=merged, **{k: (float(v) if k in ("holdout", "vf_coef") else int(v)) for k, v in options.items()},
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"round {round_id}: bad job value ({exc})") from None
@@ -138,6 +140,20 @@ class AdapterRef:
     base_model: str
     checksum: str
     metrics: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ControllerRef:
+    """What a round that trains no adapter produces: DynaKrag's fitted controller, a folder installed where
+    `evorag eval --method dynakrag` loads it (not an adapter: nothing is registered or activated)."""
+
+    path: Path
+    round_id: int
+    objective: str
+    metrics: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+RoundResult = AdapterRef | ControllerRef  # what a round's run(job, store, on_progress) returns
 
 
 def job_config(objective: str, **values: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
 
 MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
+_NOT_CHARTED = ("total", "elapsed_s")  # per-step entries left out of `step_history`
 
 
 def start_policy(model: nn.Module, cfg: TrainConfig, reference: Adapter | None, base_id: str) -> PeftModel:
@@ -92,11 +93,14 @@ class StepLog:
         return entry
 
     def summary(self, keys: tuple[str, ...]) -> dict[str, Any]:
-        """first_/final_/mean_ of each key over the steps, the loss history as [step, loss] pairs and, when the
+        """first_/final_/mean_ of each key over the steps, the loss history as [step, loss] pairs, every step's
+        logged values as `step_history` rows ({step, loss, ...}: the studio's metric charts) and, when the
         objective logged a KL, the KL history as {step, kl, kl_k2, kl_k3} rows (the keys it logged: `kl` is the
         optimised estimator, `kl_k2`/`kl_k3` both estimates where an objective computes both)."""
         out: dict[str, Any] = {"steps": len(self.history),
-                               "loss_history": [[h["step"], h["loss"]] for h in self.history]}
+                               "loss_history": [[h["step"], h["loss"]] for h in self.history],
+                               "step_history": [{k: v for k, v in h.items() if k not in _NOT_CHARTED}
+                                                for h in self.history]}
         kl_rows = [{"step": h["step"], **{k: h[k] for k in ROUND_KL_KEYS if k in h}} for h in self.history]
         if any(len(row) > 1 for row in kl_rows):
             out["kl_history"] = kl_rows

@@ -1,7 +1,9 @@
-"""One training round of any objective: `run_round(job, store, on_progress) -> AdapterRef`.
+"""One training round of any objective: `run_round(job, store, on_progress) -> AdapterRef | ControllerRef`.
 
-Each objective is its own module (`dpo_round`, `grpo_round`, `ppo_round`) with `run(job, store, on_progress)`,
-and each goes setup -> train -> save -> register. The names and modules come from `evorag_core.objectives`.
+Each objective is its own module (`dpo_round`, `grpo_round`, `ppo_round`, `arena_grpo`, `r2ag_grpo`,
+`dynakrag_round`) with `run(job, store, on_progress)`, and each goes setup -> train -> save -> register. The LoRA
+objectives register an adapter (`AdapterRef`); DynaKrag installs its controller folder (`ControllerRef`). The names
+and modules come from `evorag_core.objectives`.
 """
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from evorag_core.objectives import OBJECTIVES, WORKER_OBJECTIVES
-from training.job import AdapterRef, ProgressFn, RoundJob
+from training.job import ProgressFn, RoundJob, RoundResult
 
 if TYPE_CHECKING:
     from evorag_core.store import Store
@@ -19,7 +21,7 @@ __all__ = ["ROUND_MODULES", "run_round"]
 ROUND_MODULES: dict[str, str] = {n: OBJECTIVES[n].module for n in WORKER_OBJECTIVES}  # from the one registry
 
 
-def run_round(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
+def run_round(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> RoundResult:
     """Run `job` with its objective's module (imported on first use: TRL is heavy and only DPO needs it)."""
     module = importlib.import_module(ROUND_MODULES[job.objective])
     return module.run(job, store, on_progress)

@@ -44,7 +44,7 @@ from evorag_core.config import Config
 from evorag_core.errors import StoreError
 from evorag_core.store.records import ROUND_KL_KEYS
 
-from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost
+from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost, RoundResult
 from training.round_log import RoundLogHandler, capture_round_log
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve"
 
 log = logging.getLogger("evorag.worker")
 
-RunFn = Callable[[RoundJob, Any, ProgressFn], AdapterRef]
+RunFn = Callable[[RoundJob, Any, ProgressFn], RoundResult]
 
 
 PROGRESS_EVERY_S = 2.0  # the heartbeat writes progress (and extends the lease) at least this often
@@ -234,14 +234,23 @@ def _run_claimed(store: Any, cfg: Config, home: Path, worker_id: str, opts: Work
     if heartbeat.lost.is_set():
         log.warning("round %s finished training but its lease was lost; not finishing it", claimed.id)
         return store.get_round(claimed.id)
-    metrics = {**ref.metrics, "adapter": ref.name, "adapter_path": str(ref.path), "checksum": ref.checksum}
+    metrics, product = _result_metrics(ref)
     try:
         done = store.finish_round(claimed.id, metrics=metrics, worker_id=worker_id)
     except StoreError as exc:  # reaped or cancelled between the last heartbeat and now
-        log.warning("round %s trained (adapter %s) but could not be finished: %s", claimed.id, ref.name, exc)
+        log.warning("round %s trained (%s) but could not be finished: %s", claimed.id, product, exc)
         return store.get_round(claimed.id)
-    log.info("round %s succeeded: adapter %s at %s", claimed.id, ref.name, ref.path)
+    log.info("round %s succeeded: %s", claimed.id, product)
     return done
+
+
+def _result_metrics(ref: RoundResult) -> tuple[dict[str, Any], str]:
+    """The round's metrics as finished, with what it produced (an adapter: name, folder, checksum; a controller:
+    its folder), and that product in words for the log."""
+    if isinstance(ref, AdapterRef):
+        return ({**ref.metrics, "adapter": ref.name, "adapter_path": str(ref.path), "checksum": ref.checksum},
+                f"adapter {ref.name} at {ref.path}")
+    return {**ref.metrics, "controller": str(ref.path)}, f"{ref.objective} controller at {ref.path}"
 
 
 def _cancel(store: Store, round_id: int, worker_id: str, progress: dict[str, Any]) -> Round | None:

@@ -2,16 +2,21 @@
 progress and history, cancel it, list and activate adapters, and the page header's live status."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
+from evorag_core.config import apply_overrides
+from evorag_core.errors import EvoRagError
 from evorag_core.objectives import OBJECTIVES as OBJECTIVES_ALL, STUDIO_OBJECTIVES
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from app import round_progress, views
+from app import training_fields as tf
 from app.services import Services
 from app.handlers.common import none_if_all, short
 
@@ -22,9 +27,11 @@ __all__ = [
     "OBJECTIVES",
     "KL_ESTIMATORS",
     "KEY_METRICS",
+    "MAX_CHARTS",
     "TrainingView",
     "Launch",
     "launch",
+    "launch_job",
     "launch_round",
     "available",
     "availability_text",
@@ -41,7 +48,8 @@ __all__ = [
 ]
 
 OBJECTIVES = STUDIO_OBJECTIVES  # the objectives this tab launches (evorag_core.objectives)
-KL_ESTIMATORS = ("k3", "k2")
+MAX_CHARTS = max(len(o.charts) for o in OBJECTIVES_ALL.values())  # the tab's metric chart slots
+KL_ESTIMATORS = tf.KL_ESTIMATORS
 LOG_NEWEST = "newest"  # the log panel's default pick: follow the newest round
 LOG_LINES_SHOWN = 500  # the log panel shows a round's newest lines; `evorag rounds log ID` prints them all
 
@@ -61,6 +69,9 @@ class TrainingView:
     cancellable: list[tuple[str, int]] = field(default_factory=list)  # (label, id) of queued and running rounds
     newest_id: int | None = None  # the newest round (the log panel follows it unless one is picked)
     log_choices: list[tuple[str, str]] = field(default_factory=list)  # the log panel's round picker
+    loss_visible: bool = True  # hidden for objectives that log no loss (DynaKrag) unless one was reported
+    charts: tuple[tuple[go.Figure, bool], ...] = ()  # MAX_CHARTS (figure, shown): the newest round's own metrics
+    charts_key: tuple = ()  # equal keys mean identical charts
 
 
 @dataclass(frozen=True)
@@ -72,24 +83,59 @@ class Launch:
     capped: bool = False
 
 
-def available(svc: Services, objective: str, source: str | None = None, stage: str | None = None) -> tuple[str, int]:
-    """("pairs", queued pairs matching the filters) for DPO, ("episodes", finished stored episodes of the stage)
-    for GRPO/PPO: what a round of `objective` could use now (queued rounds that have not started yet may take
-    some of them first)."""
-    store = svc.store()
+# What makes a question of the data file usable, per question-based objective (the rounds skip the others).
+_QUESTION_NEEDS: dict[str, str] = {"arena-grpo": "passages", "r2ag-grpo": "gold", "dynakrag": "gold"}
+_NEEDS_TEXT = {"passages": "questions with passages", "gold": "questions with gold passages"}
+
+
+def available(svc: Services, objective: str, source: str | None = None, stage: str | None = None,
+              data: str | None = None) -> tuple[str, int]:
+    """What a round of `objective` could use now: ("pairs", queued pairs matching the filters) for DPO,
+    ("episodes", finished stored episodes of the stage) for GRPO/PPO, ("questions", usable questions of the data
+    file) for ARENA, R²AG and DynaKrag (queued rounds that have not started yet may take pairs or episodes first)."""
+    kind = OBJECTIVES_ALL[objective].data if objective in OBJECTIVES_ALL else "episodes"
     source, stage = none_if_all(source), none_if_all(stage)
-    if objective == "dpo":
+    if kind == "questions":
+        return "questions", len(_usable_questions(svc, objective, data))
+    store = svc.store()
+    if kind == "pairs":
         return "pairs", sum(store.count_pairs("status", status="queued", source=source, stage=stage).values())
     return "episodes", store.count_finished_episodes(stage=stage)
 
 
-def availability_text(svc: Services, objective: str, source: str | None = None, stage: str | None = None) -> str:
-    """The line shown beside the pairs/episodes fields, e.g. "6 queued pairs available for DPO"."""
-    what, n = available(svc, objective, source, stage)
-    kind = "queued pairs" if what == "pairs" else "stored episodes"
-    filters = [f"{name} {value}" for name, value in (("source", none_if_all(source)), ("stage", none_if_all(stage)))
-               if value and (what == "pairs" or name == "stage")]
-    where = f" ({', '.join(filters)})" if filters else ""
+_USABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {need: question ids} (timer ticks)
+
+
+def _usable_questions(svc: Services, objective: str, data: str | None) -> list[str]:
+    """Ids of the data file's questions a round of `objective` trains on (in file order), worked out once per
+    loaded data file (the availability line is recomputed on every timer tick)."""
+    rt = svc.runtime(data or None)
+    need = _QUESTION_NEEDS.get(objective, "gold")
+    known = _USABLE.setdefault(rt, {})
+    if need not in known:
+        if need == "passages":
+            known[need] = [q.id for q in rt.dataset.questions if q.passages]
+        else:
+            known[need] = [q.id for q in rt.dataset.questions if rt.corpus_for(q).gold_for(q)]
+    return known[need]
+
+
+def availability_text(svc: Services, objective: str, source: str | None = None, stage: str | None = None,
+                      data: str | None = None) -> str:
+    """The line shown beside the fields, e.g. "6 queued pairs available for DPO", "52 questions with gold passages
+    in demo.jsonl available for DYNAKRAG"."""
+    try:
+        what, n = available(svc, objective, source, stage, data)
+    except (EvoRagError, OSError) as exc:  # an unreadable or refused data file: said here, not as a toast per tick
+        return f'<span id="evo-available" data-n="0" data-kind="error">{views.esc(str(exc))}</span>'
+    if what == "questions":
+        name = Path(str(data)).name if data else svc.default_data.name
+        kind, where = _NEEDS_TEXT[_QUESTION_NEEDS.get(objective, "gold")], f" in {name}"
+    else:
+        kind = "queued pairs" if what == "pairs" else "stored episodes"
+        filters = [f"{name} {value}" for name, value in (("source", none_if_all(source)), ("stage", none_if_all(stage)))
+                   if value and (what == "pairs" or name == "stage")]
+        where = f" ({', '.join(filters)})" if filters else ""
     return (f'<span id="evo-available" data-n="{n}" data-kind="{what}">{n} {kind}{views.esc(where)} available for '
             f'{views.esc(objective.upper())}</span>')
 
@@ -97,42 +143,137 @@ def availability_text(svc: Services, objective: str, source: str | None = None, 
 def launch(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
            source: str | None = None, stage: str | None = None, episodes: int | None = None,
            max_steps: int | None = None) -> Launch:
-    """Queue a training round for the worker, checked against what exists: a request for more pairs (DPO) or
-    episodes (GRPO/PPO) than are available is capped to what is available and says so; none available -> refused
-    (ValueError) and nothing is queued.
+    """`launch_job` with the fields of DPO, GRPO and PPO as arguments (each objective takes the ones it reads)."""
+    values = {"pairs": pairs, "epochs": epochs, "lr": lr, "kl": kl, "source": source, "stage": stage,
+              "episodes": episodes if episodes is not None else 32, "max_steps": max_steps or 0}
+    return launch_job(svc, objective, values)
 
-    The round's job (stored as JSON, read by `evorag worker`): objective, pairs (DPO: queued pairs to claim),
-    episodes (GRPO/PPO: newest stored episodes), epochs, lr, kl, source/stage filters, max_steps, base_model."""
+
+def launch_job(svc: Services, objective: str, values: Mapping[str, Any]) -> Launch:
+    """Queue a training round for the worker from the Training tab's field values (keyed as in
+    app/training_fields.py; only the fields `objective` shows are read), checked against what exists: a request
+    for more pairs, episodes or questions than are available is capped to what is available and says so; none
+    available -> refused (ValueError) and nothing is queued. A bad value (or an unknown settings key) is a
+    ValueError that names it.
+
+    The round's job (stored as JSON, read by `evorag worker`): objective, its fields' job keys (nested ones as
+    `arena` / `r2ag` / `dynakrag` objects), base_model."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
-    if kl not in KL_ESTIMATORS:
-        raise ValueError(f"KL estimator must be one of {', '.join(KL_ESTIMATORS)}")
-    pairs, epochs, lr = int(pairs or 0), int(epochs or 0), float(lr or 0.0)
-    episodes, max_steps = int(episodes or 32), int(max_steps or 0)
-    if pairs < 1 or epochs < 1 or episodes < 1 or not lr > 0 or max_steps < 0:
-        raise ValueError("pairs, episodes and epochs must be at least 1, the learning rate positive, max steps >= 0")
-    store = svc.store()
-    what, n_available = available(svc, objective, source, stage)
-    asked = pairs if what == "pairs" else episodes
+    keys = tf.fields_of(objective)
+    shared = tf.defaults(svc.cfg, str(svc.default_data))
+    values = {**shared, **tf.switch_values(objective, shared), **{k: v for k, v in values.items() if v is not None}}
+    job: dict[str, Any] = {"objective": objective}
+    for key in keys:
+        value = _checked(key, values.get(key))
+        if value is None:
+            continue
+        section, _, name = key.rpartition(".")
+        if section:
+            job.setdefault(section, {})[name] = value
+        else:
+            job[key] = value
+    if "data" in keys:
+        job["data"] = str(svc.allowed_data_path(job.get("data") or svc.default_data))
+    section = tf.section_of(objective)
+    _check_settings(svc, objective, section, job.get(section) or {})
+    what, n_available = available(svc, objective, values.get("source"), values.get("stage"), job.get("data"))
+    if what == "questions":
+        settings = job.setdefault(section, {})
+        offset = int(settings.get("offset") or 0)
+        if offset:  # the rounds skip the file's first `offset` questions, then keep the usable ones
+            usable = set(_usable_questions(svc, objective, job.get("data")))
+            n_available = sum(q.id in usable for q in svc.runtime(job.get("data")).dataset.questions[offset:])
+        asked = int(settings.get("questions") or 0) or n_available  # dynakrag: 0 explores every question
+    else:
+        asked = int(job.get(what) or 0)
     if n_available == 0:
-        kind = "queued pairs match the source/stage filters" if what == "pairs" else "finished episodes are stored"
-        how = ("queue pairs on the Episode tab or by `evorag rollout`" if what == "pairs"
-               else "run episodes on the Episode tab or by `evorag rollout`")
-        raise ValueError(f"Not launched: no {kind} for {objective.upper()}; {how} first.")
+        raise ValueError(f"Not launched: {_nothing(what, objective, job)}")
     capped = asked > n_available
     if capped:
-        pairs, episodes = (n_available, episodes) if what == "pairs" else (pairs, n_available)
-    config = {"objective": objective, "pairs": pairs, "episodes": episodes, "epochs": epochs, "lr": lr, "kl": kl,
-              "source": none_if_all(source), "stage": none_if_all(stage), "max_steps": max_steps or None,
-              "base_model": svc.cfg.policy.model}
-    config = {k: v for k, v in config.items() if v is not None}
-    round_id = store.enqueue_round(objective, config, max_attempts=svc.cfg.train.max_attempts)
+        if what == "questions":
+            job[section]["questions"] = n_available
+        else:
+            job[what] = n_available
+    job["base_model"] = svc.cfg.policy.model
+    round_id = svc.store().enqueue_round(objective, job, max_attempts=svc.cfg.train.max_attempts)
     worker = svc.worker.describe() if svc.worker is not None else "no worker process started by this studio"
     note = (f"Capped: {asked} {what} asked, only {n_available} available, so the round uses {n_available}. "
             if capped else "")
-    message = (f"{note}Round #{round_id} queued ({objective}, {epochs} epoch(s), lr {lr:g}, KL {kl}"
-               f"{f', up to {pairs} pairs' if objective == 'dpo' else f', {episodes} episodes'}); {worker}.")
-    return Launch(message, round_id, capped)
+    used = min(asked, n_available)
+    parts = [objective]
+    if "epochs" in job:
+        parts.append(f"{job['epochs']} epoch(s)")
+    if "lr" in job:
+        parts.append(f"lr {job['lr']:g}")
+    if "kl" in job:
+        parts.append(f"KL {job['kl']}")
+    parts.append(f"up to {used} pairs" if what == "pairs" else f"{used} {what}")
+    return Launch(f"{note}Round #{round_id} queued ({', '.join(parts)}); {worker}.", round_id, capped)
+
+
+def _checked(key: str, value: Any) -> Any:
+    """A field's value as the job stores it (None: leave the key out), or ValueError naming the field."""
+    spec = tf.spec(key)
+    if key in ("source", "stage"):
+        return none_if_all(value)
+    if key == "max_steps":
+        value = int(value or 0)
+        if value < 0:
+            raise ValueError("max steps must be >= 0 (0: no cap)")
+        return value or None
+    if spec.kind in ("choice", "radio"):
+        if value not in spec.choices:
+            raise ValueError(f"{spec.label}: choose one of {', '.join(spec.choices)}")
+        return value
+    if spec.kind == "data":
+        return str(value).strip() if value else None
+    if value is None or value == "":
+        raise ValueError(f"{spec.label}: a value is needed")
+    try:
+        number = int(value) if spec.kind == "int" else float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{spec.label}: {value!r} is not a number") from None
+    if spec.kind == "int" and number != float(value):
+        raise ValueError(f"{spec.label}: a whole number is needed, got {value}")
+    if key == "lr" and not number > 0:
+        raise ValueError("the learning rate must be positive")
+    if spec.minimum is not None and number < spec.minimum:
+        raise ValueError(f"{spec.label} must be at least {spec.minimum:g}, got {number:g}")
+    return number
+
+
+def _check_settings(svc: Services, objective: str, section: str | None, settings: Mapping[str, Any]) -> None:
+    """The nested settings as the round will read them (the same config classes), so a bad combination is refused
+    here rather than failing the round."""
+    if section is None:
+        return
+    try:
+        if section == "arena":
+            from training.arena_grpo import ArenaGrpoConfig
+
+            ArenaGrpoConfig(**settings)
+        elif section == "r2ag":
+            from training.r2ag_grpo import R2agGrpoConfig
+
+            R2agGrpoConfig(**settings)
+        elif section == "dynakrag":
+            from training.dynakrag_round import ROUND_KEYS
+
+            apply_overrides(svc.cfg, {f"dynakrag.{k}": v for k, v in settings.items() if k not in ROUND_KEYS})
+    except (EvoRagError, TypeError) as exc:
+        raise ValueError(f"Not launched: {objective} settings: {exc}") from None
+
+
+def _nothing(what: str, objective: str, job: Mapping[str, Any]) -> str:
+    if what == "pairs":
+        return (f"no queued pairs match the source/stage filters for {objective.upper()}; queue pairs on the Episode "
+                "tab or by `evorag rollout` first.")
+    if what == "episodes":
+        return (f"no finished episodes are stored for {objective.upper()}; run episodes on the Episode tab or by "
+                "`evorag rollout` first.")
+    need = _NEEDS_TEXT[_QUESTION_NEEDS.get(objective, "gold")]
+    return f"no {need} in {Path(str(job.get('data'))).name} (after the offset) for {objective.upper()}; pick another data file."
 
 
 def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,
@@ -161,7 +302,9 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
     newest = rounds[0] if rounds else None
     loss_key: tuple = ()
     kl_key: tuple = ()
-    kl_visible = False
+    kl_visible, loss_visible = False, True
+    charts: tuple[tuple[go.Figure, bool], ...] = ()
+    charts_key: tuple = ()
     if newest is None:
         progress = '<div class="evo-empty">No training round yet.</div>'
         loss = views.loss_figure([])
@@ -181,18 +324,25 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
         round_progress.integer_steps(kl, kl_rows[-1]["step"] if kl_rows else None)
         kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
         kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
+        known = OBJECTIVES_ALL.get(newest.objective)
+        loss_visible = bool(points) or known is None or known.logs_loss
+        step_rows = svc.step_history.setdefault(newest.id, [])
+        _merge_steps(step_rows, newest)
+        charts, charts_key = _charts(newest, step_rows)
+    charts = charts + tuple((views.empty_figure(""), False) for _ in range(MAX_CHARTS - len(charts)))
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
         summary = ", ".join(f"{k}={m[k]:.4g}" if isinstance(m[k], float) else f"{k}={m[k]}" for k in _key_metrics([m]))
         if m.get("adapter"):
             summary = f"adapter {m['adapter']}" + (f", {summary}" if summary else "")
+        elif m.get("controller"):
+            summary = f"controller {Path(m['controller']).name}/" + (f", {summary}" if summary else "")
         took = (r.finished_at - r.started_at).total_seconds() if r.finished_at and r.started_at else None
-        data_used = r.config.get("pairs", "") if r.objective == "dpo" else r.config.get("episodes", "")
-        round_rows.append([r.id, r.objective, r.status_label, data_used, r.config.get("epochs", ""),
+        round_rows.append([r.id, r.objective, r.status_label, _data_used(r), r.config.get("epochs", ""),
                            r.config.get("lr", ""), r.config.get("kl", ""), took if took is not None else "",
                            short(summary, 120) if summary else (r.error or "")[:120]])
-    rounds_html = views.table_html(["round", "objective", "status", "pairs / episodes", "epochs", "lr", "KL", "seconds",
+    rounds_html = views.table_html(["round", "objective", "status", "data used", "epochs", "lr", "KL", "seconds",
                                     "metrics"],
                                    round_rows, table_id="evo-rounds", empty="No rounds yet.")
     adapters = store.list_adapters()
@@ -207,7 +357,8 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
                    if r.status in ("queued", "running")]
     log_choices = [("newest round", LOG_NEWEST), *[(f"#{r.id} {r.objective}", str(r.id)) for r in rounds]]
     return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key, kl,
-                        kl_key, kl_visible, cancellable, newest.id if newest is not None else None, log_choices)
+                        kl_key, kl_visible, cancellable, newest.id if newest is not None else None, log_choices,
+                        loss_visible, charts, charts_key)
 
 
 def log_round_id(picked: Any, newest_id: int | None) -> int | None:
@@ -237,9 +388,56 @@ def round_log(svc: Services, round_id: int | None, shown: Any = None) -> tuple[t
     return key, round_progress.log_html(r, store.round_log(round_id, last=LOG_LINES_SHOWN), last_seq)
 
 
+def _data_used(r: Round) -> str | int:
+    """What the round was asked to train on: pairs (DPO), episodes (GRPO/PPO), questions of a file (the others)."""
+    known = OBJECTIVES_ALL.get(r.objective)
+    kind = known.data if known is not None else "episodes"
+    if kind != "questions":
+        return r.config.get(kind, "")
+    settings = r.config.get(tf.section_of(r.objective) or "") or {}
+    name = Path(str(r.config["data"])).name if r.config.get("data") else ""
+    n = settings.get("questions")
+    return f"{n} q · {name}" if n else (f"all · {name}" if name else "")
+
+
+def _charts(r: Round, rows: list[dict[str, float]]) -> tuple[tuple[tuple[go.Figure, bool], ...], tuple]:
+    """The round's objective's metric charts (registry `charts`) over its step rows: each shown once some row
+    carries one of its keys; and a key that changes when a chart would."""
+    known = OBJECTIVES_ALL.get(r.objective)
+    charts = known.charts if known is not None else ()
+    out, key = [], []
+    for chart in charts:
+        present = [k for k in chart.keys if any(k in row for row in rows)]
+        fig = views.metric_figure(rows, chart.keys, f"Round #{r.id} {chart.title}", chart.y)
+        if present:
+            round_progress.integer_steps(fig, rows[-1]["step"])
+        out.append((fig, bool(present)))
+        key.append(tuple((row["step"], *(row.get(k) for k in chart.keys)) for row in rows))
+    return tuple(out), (r.id, tuple(key))
+
+
+def _merge_steps(rows: list[dict[str, float]], r: Round) -> None:
+    """Step rows ({step, metric: value}): the round's recorded `step_history` once it has one, else each progress
+    report the UI has seen (a running round's heartbeat carries its latest step's values)."""
+    history = (r.metrics or {}).get("step_history")
+    if isinstance(history, list) and history and all(isinstance(h, dict) for h in history):
+        rows[:] = [{k: float(v) for k, v in h.items() if _number(v)} for h in history if _number(h.get("step"))]
+        return
+    prog = r.progress or {}
+    if _number(prog.get("step")) and prog["step"] > 0:
+        row = {k: float(v) for k, v in prog.items() if _number(v) and k not in ("total", "eta", "elapsed_s")}
+        if not rows or rows[-1]["step"] != row["step"]:
+            rows.append(row)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 # Metrics shown first when rounds and adapters are compared (whichever of them a round reported).
 KEY_METRICS = ("eval_em", "eval_f1", "em", "f1", "heldout_accuracy", "final_rewards_accuracies",
-               "final_rewards_margins", "final_loss", "first_loss", "final_kl", "steps", "pairs", "episodes", "wall_s")
+               "final_rewards_margins", "final_loss", "first_loss", "final_kl", "final_reward", "holdout_r2",
+               "best_action_rate", "transitions", "steps", "pairs", "episodes", "questions", "wall_s")
 
 
 def _key_metrics(metrics_list: list[dict[str, Any]], limit: int = 8) -> list[str]:

@@ -1,6 +1,7 @@
 """`evorag train`: queue a training round for the worker (and follow it), or run the two-stage curriculum.
 
-    evorag train --objective dpo|grpo|ppo [--pairs N] [--epochs E] [--lr LR] [--kl k2|k3] [--wait]
+    evorag train --objective dpo|grpo|ppo|arena-grpo|r2ag-grpo [--pairs N] [--epochs E] [--lr LR] [--kl k2|k3] [--wait]
+    evorag train --objective dynakrag [--data FILE]       (fitted in this process; the studio queues it instead)
     evorag train --curriculum [--rounds N] [--episodes M] [--dev D]
 
 A queued round runs in `evorag worker` (a separate process); `--wait` follows it to the end with a progress bar on
@@ -71,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
         from training.curriculum import run_curriculum_command
 
         return run_curriculum_command(args, cfg, home, db_url_from_args(args, home))
-    if cfg.train.objective == "dynakrag":
+    if OBJECTIVES[cfg.train.objective].in_process:  # dynakrag: fitted here (the studio queues it for the worker)
         from evorag_core.methods.dynakrag.training import train_command
 
         return train_command(args.data, cfg, home, as_json=args.json)

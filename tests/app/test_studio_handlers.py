@@ -230,7 +230,8 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     msg, rid = handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
     assert f"Round #{rid} queued" in msg
     r = store.get_round(rid)
-    assert r.status == "queued" and r.config["kl"] == "k2" and r.config["pairs"] == 8 and r.config["source"] == "human"
+    assert r.status == "queued" and r.config["pairs"] == 8 and r.config["source"] == "human"
+    assert "kl" not in r.config and "episodes" not in r.config  # DPO's job holds only the keys DPO reads
     with pytest.raises(ValueError, match="objective"):
         handlers.launch_round(svc, "sft", 8, 1, 5e-5, "k2")
 

@@ -3,7 +3,9 @@ background worker, driven by Playwright through Debian's Chromium. The learning-
 ArrowUp moves it by 1e-5; a DPO round asking for 64 pairs when 3 exist is capped to 3 with a visible message (the
 Rounds table shows 3); it runs (phase and step shown, KL panel hidden for DPO, the round's log lines streamed into
 the log panel from the worker process through the store) and Cancel stops it: the table says cancelled, the log ends
-with the cancel, the 3 pairs are queued again, no adapter. Screenshots go to artifacts/screenshots/training_*.png.
+with the cancel, the 3 pairs are queued again, no adapter. Then each objective shows its own fields (ARENA's settings,
+DynaKrag's [dynakrag] ones), and a small DynaKrag round runs in the worker: its exploration charts appear, no loss
+panel. Screenshots go to artifacts/screenshots/training_*.png.
 
 Every wait is on page or store state; the generous timeouts only bound a hung worker (model and library loading on a
 loaded machine takes most of them).
@@ -97,6 +99,8 @@ def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(pa
         f"{text_of('evo-round-log')}.includes('round {rid} (dpo, attempt 1/2) claimed by') && "
         f"{text_of('evo-round-log')}.includes('round {rid} phase load') && "
         f"/round {rid} step [0-9]+\\/20000: loss /.test({text_of('evo-round-log')})", timeout=120_000)
+    page.wait_for_selector("#evo-metric-0 .js-plotly-plot", state="visible")  # DPO's own: reward margin, accuracy
+    page.wait_for_selector("#evo-metric-1 .js-plotly-plot", state="visible")
     shot(page, "training_02_running")
 
     page.wait_for_function(f"{text_of('evo-cancel-pick')} !== '' && "
@@ -121,3 +125,56 @@ def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(pa
     done = store.get_round(rid)
     assert done.status == "cancelled" and done.progress["step"] < 20000
     assert store.count_pairs("status") == {"queued": 3} and store.list_adapters() == []
+
+
+def visible(page, elem_id: str) -> bool:
+    return page.locator(f"#{elem_id}").is_visible()
+
+
+def choose(page, elem_id: str, text: str) -> None:
+    """Pick the dropdown option `text` (its choices are fixed at build time)."""
+    page.locator(f"#{elem_id} input").click()
+    page.locator("[role=option]", has_text=text).first.click()
+
+
+def test_each_objective_shows_its_own_fields_and_a_dynakrag_round_charts_its_exploration(page, studio):
+    """ARENA picked: its settings (questions, G, temperature) and the data file show, DPO's pairs and source hide, the
+    KL estimator switches to ARENA's k2, the availability line counts the demo file's questions with passages.
+    DynaKrag picked: its [dynakrag] fields, no epochs/lr/KL; a small round runs in the studio's worker, its
+    exploration charts appear, the loss panel stays hidden, the Rounds table names the controller."""
+    _, store = studio
+    page.get_by_role("tab", name="Training").click()
+    page.wait_for_selector("#evo-n-pairs", state="visible")
+    choose(page, "evo-objective", "arena-grpo")
+    page.wait_for_function(f"{text_of('evo-available')}.includes('questions with passages in demo.jsonl')")
+    assert visible(page, "evo-f-arena-questions") and visible(page, "evo-f-arena-group-size")
+    assert visible(page, "evo-train-data") and visible(page, "evo-f-arena-temperature")
+    assert not visible(page, "evo-n-pairs") and not visible(page, "evo-f-source") and not visible(page, "evo-f-beta")
+    assert not visible(page, "evo-f-dynakrag-train-rollouts")
+    assert page.locator("#evo-f-kl input[value='k2']").is_checked()
+    shot(page, "training_04_arena_fields")
+
+    choose(page, "evo-objective", "dynakrag")
+    page.wait_for_function(f"{text_of('evo-available')}.includes('questions with gold passages in demo.jsonl')")
+    assert visible(page, "evo-f-dynakrag-train-rollouts") and visible(page, "evo-f-dynakrag-n-estimators")
+    assert not visible(page, "evo-epochs") and not visible(page, "evo-lr") and not visible(page, "evo-f-kl")
+    assert not visible(page, "evo-f-arena-questions")
+    for elem_id, value in (("evo-f-dynakrag-questions", "3"), ("evo-f-dynakrag-train-rollouts", "1"),
+                           ("evo-f-dynakrag-n-estimators", "5"), ("evo-f-dynakrag-min-samples-leaf", "1")):
+        page.locator(f"#{elem_id} input").fill(value)
+        page.locator(f"#{elem_id} input").press("Tab")
+    page.click("#evo-launch")
+    page.wait_for_function(f"{text_of('evo-launch-msg')}.includes('queued (dynakrag, 3 questions)')")
+    rid = store.list_rounds()[0].id
+    assert store.get_round(rid).config["dynakrag"]["questions"] == 3
+    page.wait_for_function(
+        f"Array.from(document.querySelectorAll('#evo-rounds tbody tr')).some("
+        f"tr => tr.cells[0].innerText.trim() === '{rid}' && tr.cells[2].innerText.trim() === 'succeeded')",
+        timeout=400_000)
+    page.wait_for_selector("#evo-metric-0 .js-plotly-plot", state="visible")
+    page.wait_for_selector("#evo-metric-1 .js-plotly-plot", state="visible")
+    assert not visible(page, "evo-loss") and not visible(page, "evo-kl")
+    assert "controller dynakrag/" in page.locator("#evo-rounds").inner_text()
+    shot(page, "training_05_dynakrag_done")
+    done = store.get_round(rid)
+    assert done.status == "succeeded" and done.metrics["steps"] == 3 and "adapter" not in done.metrics

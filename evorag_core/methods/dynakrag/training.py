@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from evorag_core.runtime import Runtime
 
 __all__ = ["Transition", "Prefix", "state_support_recall", "target", "check_continuation_target",
-           "continuation_utility", "explore_question", "collect", "fit_models", "train_dynakrag", "train_command"]
+           "continuation_utility", "explore_question", "collect", "fit_models", "fit_dynakrag", "save_dynakrag",
+           "train_dynakrag", "train_command"]
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,13 @@ def explore_question(qid: str, question: str, gold: frozenset[str], ctx: OpConte
 
 def collect(questions: Sequence[Question], context_for: Callable[[Question], OpContext],
             gold_for: Callable[[Question], frozenset[str]], cfg: DynaKragConfig,
-            on_progress: Callable[[int, int], None] | None = None) -> tuple[list[Transition], list[Prefix], dict]:
+            on_progress: Callable[[int, int], None] | None = None,
+            on_question: Callable[[dict[str, float]], None] | None = None
+            ) -> tuple[list[Transition], list[Prefix], dict]:
+    """Explore every question (`train_rollouts` rollouts each). After each question `on_progress(i, n)` and
+    `on_question({question, questions, transitions, lm_calls, skipped, final_support})`: the running totals, and
+    the mean support recall of that question's rollouts at their end (absent for a question without gold passages,
+    which is skipped)."""
     transitions: list[Transition] = []
     prefixes: list[Prefix] = []
     lm_calls = answer_calls = skipped = 0
@@ -183,21 +190,34 @@ def collect(questions: Sequence[Question], context_for: Callable[[Question], OpC
         gold = gold_for(q)
         if not gold:
             skipped += 1
+            _report(on_progress, on_question, i, len(questions), transitions, [], lm_calls, skipped)
             continue
         ctx = context_for(q)
         memo = _MemoLM(ctx.lm) if ctx.lm is not None else None
         ctx = replace(ctx, lm=memo) if memo is not None else ctx
         utility = continuation_utility(q, ctx, gold)
+        finals = []
         for r in range(cfg.train_rollouts):
             t, p, final = explore_question(q.id, q.question, gold, ctx, r, utility)
             transitions += t
             prefixes += p
             lm_calls += final.lm_calls
+            finals.append(state_support_recall(final, gold))
         answer_calls += memo.answer_calls if memo is not None else 0
-        if on_progress is not None:
-            on_progress(i, len(questions))
+        _report(on_progress, on_question, i, len(questions), transitions, finals, lm_calls, skipped)
     return transitions, prefixes, {"questions_without_gold": skipped, "lm_calls": lm_calls,
                                    "continuation_answer_calls": answer_calls}
+
+
+def _report(on_progress: Callable[[int, int], None] | None, on_question: Callable[[dict[str, float]], None] | None,
+            i: int, n: int, transitions: Sequence[Transition], finals: Sequence[float], lm_calls: int,
+            skipped: int) -> None:
+    if on_progress is not None:
+        on_progress(i, n)
+    if on_question is not None:
+        stats = {"question": float(i), "questions": float(n), "transitions": float(len(transitions)),
+                 "lm_calls": float(lm_calls), "skipped": float(skipped)}
+        on_question({**stats, "final_support": sum(finals) / len(finals)} if finals else stats)
 
 
 def _xy(rows) -> tuple[np.ndarray, np.ndarray]:
@@ -266,12 +286,14 @@ def fit_models(transitions: Sequence[Transition], prefixes: Sequence[Prefix], cf
     return ValueModels(value, continuation, metrics)
 
 
-def train_dynakrag(dataset: Dataset, runtime: Runtime, cfg: DynaKragConfig, out_dir: Path, *,
-                   backend: PolicyBackend | None = None,
-                   holdout: float = 0.2, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Explore `dataset.questions` (the training split) with `runtime`'s corpus and retrievers, fit the action-value
-    and continuation forests, save them to `out_dir` (joblib + controller.json, transitions.jsonl) and return the
-    training metrics. `backend`: the generator (default: the backend `runtime.cfg.policy` names)."""
+def fit_dynakrag(dataset: Dataset, runtime: Runtime, cfg: DynaKragConfig, *,
+                 backend: PolicyBackend | None = None, holdout: float = 0.2,
+                 on_progress: Callable[[int, int], None] | None = None,
+                 on_question: Callable[[dict[str, float]], None] | None = None
+                 ) -> tuple[ValueModels, list[Transition]]:
+    """Explore `dataset.questions` (the training split) with `runtime`'s corpus and retrievers and fit the
+    action-value and continuation forests; returns the models (with their training metrics) and the transitions.
+    `backend`: the generator (default: the backend `runtime.cfg.policy` names). Nothing is written."""
     start = time.perf_counter()
     check_continuation_target(cfg)  # before the generator loads
     if backend is None:
@@ -280,13 +302,28 @@ def train_dynakrag(dataset: Dataset, runtime: Runtime, cfg: DynaKragConfig, out_
         backend = policy_backend(runtime.cfg.policy, runtime.home)
     context_for = make_context_factory(runtime, cfg, EvidenceLM(backend, cfg, runtime.cfg.answer))
     transitions, prefixes, info = collect(dataset.questions, context_for, lambda q: runtime.corpus_for(q).gold_for(q),
-                                          cfg, on_progress)
+                                          cfg, on_progress, on_question)
     models = fit_models(transitions, prefixes, cfg, holdout)
     models.metrics.update(info, seconds=time.perf_counter() - start, dataset=dataset.name)
+    return models, transitions
+
+
+def save_dynakrag(models: ValueModels, transitions: Sequence[Transition], cfg: DynaKragConfig, out_dir: Path) -> Path:
+    """Write the controller folder (joblib + controller.json, transitions.jsonl) to `out_dir`; returns it."""
     out = save_models(models, cfg, Path(out_dir))
     with (out / "transitions.jsonl").open("w", encoding="utf-8") as fh:
         for t in transitions:
             fh.write(json.dumps(asdict(t)) + "\n")
+    return out
+
+
+def train_dynakrag(dataset: Dataset, runtime: Runtime, cfg: DynaKragConfig, out_dir: Path, *,
+                   backend: PolicyBackend | None = None,
+                   holdout: float = 0.2, on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """`fit_dynakrag` then `save_dynakrag` to `out_dir`; returns the training metrics."""
+    models, transitions = fit_dynakrag(dataset, runtime, cfg, backend=backend, holdout=holdout,
+                                       on_progress=on_progress)
+    save_dynakrag(models, transitions, cfg, out_dir)
     return models.metrics
 
 
