@@ -54,6 +54,7 @@ __all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve"
            "tame_malloc", "release_memory", "main"]
 
 log = logging.getLogger("evorag.worker")
+_NOT_METRICS = frozenset({"step", "total", "elapsed_s", "epoch", "phase"})  # step reports' bookkeeping keys
 
 RunFn = Callable[[RoundJob, Any, ProgressFn], RoundResult]
 
@@ -144,6 +145,9 @@ class Heartbeat:
                 return
             values = [f"{key} {float(entry[key]):.4g}" for key in ("loss", *ROUND_KL_KEYS)
                       if isinstance(entry.get(key), (int, float))]
+            if not values:  # an objective without a loss (DynaKrag's exploration): the first few numbers it reports
+                values = [f"{key} {float(v):.4g}" for key, v in entry.items()
+                          if key not in _NOT_METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)][:4]
             speed = f" ({float(elapsed) / float(step):.2g} s/step)" if step and elapsed is not None else ""
         except (TypeError, ValueError):  # an odd report is no reason to stop training
             return
