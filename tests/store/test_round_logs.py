@@ -4,7 +4,6 @@ per-round bound (first lines and newest lines kept, one gap), and an 0004 databa
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
@@ -14,20 +13,6 @@ from evorag_core.store.base import utcnow
 from evorag_core.store.engine import make_engine
 from evorag_core.store.migrate import upgrade
 from evorag_core.store.round_logs import HEAD_LINES, MAX_LINES, MAX_MESSAGE_CHARS, clip_message
-from tests.pg_fixture import pg_server, pg_url  # noqa: F401  (fixtures)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'evorag.db'}"
-    return request.getfixturevalue("pg_url")
-
-
-@pytest.fixture
-def store(url: str):
-    with open_store(url) as s:
-        yield s
 
 
 def test_lines_are_numbered_per_round_and_read_incrementally(store) -> None:

@@ -37,26 +37,12 @@ from evorag_core.store.engine import make_engine, safe_url
 from evorag_core.store.migrate import upgrade
 from evorag_core.store.schema import metadata, pairs
 from evorag_core.types import Dataset, Passage, Question
-from tests.pg_fixture import pg_server, pg_url  # noqa: F401  (fixtures)
 
 TABLES = {"datasets", "questions", "episodes", "steps", "siblings", "judgments", "rounds", "round_logs", "pairs",
           "adapters", "users"}
 # Fresh processes (no inherited connections); the fork server imports the store once instead of each child.
 PROCS = multiprocessing.get_context("forkserver")
 PROCS.set_forkserver_preload(["evorag_core.store", "tests.store.test_store"])
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'evorag.db'}"
-    return request.getfixturevalue("pg_url")
-
-
-@pytest.fixture
-def store(url: str):
-    with open_store(url) as s:
-        yield s
 
 
 def _run_threads(target: Callable[..., Any], args: list[tuple[Any, ...]]) -> list[BaseException]:
@@ -235,7 +221,6 @@ def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(ur
         (old,) = s.list_rounds()
         assert old.cancel_requested_at is None and old.status_label == "running"
         assert s.cancel_round(old.id).status_label == "cancelling"
-
 
 
 def test_a_0002_database_with_steps_gains_the_step_actor_columns(url: str) -> None:

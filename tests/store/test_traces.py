@@ -22,7 +22,6 @@ from tests.paths import DEMO, FIXTURES
 from evorag_core.cli.main import main as cli_main
 from evorag_core.store import NO_ADAPTER, Outcome, Step, TraceFilter, open_store, parse_day
 from evorag_core.store.base import utcnow
-from tests.pg_fixture import pg_server, pg_url  # noqa: F401  (fixtures)
 
 TINY = FIXTURES / "common_tiny.jsonl"  # 3 questions: q1, q2, q3
 

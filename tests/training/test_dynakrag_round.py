@@ -4,8 +4,6 @@ where `evorag eval --method dynakrag` loads it, the round finished with the cont
 mid-exploration installs nothing. BM25 for both retrievers and support-recall continuation targets keep it fast."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 
@@ -17,14 +15,6 @@ from training.worker import WorkerOptions, process_one
 
 FAST = {"questions": 6, "initial_retriever": "bm25", "targeted_retriever": "bm25", "continuation_target": "support",
         "train_rollouts": 1, "n_estimators": 8, "min_samples_leaf": 2, "max_steps": 3}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
-
-    texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)
 
 
 @pytest.fixture()

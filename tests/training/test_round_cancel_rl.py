@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.training.test_round_cancel import run_and_cancel_at_step
-from tests.training.test_rounds import tiny, world, write_rollouts  # noqa: F401  (fixtures: the tiny model; config, home, store)
+from tests.training.test_rounds import world, write_rollouts  # noqa: F401  (fixture: config, home, store; the tiny model comes from conftest.py)
 
 
 @pytest.mark.slow

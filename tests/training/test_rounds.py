@@ -7,7 +7,6 @@ so the expected advantages and rewards can be worked out by hand in the docstrin
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -61,14 +60,6 @@ def write_rollouts(store) -> list[int]:
         step(3, "REFUSE", None, (), ref=-1.0),
     ])
     return [e1, e2]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
-
-    texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)
 
 
 @pytest.fixture()
