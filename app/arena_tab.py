@@ -1,10 +1,11 @@
 """The ARENA tab: one question answered by ARENA's citing generator with the policy model, the base model and an
 adapter of the registry side by side (generated one after the other), each reply with its relevance list against
 the gold references, the analysis with every [i] linked to its reference, the answer, the four rewards and where
-the format failed (`app/handlers/arena.py`, rendered by `app/arena_view.py`). Stop cancels a generation."""
+the format failed (`app/handlers/arena.py`, rendered by `app/arena_view.py`). Stop ends a generation: the running
+stream sees the session's flag at its next status tick and closes it."""
 from __future__ import annotations
 
-import time
+import threading
 
 import gradio as gr
 
@@ -17,11 +18,10 @@ from app.wiring import on
 
 __all__ = ["build_tab"]
 
-_started: dict[str, int] = {}  # browser session -> generations started (see on_stop)
+_stop_flags: dict[str, threading.Event] = {}  # browser session -> its running generation's Stop flag
 
 _IDLE_BASE = "Pick a question, then Generate: the base model's reply appears here."
 _IDLE_ADAPTER = "Pick an adapter to see its reply next to the base model's."
-_SETTLE_S = 1.5  # > the handler's status interval (0.5 s)
 _STOPPED = "No reply: the generation was stopped. Generate to start again."
 
 
@@ -76,34 +76,37 @@ def build_tab(svc: Services) -> gr.Tab:
         return adapters, on_data(path)
 
     def on_run(path, qid, text, chosen, budget, with_demo, request: gr.Request):
+        """Streams the generation's status and replies. Stop sets this session's flag; the stream sees it at its
+        next status tick (0.5 s), closes the generation (nothing kept) and ends with the stopped view itself, so no
+        later update can overwrite what the page says."""
         asked = ha.ArenaRequest(path or "", qid or "", text or "", chosen or "", int(budget or 0), bool(with_demo))
-        session = _session(request)
-        _started[session] = _started.get(session, 0) + 1
-        for st in ha.arena_generate(svc, asked):
-            yield (st.status, gr.skip() if st.base is None else st.base,
-                   gr.skip() if st.adapter is None else st.adapter, True)
-        yield gr.skip(), gr.skip(), gr.skip(), False  # done: Stop has nothing to cancel any more
+        flag = _stop_flags[_session(request)] = threading.Event()
+        generation = ha.arena_generate(svc, asked)
+        try:
+            for st in generation:
+                if flag.is_set():
+                    generation.close()  # a side still waiting for the model never starts
+                    yield (views.message_html("Stopped: nothing was kept (a reply in progress finishes in the "
+                                              "background and is discarded).", "warn"),
+                           ha.empty_side(_STOPPED), ha.empty_side(_STOPPED), False)
+                    return
+                yield (st.status, gr.skip() if st.base is None else st.base,
+                       gr.skip() if st.adapter is None else st.adapter, True)
+            yield gr.skip(), gr.skip(), gr.skip(), False  # done: Stop has nothing to stop any more
+        finally:
+            flag.set()
 
     def on_stop(was_running, request: gr.Request):
-        session = _session(request)
-        started = _started.get(session, 0)
-        if not was_running:  # nothing runs: keep the replies on show
-            yield views.message_html("Nothing is generating.", "info"), gr.skip(), gr.skip(), False
-            return
-        stopped = (views.message_html("Stopped: nothing was kept (a reply in progress finishes in the background "
-                                      "and is discarded).", "warn"),
-                   ha.empty_side(_STOPPED), ha.empty_side(_STOPPED), False)
-        yield stopped
-        # Gradio runs the cancel as its own event, beside this one: an update the generation sent just before it
-        # was cancelled can arrive after the lines above, so they are sent again once it surely has
-        time.sleep(_SETTLE_S)
-        if _started.get(session, 0) == started:  # not when Generate was pressed again meanwhile
-            yield stopped
+        flag = _stop_flags.get(_session(request))
+        if not was_running or flag is None or flag.is_set():  # nothing runs: keep the replies on show
+            return views.message_html("Nothing is generating.", "info")
+        flag.set()  # the running stream ends itself with the stopped view
+        return gr.skip()
 
     on(tab.select, on_select, [data_dd, question_dd], [adapter, question_dd], api_visibility="private")
     on(data_dd.select, on_data, data_dd, question_dd)
     outputs = [status, base_out, adapter_out, busy]
-    running = on(run.click, on_run, [data_dd, question_dd, typed, adapter, tokens, demo], outputs,
+    on(run.click, on_run, [data_dd, question_dd, typed, adapter, tokens, demo], outputs,
                  show_progress="minimal")
-    on(stop.click, on_stop, busy, outputs, cancels=[running], api_visibility="private", show_progress="hidden")
+    on(stop.click, on_stop, busy, status, api_visibility="private", show_progress="hidden")
     return tab
