@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from evorag_core.env.actions import Action
+from evorag_core.env.actions import Action, Answer
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 from evorag_core.methods.base import EpisodeMethod, MethodOptions
@@ -48,6 +48,10 @@ class AgentPolicy:
             info["query"] = d.query
         if getattr(d, "answer_source", None):  # a span answer's source passage (pid)
             info["answer_source"] = d.answer_source
+        if isinstance(d.action, Answer):  # the passages the reader read, in its order (re-reading, the studio)
+            from evorag_core.policy.agent import reader_passages
+
+            info["reader_pids"] = [p.pid for p in reader_passages(view, self.lm.cfg.reader_passages)]
         return d.action, info
 
 
