@@ -49,6 +49,7 @@ __all__ = [
     "ArenaSettings",
     "ANSWER_MODES",
     "YES_NO_CALIBRATIONS",
+    "ANSWER_RANKERS",
     "Config",
     "load_config",
     "default_config_path",
@@ -539,6 +540,7 @@ class R2agConfig(_Checked):
 # "free" = the reader's greedy generation, cleaned (evorag_core/reader/answers.py)
 ANSWER_MODES: tuple[str, ...] = ("span", "free")
 YES_NO_CALIBRATIONS: tuple[str, ...] = ("none", "content_free")
+ANSWER_RANKERS: tuple[str, ...] = ("learned", "lm")
 
 
 @dataclass(frozen=True)
@@ -553,9 +555,13 @@ class AnswerConfig(_Checked):
     demos: bool = True  # span mode: two short-answer demonstrations as earlier chat turns of the reader prompt
     max_words: int = 8  # longest candidate span, in words
     max_candidates: int = 64  # candidates scored per answer (in passage order)
+    ranker: str = "learned"  # one of ANSWER_RANKERS: "learned" (reader/ranker.py) or "lm" (log P alone)
+    ranker_path: str = ""  # the learned ranker's weight file ("" = the packaged reader/ranker.json)
 
     RULES: ClassVar[Rules] = {
         "mode": one_of(ANSWER_MODES),
+        "ranker": one_of(ANSWER_RANKERS),
+        "ranker_path": Allowed("a path to a ranker weight file, or empty", lambda v: isinstance(v, str)),
         "passage_chars": NON_NEGATIVE,
         "length_alpha": NON_NEGATIVE,
         "yes_no_calibration": one_of(YES_NO_CALIBRATIONS),

@@ -13,14 +13,21 @@
   two when both occur in the passages; a numeric question ("how many", "what year", "when", ...) keeps the
   candidates with a digit when there are any. Every candidate is scored as log P(span + end-of-turn | reader prompt)
   in one batched pass over the cached prompt (`backend.score_choices`: the shared-prefix block forward), divided by
-  (tokens ** `length_alpha`); the best one is the answer, in its surface form in the passage. No candidate ->
-  refusal, reason "no_candidates".
+  (tokens ** `length_alpha`). With `answer.ranker = "learned"` (the default) that score is one feature of the
+  answer ranker (`reader/ranker.py`: where the span sits, how near the question's words it is, whether its type
+  fits the question, the "A or B" date/number comparison), which ranks the candidates; with `"lm"` the LM score
+  alone ranks them. The best one is the answer, in its surface form in the passage. No candidate -> refusal,
+  reason "no_candidates".
 
 Sampling (`read(..., temperature > 0)`) draws from softmax(score / temperature) over the same candidates (or labels).
 
 Calibration of yes/no ("contextual calibration", Zhao et al. 2021): "none" compares the raw log-probs; "content_free"
 subtracts each label's log-prob under the reader prompt with a content-free question and passage ("N/A"), computed
-once per backend; `yes_bias` is then added to log P(yes) - log P(no).
+once per backend; `yes_bias` is then added to log P(yes) - log P(no). With the learned ranker the decision is its
+fitted logistic model over the raw and the content-free margins (plus `yes_bias`) instead.
+
+The measured figures below are those of the LM-only ranking (`ranker = "lm"`); the learned ranker's held-out
+figures are in docs/answers.md ("The answer ranker").
 
 Chosen on the tuning questions only (HotpotQA dev 0:60 and 2Wiki dev 0:30, 90 questions, pooled corpus, the top-5
 hybrid hits of the question as fixed-k reads them; `bench/answers.py`, docs/answers.md), EM / F1 / s per answer:
@@ -48,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from evorag_core.reader.prompt import ANSWER_SYSTEM_CTX, render_passages
+from evorag_core.reader.ranker import candidate_features, load_ranker
 from evorag_core.metrics import normalize_answer
 from evorag_core.types import Passage
 
@@ -257,6 +265,8 @@ class SpanReader:
         self.kinds: Counter[str] = Counter()
         self._cf_bias: tuple[Any, float] | None = None  # (backend cache epoch, bias) of the content-free prompt
         self.last_scores: dict[str, float] = {}  # candidate -> score of the last read (for inspection and tests)
+        # the learned ranker (reader/ranker.py) or None (rank by the LM score alone); a bad weight file fails here
+        self.ranker = load_ranker(cfg.ranker_path) if cfg.ranker == "learned" else None
 
     # -- scoring -------------------------------------------------------------------------------------------------
     def _end(self) -> str:
@@ -285,9 +295,13 @@ class SpanReader:
         return self._cf_bias[1]
 
     def yes_no_margin(self, question: str, passages: Sequence[Passage]) -> float:
-        """The calibrated log P(yes) - log P(no) under the reader prompt (> 0: yes)."""
+        """The yes/no decision score (> 0: yes): with the learned ranker, its yes/no model's logit over the raw and
+        the content-free margins; otherwise the calibrated log P(yes) - log P(no) under the reader prompt. Plus
+        `yes_bias`."""
         margin = self._label_margin(span_prompt(self.backend, question, passages, self.chars, self.cfg.demos))
-        if self.cfg.yes_no_calibration == "content_free":
+        if self.ranker is not None:
+            margin = self.ranker.yes_logit(margin, self._content_free_margin())
+        elif self.cfg.yes_no_calibration == "content_free":
             margin -= self._content_free_margin()
         return margin + self.cfg.yes_bias
 
@@ -298,6 +312,11 @@ class SpanReader:
         raw = self.backend.score_choices(prompt, [f"{s}{end}" for s in spans])
         alpha = self.cfg.length_alpha
         return [r / (self._n_tokens(s) + 1) ** alpha if alpha else r for r, s in zip(raw, spans)]
+
+    def span_scores_raw(self, question: str, passages: Sequence[Passage], cands: Sequence[tuple[str, int]]
+                        ) -> list[float]:
+        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos)
+        return self.backend.score_choices(prompt, [f"{s}{self._end()}" for s, _ in cands])
 
     # -- reading -------------------------------------------------------------------------------------------------
     def read(self, question: str, passages: Sequence[Passage], *, temperature: float = 0.0, n: int = 1,
@@ -326,6 +345,11 @@ class SpanReader:
         if not cands:
             return [SpanAnswer("", "refusal", "no_candidates")] * n
         scores = self.span_scores(question, passages, [s for s, _ in cands])
+        if self.ranker is not None:  # raw log-probs (length_alpha does not apply) -> the ranker's features
+            raw = scores if not self.cfg.length_alpha else self.span_scores_raw(question, passages, cands)
+            feats = candidate_features(question, passages, self.chars, cands, raw,
+                                       [self._n_tokens(c) for c, _ in cands], options)
+            scores = self.ranker.scores(feats)
         self.last_scores = {s: sc for (s, _), sc in zip(cands, scores)}
         picks = _pick(scores, temperature, n, seed)
         return [SpanAnswer(cands[k][0], "span", None, cands[k][1], scores[k], len(cands), passages[cands[k][1]].pid)

@@ -17,14 +17,7 @@ from evorag_core.reader.span import (SpanReader, either_or, extract_candidates, 
                                      span_in_passages)
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
-
-MIRROW = Passage("p1", "Mirrow", "Mirrow is a mill town on the  Sable\nRiver in Velmark Province, founded in 1402.")
-TRAVINE = Passage("p2", "Ansel Travine", "Ansel Travine (1821–1893) was an Ostrevian chemist born in Mirrow. In 1849 "
-                  "he invented the Travine lamp, and later became rector of \"Harwick Polytechnic\".")
-PASSAGES = [MIRROW, TRAVINE]
-QUESTIONS = ["On which river is the birthplace of the chemist Ansel Travine?", "In what year was Mirrow founded?",
-             "Who founded Harwick Polytechnic?", "Which lamp did the chemist invent?"]
-
+from tests.reader.texts import MIRROW, PASSAGES, QUESTIONS, TRAVINE
 
 def _in_passage_exactly(span: str, passages) -> bool:
     return any(span in p.title or span in p.text for p in passages)
@@ -77,16 +70,6 @@ def test_answer_config_is_checked_at_load():
 
 
 # -- fast: the tiny model ----------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tiny_backend(tmp_path_factory):
-    from training.tiny import build_tiny_model
-
-    texts = QUESTIONS + [f"{p.title}: {p.text}" for p in PASSAGES]
-    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=1024)
-    torch.set_num_threads(1)
-    return TransformersBackend(PolicyConfig(model=str(folder), device="cpu"), tmp_path_factory.mktemp("home"))
-
 
 def test_span_answers_are_passage_substrings(tiny_backend):
     reader = SpanReader(tiny_backend, AnswerConfig())

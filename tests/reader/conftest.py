@@ -1,0 +1,19 @@
+"""The reader tests' tiny random model (a few hundred kilobytes, built from the tests' own passages)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evorag_core.config import PolicyConfig
+from evorag_core.lm.hf_backend import TransformersBackend
+from tests.reader.texts import PASSAGES, QUESTIONS
+
+
+@pytest.fixture(scope="module")
+def tiny_backend(tmp_path_factory):
+    from training.tiny import build_tiny_model
+
+    texts = QUESTIONS + [f"{p.title}: {p.text}" for p in PASSAGES]
+    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=1024)
+    torch.set_num_threads(1)
+    return TransformersBackend(PolicyConfig(model=str(folder), device="cpu"), tmp_path_factory.mktemp("home"))
