@@ -262,10 +262,10 @@ class RankerWeights:
     meta: Mapping[str, object] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"features": dict(self.weights), "yes_no": {"w_raw": self.yes_no.w_raw,
-                                                                      "w_cf": self.yes_no.w_cf,
-                                                                      "bias": self.yes_no.bias},
-                           "meta": dict(self.meta)}, indent=1, sort_keys=True)
+        yes_no = {"w_raw": self.yes_no.w_raw, "w_cf": self.yes_no.w_cf, "bias": self.yes_no.bias}
+        return json.dumps({"features": {k: round(v, 6) for k, v in self.weights.items()},
+                           "yes_no": {k: round(v, 6) for k, v in yes_no.items()}, "meta": dict(self.meta)},
+                          indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, origin: str = "ranker weights") -> "RankerWeights":

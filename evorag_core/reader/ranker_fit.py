@@ -64,7 +64,7 @@ def fit_ranker(examples: Sequence[RankerExample], l2: float = 10.0, yes_no: YesN
     opt.step(closure)
     raw = (w.detach() / std).tolist()
     weights = {n: v for n, v in zip(FEATURES, raw) if abs(v) > 1e-12}
-    return RankerWeights(weights, yes_no or YesNoModel(), dict(meta or {}, questions=len(usable), l2=l2))
+    return RankerWeights(weights, yes_no or YesNoModel(), dict(meta or {}, questions_fitted=len(usable), l2=l2))
 
 
 def fit_yes_no(examples: Sequence[YesNoExample], l2: float = 1.0, max_iter: int = 100) -> YesNoModel:

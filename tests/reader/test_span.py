@@ -87,18 +87,25 @@ def test_span_answers_are_passage_substrings(tiny_backend):
 
 def test_yes_no_is_the_higher_calibrated_score(tiny_backend):
     q = "Is Mirrow on the Sable River?"
-    for calibration in ("none", "content_free"):
-        reader = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration))
+    for calibration in ("none", "content_free", "learned"):  # "learned": the answer ranker's yes/no model
+        ranker = "learned" if calibration == "learned" else "lm"
+        calibration = "content_free" if calibration == "learned" else calibration
+        reader = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker))
         margin = reader.yes_no_margin(q, PASSAGES)
         answer = reader.answer(q, PASSAGES)
         assert answer.text == ("yes" if margin > 0 else "no") and answer.source_pid is None  # no source passage
         # a bias that moves the margin across zero flips the answer, either way
-        up = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, yes_bias=abs(margin) + 1))
-        down = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, yes_bias=-abs(margin) - 1))
+        up = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker,
+                                                   yes_bias=abs(margin) + 1))
+        down = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker,
+                                                     yes_bias=-abs(margin) - 1))
         assert up.answer(q, PASSAGES).text == "yes" and down.answer(q, PASSAGES).text == "no"
-    raw = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration="none")).yes_no_margin(q, PASSAGES)
-    cal = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration="content_free"))
+    raw = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration="none", ranker="lm")).yes_no_margin(q, PASSAGES)
+    cal = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration="content_free", ranker="lm"))
     assert cal.yes_no_margin(q, PASSAGES) == pytest.approx(raw - cal._content_free_margin(), abs=1e-4)
+    learned = SpanReader(tiny_backend, AnswerConfig())  # the default: the ranker's logistic model of both margins
+    expected = learned.ranker.yes_logit(raw, learned._content_free_margin())
+    assert learned.yes_no_margin(q, PASSAGES) == pytest.approx(expected, abs=1e-4)
 
 
 def test_refusals_are_counted_with_their_reason(tiny_backend):
