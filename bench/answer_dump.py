@@ -14,7 +14,7 @@ under the span reader's prompt (`reader.span.span_prompt`, demonstrations on):
 
 The passages are those `fixed-k` reads (the question's top-`env.top_k` hybrid hits over the set's pooled corpus),
 or, with --agent-runs, those the agent's reader read at its ANSWER step (`reader_pids` of the episode's last step;
-questions the agent refused or left unanswered are skipped). Nothing here depends on the ranker, so one dump serves
+a question the agent refused or left unanswered gets a row with no passages, so it scores as no answer). Nothing here depends on the ranker, so one dump serves
 every ranker fitted on it (`bench/answer_ranker.py`).
 """
 from __future__ import annotations
@@ -55,8 +55,7 @@ def _agent_items(runs: Path) -> dict[str, list[str]]:
         row = json.loads(line)
         steps = row.get("extras", {}).get("episode", {}).get("steps", [])
         pids = steps[-1].get("info", {}).get("reader_pids") if steps else None
-        if pids:
-            out[row["question_id"]] = pids
+        out[row["question_id"]] = pids or []  # [] : refused or never answered (a row with no candidates: no answer)
     return out
 
 
@@ -101,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if args.agent_runs:
                     passages = [by_pid[pid] for pid in agent[q.id]]
+                    if not passages:
+                        sink.write(json.dumps({"set": key, "id": q.id, "question": q.question,
+                                               "answers": list(q.answers), "type": q.type, "passages": [],
+                                               "options": [], "yes_no": {"is": False}, "candidates": [],
+                                               "answered": False}) + "\n")
+                        continue
                 else:
                     passages = [by_pid[h.pid] for h in retriever.search(q.question, cfg.env.top_k)]
                 cands = extract_candidates(q.question, passages, reader.chars, cfg.answer.max_words,
