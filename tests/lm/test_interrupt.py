@@ -36,13 +36,14 @@ def test_a_set_event_stops_the_decode_and_the_next_call_is_unaffected(backend):
 
 
 def test_an_event_set_mid_decode_stops_it_early(backend):
-    """The event is set from another thread after a short while: the 5000-token call ends long before its end."""
+    """The event is set from another thread after a short while: the 1800-token call (the model allows 2048
+    positions) ends long before its end."""
     prompt = backend.chat_prompt("You write.", "Write a very long story.")
     stop = threading.Event()
     timer = threading.Timer(0.3, stop.set)
     timer.start()
     with interruptible(backend, stop), pytest.raises(GenerationInterrupted):
-        backend.generate(prompt, 5000, temperature=0.0, ignore_eos=True)
+        backend.generate(prompt, 1800, temperature=0.0, ignore_eos=True)
     timer.join()
 
 
