@@ -119,7 +119,11 @@ def scores_figure(state: EvidenceState, cfg: DynaKragConfig, decision: Decision 
     title = ("Uniform-valid controller: P(a) = 1/|A(s)| (no value estimate)" if uniform
              else f"Controller score v̂(s,a) − λ·c(s,a), λ = {cfg.cost_weight:g}")
     if decision is None or not decision.scores:
-        note = "acquisition has ended: Step compresses and answers" if state.terminated else "no decision yet"
+        if state.terminated:
+            note = ("the episode has ended" if state.snippets is not None
+                    else "acquisition has ended: Step compresses and answers")
+        else:
+            note = "no decision yet"
         return empty_figure(title, note)
     actions = list(decision.scores)
     values = [decision.scores[a] for a in actions]
@@ -130,11 +134,9 @@ def scores_figure(state: EvidenceState, cfg: DynaKragConfig, decision: Decision 
     fig = go.Figure(go.Bar(x=actions, y=values, marker_color=colours, hovertext=hover, hoverinfo="text",
                            text=[f"{v:.3f}" for v in values], textposition="outside", cliponaxis=False,
                            meta="dk-scores"))
-    fig.update_layout(title=dict(text=title, font=dict(size=14)), template="plotly_white", height=320,
-                      margin=dict(l=50, r=20, t=50, b=60), showlegend=False, font=dict(size=12),
-                      annotations=[dict(text=f"next: <b>{decision.action}</b>", showarrow=False, x=1, y=1.08,
-                                        xref="paper", yref="paper", xanchor="right",
-                                        font=dict(color=CHOSEN_COLOUR))])
+    title += f"<br><span style='font-size:12px;color:{CHOSEN_COLOUR}'>next: <b>{decision.action}</b></span>"
+    fig.update_layout(title=dict(text=title, font=dict(size=14)), template="plotly_white", height=340,
+                      margin=dict(l=50, r=20, t=70, b=60), showlegend=False, font=dict(size=12))
     fig.update_yaxes(title_text="P(a)" if uniform else "v̂ − λ·c", zeroline=True)
     return fig
 

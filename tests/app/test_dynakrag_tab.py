@@ -71,6 +71,9 @@ def test_the_scores_figure_has_one_bar_per_scored_operation_with_the_pick_highli
     assert uniform.layout.title.text.startswith("Uniform-valid controller") and uniform.layout.yaxis.title.text == "P(a)"
     ended = scores_figure(EvidenceState("q", docs=DOCS, terminated=True), CFG, None, "uniform")
     assert not ended.data and "Step compresses and answers" in ended.layout.annotations[0].text
+    done = scores_figure(EvidenceState("q", docs=DOCS, terminated=True, snippets=()), CFG, None, "uniform")
+    assert "the episode has ended" in done.layout.annotations[0].text
+    assert "next: <b>bridge_entity_expand</b>" in fig.layout.title.text
 
 
 def test_the_final_view_grades_against_gold_and_shows_the_compressed_evidence():
