@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from tests.paths import SHOTS
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -131,3 +132,14 @@ def choose(page, elem_id: str, text: str) -> None:
     box.click()
     box.fill(text)
     page.locator("[role=option]", has_text=text).first.click()
+
+
+def shot(page, name: str) -> None:
+    """A full-page screenshot under artifacts/screenshots/NAME.png."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def text_of(elem_id: str) -> str:
+    """A JS expression: the element's innerText, or '' while it is not on the page."""
+    return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"

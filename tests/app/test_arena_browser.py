@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
+from tests.paths import REPO
+from tests.studio_process import CHROMIUM, choose, chromium, serve_studio, shot, text_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -52,15 +52,6 @@ def page(studio):
         pg.wait_for_selector("#evo-reset")
         yield pg
         shot(pg, "arena_last_state")
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def text_of(elem_id: str) -> str:
-    return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"
 
 
 def generate(page, tokens: int) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, chromium, serve_studio
+from tests.paths import REPO
+from tests.studio_process import CHROMIUM, chromium, serve_studio, shot, text_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -43,15 +43,6 @@ def page(studio):
         pg.wait_for_selector("#evo-reset", timeout=900_000)
         yield pg
         shot(pg, "dynakrag_last_state")
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def text_of(elem_id: str) -> str:
-    return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"
 
 
 def test_uniform_valid_episode_then_a_stopped_run(page):
