@@ -178,7 +178,8 @@ def build_tab(svc: Services) -> gr.Tab:
     on(stop.click, on_stop, busy, status, api_visibility="private", show_progress="hidden")
     on(train.click, on_train, [data_dd, questions], [train_msg, train_progress, round_id])
     on(cancel.click, on_cancel, round_id, train_msg)
-    timer = gr.Timer(TIMER_SECONDS)
+    with tab:  # a component outside the Tab would sit directly in the Tabs: Gradio then draws a selected tab twice
+        timer = gr.Timer(TIMER_SECONDS)
     on(timer.tick, tick, [round_id, controller], [train_progress, controller_box, controller, round_id], quiet=True,
        show_progress="hidden", concurrency_limit=None, trigger_mode="once", api_visibility="private")
     return tab
