@@ -86,8 +86,8 @@ def build_tab(svc: Services) -> gr.Tab:
             for st in generation:
                 if flag.is_set():
                     generation.close()  # a side still waiting for the model never starts
-                    yield (views.message_html("Stopped: nothing was kept (a reply in progress finishes in the "
-                                              "background and is discarded).", "warn"),
+                    yield (views.message_html("Stopped: nothing was kept (the reply being written stops at "
+                                              "its next token and is discarded).", "warn"),
                            ha.empty_side(_STOPPED), ha.empty_side(_STOPPED), False)
                     return
                 yield (st.status, gr.skip() if st.base is None else st.base,

@@ -4,10 +4,12 @@ Reset / Step / Run to end drive the episode; for a running episode the "Act your
 next step instead of the policy (SEARCH with a typed query, BACKTRACK, ANSWER with a typed answer, REFUSE), see the
 policy's proposal first, and queue a human-correction pair; Step or Run to end then hands back to the policy.
 Messages are cleared on Reset and when the question changes; a Reset that loads the model or an adapter says so
-while it loads. The queued-pairs count is shown under the buttons.
+while it loads. The queued-pairs count is shown under the buttons. Score branches shows a progress bar (branch i/K);
+Stop scoring ends it at the next policy step with no branch return kept.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -25,6 +27,12 @@ from app.wiring import EXAMPLE_SCRIPT, annotator_name, error_message, on
 from app.session import EpisodeSettings
 
 __all__ = ["EpisodeTab", "Reload", "build_tab"]
+
+_score_flags: dict[str, threading.Event] = {}  # browser session -> its running sibling scoring's Stop flag
+
+
+def _browser(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or ""
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,8 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
                 with gr.Row():
                     sample_btn = gr.Button("Sample candidates", elem_id="evo-sample")
                     score_btn = gr.Button("Score branches", elem_id="evo-score")
+                    score_stop = gr.Button("Stop scoring", variant="stop", elem_id="evo-score-stop")
+                score_msg = gr.HTML(elem_id="evo-score-msg")
                 candidates = gr.HTML(first.candidates, elem_id="evo-candidates")
                 with gr.Row():
                     preferred = gr.Dropdown(label="Preferred", choices=[], elem_id="evo-preferred")
@@ -225,9 +235,23 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         view, sess = handlers.sample_siblings(sess, kk, temp, sd)
         return (*_outputs(view, shown_now), sess)
 
-    def on_score(sess, shown_now, h):
-        view, sess = handlers.score_siblings(sess, h)
-        return (*_outputs(view, shown_now), sess)
+    def on_score(sess, shown_now, h, request: gr.Request, progress=gr.Progress()):
+        """Scores the branches with a progress bar (branch i/K); Stop scoring sets this session's flag, read at the
+        next policy step: no branch return is kept."""
+        flag = _score_flags[_browser(request)] = threading.Event()
+        try:
+            view, sess = handlers.score_siblings(
+                sess, h, lambda done, total: progress((done, total), desc=f"branch {done}/{total} scored"), flag)
+        finally:
+            flag.set()
+        return ("", *_outputs(view, shown_now), sess)
+
+    def on_score_stop(request: gr.Request):
+        flag = _score_flags.get(_browser(request))
+        if flag is None or flag.is_set():
+            return views.message_html("Nothing is being scored.", "info")
+        flag.set()
+        return views.message_html("Stopping the scoring at the next policy step…", "warn")
 
     def on_pair(sess, shown_now, i, j, who, request: gr.Request):
         msg, _ = handlers.queue_pair(sess, svc, i, j, annotator_name(who, request))
@@ -248,7 +272,8 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
     on(run_btn.click, on_run, [session, shown], ep_outputs)
     on(override_btn.click, on_override, [session, shown, judged_dd, verdict, annotator], ep_outputs)
     on(sample_btn.click, on_sample, [session, shown, k, temperature, seed], ep_outputs)
-    on(score_btn.click, on_score, [session, shown, horizon], ep_outputs)
+    on(score_btn.click, on_score, [session, shown, horizon], [score_msg, *ep_outputs])
+    on(score_stop.click, on_score_stop, None, score_msg, api_visibility="private", show_progress="hidden")
     on(propose_btn.click, on_propose, [session, shown], [*ep_outputs, human_act, human_arg], show_progress="minimal")
     human_done = on(human_btn.click, on_human, [session, shown, human_act, human_arg, human_queue, annotator],
                     [*ep_outputs, human_arg, pairs_count], show_progress="minimal")

@@ -82,9 +82,13 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
                  "app_kwargs": {"middleware": [Middleware(LoginGuard, limiter=limiter)]}}
     demo = build_ui(svc)
     demo.queue(default_concurrency_limit=4)
+    # _frontend=False skips only Gradio's "is localhost reachable" probe: one HEAD / with a 3 s timeout, and the page
+    # (a ~380 kB config walked per request) took 3-6 s on a loaded 2-core machine, so the studio exited at start with
+    # "When localhost is not accessible, a shareable link must be created" (2026-11-27, load average 9).
     demo.launch(
         server_name=host, server_port=port, auth=auth_fn, prevent_thread_lock=True, show_error=False,
-        quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False, **extra,
+        quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False,
+        _frontend=False, **extra,
     )
     log.info("studio serving on http://%s:%d", host, port)
     if block:

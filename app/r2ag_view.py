@@ -7,18 +7,23 @@ which the click keeps in step) shows its detail beside the figure: query kind, q
 text) and the reward terms of its expansions. The expansions' rewards are also listed in a table below.
 
 Handlers take and return plain values (`TreeSession`, `TreeView`), testable without a browser; the figure and the
-detail are pure renderers (`app.r2ag_figure`, every text from data or a model escaped); `build_tab(svc)` is the
-layout. gr.Plot (Gradio 6.31) has no point-selection event, so a small script forwards plotly's click on a node to a
-hidden textbox (`evo-r2ag-clicked`) whose change selects the node.
+detail are pure renderers (`app.r2ag_figure`, every text from data or a model escaped); `app.r2ag_tab` is the layout.
 Steering: "scripted" (no model) or "lm" (the studio's policy LM, base weights, under the provider's lock).
+`grow_tree` (the page's Expand once / Expand to the end) runs each expansion in a worker thread and yields a status
+line while it runs (the LM's steering takes seconds per iteration) and the view after it; its Stop flag interrupts
+the steering's decode before its next token and discards that expansion, so the tree is the one after the last
+finished expansion (each expansion is one immutable `Tree`): nothing half-grown is kept.
 """
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import plotly.graph_objects as go
 
+from evorag_core.lm.base import interruptible
 from evorag_core.methods.r2ag.method import TreeBuilder
 from evorag_core.methods.r2ag.rewards import RewardWeights
 from evorag_core.methods.r2ag.scripted import ScriptedSteering
@@ -26,41 +31,19 @@ from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import Tree, TreeSettings, expand_once, new_tree
 from evorag_core.types import Passage
 
-from app.episode_tab import Reload
+from app.handlers.common import in_thread
 from app.r2ag_figure import node_choices, node_detail_html, tree_figure
-from app.views import empty_figure, esc
-from app.wiring import on
+from app.views import esc, message_html
 
 if TYPE_CHECKING:
     from app.policies import PolicyProvider
     from app.services import Services
     from evorag_core.config import R2agConfig
 
-__all__ = ["STEERING_CHOICES", "CLICK_JS", "TreeSession", "TreeView", "rewards_html", "tree_status", "parse_node",
-           "start_tree", "step_tree", "run_tree", "show_tree", "select_node", "build_tab"]
+__all__ = ["STEERING_CHOICES", "TreeSession", "TreeView", "TreeUpdate", "rewards_html", "tree_status", "parse_node",
+           "start_tree", "step_tree", "run_tree", "grow_tree", "show_tree", "select_node"]
 
 STEERING_CHOICES = ("scripted", "lm")
-
-# plotly's click on a node point -> the hidden textbox #evo-r2ag-clicked ("<node id>@<time>", so that clicking the
-# same node again is still a change). Installed once; it re-attaches whenever the plot's div lost the listener.
-CLICK_JS = """() => {
-  if (window.__evoR2agPoll) return;
-  const handler = (ev) => {
-    const pt = ((ev && ev.points) || []).find((p) => p.data && p.data.meta === 'r2ag-nodes');
-    const box = document.querySelector('#evo-r2ag-clicked textarea, #evo-r2ag-clicked input');
-    if (!pt || !box) return;
-    box.value = String(pt.customdata) + '@' + Date.now();
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-  };
-  window.__evoR2agPoll = setInterval(() => {
-    const div = document.querySelector('#evo-r2ag-figure .js-plotly-plot');
-    if (!div || typeof div.on !== 'function') return;
-    const has = div._ev && typeof div._ev.listeners === 'function'
-      ? div._ev.listeners('plotly_click').includes(handler) : div.__evoR2ag === handler;
-    if (!has) { div.on('plotly_click', handler); div.__evoR2ag = handler; }
-  }, 300);
-}"""
-
 
 @dataclass(frozen=True)
 class TreeSession:
@@ -113,25 +96,28 @@ def tree_status(tree: Tree, settings: TreeSettings) -> str:
 
 
 class _LockedSteering:
-    """The studio's shared policy LM (base weights) as steering, each call under the provider's lock."""
+    """The studio's shared policy LM (base weights) as steering, each call under the provider's lock; a set `stop`
+    event interrupts its decode (GenerationInterrupted)."""
 
     name = "lm"
 
-    def __init__(self, provider: PolicyProvider, cfg: R2agConfig) -> None:
+    def __init__(self, provider: PolicyProvider, cfg: R2agConfig, stop: threading.Event | None = None) -> None:
         self.provider, self.inner = provider, LMSteering.from_config(provider._get_backend(), cfg)
+        self.stop = stop or threading.Event()
 
     def propose(self, requests: Sequence[SteerRequest]) -> list[Proposal]:
-        with self.provider.lock:
+        with self.provider.lock, interruptible(self.inner.backend, self.stop):
             self.provider.use(None)
             return self.inner.propose(requests)
 
 
-def _builder(svc: Services, data_path: str | None, steering: str) -> TreeBuilder:
+def _builder(svc: Services, data_path: str | None, steering: str, stop: threading.Event | None = None
+             ) -> TreeBuilder:
     rt = svc.runtime(data_path)
     cfg = rt.cfg.r2ag
     if steering not in STEERING_CHOICES:
         raise ValueError(f"steering must be one of {', '.join(STEERING_CHOICES)}, got {steering!r}")
-    steer = ScriptedSteering() if steering == "scripted" else _LockedSteering(svc.policies, cfg)
+    steer = ScriptedSteering() if steering == "scripted" else _LockedSteering(svc.policies, cfg, stop)
     return TreeBuilder(steer, cfg, rt.corpus_for, lambda corpus: rt.retrieval.retriever_for(corpus, cfg.retriever))
 
 
@@ -173,6 +159,16 @@ def start_tree(svc: Services, data_path: str | None, question_id: str, steering:
     return _view(svc, session, False), session
 
 
+def _expand(svc: Services, session: TreeSession, stop: threading.Event | None = None) -> TreeSession:
+    """One expansion of every frontier branch (one retrieval batch)."""
+    rt = svc.runtime(session.data_path or None)
+    builder = _builder(svc, session.data_path or None, session.steering, stop)
+    corpus = rt.corpus_for(rt.dataset.get(session.question_id))
+    tree = expand_once(session.tree, builder.steering, builder.retriever_for(corpus), builder.passages(corpus),
+                       session.settings, RewardWeights.from_config(rt.cfg.r2ag))
+    return replace(session, tree=tree)
+
+
 def step_tree(svc: Services, session: TreeSession | None, show_pruning: bool = False,
               selected: str | int | None = None) -> tuple[TreeView, TreeSession]:
     """One expansion of every frontier branch (one retrieval batch); the selected node stays selected."""
@@ -180,12 +176,7 @@ def step_tree(svc: Services, session: TreeSession | None, show_pruning: bool = F
         raise ValueError("start a tree first")
     if session.tree.done:
         return _view(svc, session, show_pruning, selected), session
-    rt = svc.runtime(session.data_path or None)
-    builder = _builder(svc, session.data_path or None, session.steering)
-    corpus = rt.corpus_for(rt.dataset.get(session.question_id))
-    tree = expand_once(session.tree, builder.steering, builder.retriever_for(corpus), builder.passages(corpus),
-                       session.settings, RewardWeights.from_config(rt.cfg.r2ag))
-    session = replace(session, tree=tree)
+    session = _expand(svc, session)
     return _view(svc, session, show_pruning, selected), session
 
 
@@ -196,6 +187,52 @@ def run_tree(svc: Services, session: TreeSession | None, show_pruning: bool = Fa
     while not session.tree.done:
         view, session = step_tree(svc, session, show_pruning, selected)
     return view, session
+
+
+@dataclass(frozen=True)
+class TreeUpdate:
+    status: str  # HTML status line while an expansion runs, or what happened
+    view: TreeView | None  # None: the tree is unchanged since the last update
+    session: TreeSession | None
+    stopped: bool = False
+
+
+def grow_tree(svc: Services, session: TreeSession | None, stop: threading.Event, *, to_end: bool,
+              show_pruning: bool = False, selected: str | int | None = None, poll: float = 0.5
+              ) -> Iterator[TreeUpdate]:
+    """Expand once (`to_end` False) or until the tree is done, streaming progress; see the module docstring."""
+    if session is None:
+        raise ValueError("start a tree first")
+    loading = svc.policies.pending_load("lm:base") if session.steering == "lm" else ""
+    started, done_here = time.perf_counter(), 0
+    while not session.tree.done:
+        iteration = f"iteration {session.tree.iterations + 1}/{session.settings.max_iterations}"
+        done, box = in_thread(lambda s=session: _expand(svc, s, stop), "r2ag-expand")
+        began = time.perf_counter()
+        while not done.wait(poll):
+            if stop.is_set():
+                break
+            who = "the policy model steers" if session.steering == "lm" else "scripted steering"
+            wait = f" ({loading})" if loading else ""
+            yield TreeUpdate(message_html(f"Expanding {iteration}: {who}{wait}… {time.perf_counter() - began:.0f} s",
+                                          "info"), None, None)
+        if stop.is_set():
+            kept = f"the tree keeps its {session.tree.iterations} finished iteration(s)"
+            yield TreeUpdate(message_html(f"Stopped: {iteration} was interrupted and discarded; {kept}.", "warn"),
+                             _view(svc, session, show_pruning, selected), session, stopped=True)
+            return
+        if "error" in box:
+            raise box["error"]
+        session, loading, done_here = box["value"], "", done_here + 1
+        note = (f"Expanded {done_here} iteration(s) in {time.perf_counter() - started:.1f} s"
+                + ("; the tree is done." if session.tree.done else "."))
+        yield TreeUpdate(message_html(note, "ok" if session.tree.done else "info"),
+                         _view(svc, session, show_pruning, selected), session)
+        if not to_end:
+            return
+    if not done_here:
+        yield TreeUpdate(message_html("The tree is done: start another to grow it again.", "info"),
+                         _view(svc, session, show_pruning, selected), session)
 
 
 def show_tree(svc: Services, session: TreeSession | None, show_pruning: bool,
@@ -214,74 +251,3 @@ def select_node(svc: Services, session: TreeSession | None, show_pruning: bool, 
     if node is None or node >= len(session.tree.nodes):
         raise ValueError(f"no node {value!r} in the tree")
     return _view(svc, session, show_pruning, node)
-
-
-def build_tab(svc: Services) -> Reload:
-    """The tab's layout and wiring (inside a `gr.Tab`); returns how it reloads its data (the data files offered)
-    when selected (`episode_tab.Reload`)."""
-    import gradio as gr
-
-    from app.handlers import data_choices, load_data
-
-    state = gr.State(None)
-    with gr.Row():
-        files = data_choices(svc)
-        data_dd = gr.Dropdown(choices=files, value=files[0][1], label="Data file", allow_custom_value=True, scale=2)
-        first = load_data(svc, files[0][1]).questions
-        question_dd = gr.Dropdown(choices=first, value=first[0][1] if first else None, label="Question", scale=3,
-                                  elem_id="evo-r2ag-question")
-        steering_dd = gr.Dropdown(list(STEERING_CHOICES), value="scripted", label="Steering", scale=1,
-                                  elem_id="evo-r2ag-steering")
-        iterations = gr.Number(value=svc.cfg.r2ag.max_iterations, precision=0, minimum=1, maximum=10,
-                               label="L_max", scale=1, elem_id="evo-r2ag-tab-iterations")
-    with gr.Row():
-        start_btn = gr.Button("Start tree", variant="primary", elem_id="evo-r2ag-start")
-        step_btn = gr.Button("Expand once", elem_id="evo-r2ag-step")
-        run_btn = gr.Button("Expand to the end", elem_id="evo-r2ag-run")
-        pruning = gr.Checkbox(value=False, label="Show pruning", elem_id="evo-r2ag-pruning")
-    status = gr.Markdown(elem_id="evo-r2ag-status")
-    with gr.Row():
-        with gr.Column(scale=3, min_width=480):
-            figure = gr.Plot(empty_figure("R²AG retrieval tree", "start a tree to see it"), show_label=False,
-                             elem_id="evo-r2ag-figure")
-        with gr.Column(scale=2, min_width=320):
-            node_dd = gr.Dropdown(choices=[], value=None, label="Node (or click one in the tree)",
-                                  elem_id="evo-r2ag-node")
-            detail = gr.HTML(node_detail_html(new_tree(""), None), elem_id="evo-r2ag-detail")
-            clicked = gr.Textbox(visible="hidden", elem_id="evo-r2ag-clicked")
-    rewards_box = gr.HTML(elem_id="evo-r2ag-rewards")
-    outputs = [figure, rewards_box, status, node_dd, detail, state]
-
-    def unpack(pair):
-        view, session = pair
-        value = None if view.selected is None else str(view.selected)
-        return (view.figure, view.rewards, view.status, gr.Dropdown(choices=view.nodes, value=value), view.detail,
-                session)
-
-    def shown(view):
-        return (gr.skip(),) * 2 if view is None else (view.figure, view.detail)
-
-    on(data_dd.change, lambda path: gr.Dropdown(choices=load_data(svc, path).questions, value=None), data_dd,
-       question_dd, api_visibility="private")
-    on(start_btn.click, lambda p, q, s, n: unpack(start_tree(svc, p, q, s, n)),
-       [data_dd, question_dd, steering_dd, iterations], outputs)
-    on(step_btn.click, lambda sess, show, node: unpack(step_tree(svc, sess, show, node)), [state, pruning, node_dd],
-       outputs)
-    on(run_btn.click, lambda sess, show, node: unpack(run_tree(svc, sess, show, node)), [state, pruning, node_dd],
-       outputs)
-    on(pruning.change, lambda sess, show, node: shown(show_tree(svc, sess, show, node)), [state, pruning, node_dd],
-       [figure, detail])
-    on(node_dd.input, lambda sess, show, node: shown(select_node(svc, sess, show, node)), [state, pruning, node_dd],
-       [figure, detail])
-
-    def clicked_node(sess, show, value):
-        if not value:
-            return gr.skip(), gr.skip(), gr.skip()
-        view = select_node(svc, sess, show, value)
-        return view.figure, view.detail, gr.Dropdown(value=str(view.selected))
-
-    on(clicked.change, clicked_node, [state, pruning, clicked], [figure, detail, node_dd], api_visibility="private")
-    for installed_on in (start_btn.click, figure.change):  # installs the click forwarder (once per page)
-        installed_on(None, None, None, js=CLICK_JS, api_visibility="private")
-
-    return Reload(lambda: gr.Dropdown(choices=data_choices(svc)), [], [data_dd])

@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -246,31 +246,47 @@ class EpisodeSession:
         self.candidate_prompt = next((c.prompt for c in candidates if c.prompt), None)
         self.candidates_t = self.env.view().t
 
-    def score_candidates(self, horizon: int) -> None:
+    def score_candidates(self, horizon: int, on_progress: Callable[[int, int], None] | None = None,
+                         stop: threading.Event | None = None) -> bool:
         """Continue each sibling branch with the episode's policy for at most `horizon` steps after the candidate
         (to the episode's end if it comes first); the branch return is the sum of R_t from the branch point on.
-        Branches run on the live environment from a snapshot, which is restored afterwards."""
+        Branches run on the live environment from a snapshot, which is restored afterwards. `on_progress(done,
+        total)` after each branch; a set `stop` ends the scoring at the next policy step and returns False with no
+        candidate changed (the returns are written only once every branch is scored)."""
         if not self.candidates:
             raise ValueError("sample candidates first")
         if horizon < 0:
             raise ValueError(f"the branch horizon must be >= 0, got {horizon}")
         with self.exclusive():
-            self._score(horizon)
+            scored = self._score(horizon, on_progress, stop or threading.Event())
+        if scored is None:
+            return False
+        for cand, (total, steps, cut) in zip(self.candidates, scored):
+            cand["branch_return"], cand["branch_steps"], cand["branch_cut"] = total, steps, cut
+        return True
 
-    def _score(self, horizon: int) -> None:
+    def _score(self, horizon: int, on_progress: Callable[[int, int], None] | None, stop: threading.Event
+               ) -> list[tuple[float, int, bool]] | None:
         snap = self.env.snapshot()
+        scored: list[tuple[float, int, bool]] = []
         try:
-            for cand, action in zip(self.candidates, self.candidate_actions):
+            for action in self.candidate_actions:
                 self.env.restore(snap)
                 total, steps = self.env.step(action).reward, 1
                 while not self.env.done and steps <= horizon:
+                    if stop.is_set():
+                        return None
                     next_action, info = self.policy.policy.act(self.env.view())
                     total += self.env.step(next_action, info=info).reward
                     steps += 1
-                cand["branch_return"], cand["branch_steps"] = float(total), steps
-                cand["branch_cut"] = not self.env.done
+                scored.append((float(total), steps, not self.env.done))
+                if on_progress is not None:
+                    on_progress(len(scored), len(self.candidate_actions))
+                if stop.is_set():
+                    return None
         finally:
             self.env.restore(snap)
+        return scored
 
     # -- store mirroring ---------------------------------------------------------------------------------------------
     def _store_call(self, fn, *args, **kwargs):

@@ -87,4 +87,15 @@ CSS = """
 .evo-log-line.error .evo-log-level, .evo-log-line.error .evo-log-msg,
 .evo-log-line.critical .evo-log-level, .evo-log-line.critical .evo-log-msg { color: #c62828; }
 .evo-log-gap, .evo-log-empty { color: var(--body-text-color-subdued); font-style: italic; }
+.dk-badge { display: inline-block; padding: 1px 8px; border-radius: 8px; font-size: 0.8rem; font-weight: 600; }
+.dk-uniform { background: #fff3e0; color: #8a4b00; border: 1px solid #ffa726; }
+.dk-learned { background: #e3f2fd; color: #0d47a1; border: 1px solid #64b5f6; }
+.dk-controller { font-size: 0.9rem; margin: 4px 0; }
+.dk-kv th { width: 9.5em; white-space: nowrap; }
+.dk-kv td { overflow-wrap: anywhere; }
+.dk-doc-meta { font-size: 0.75rem; color: var(--body-text-color-subdued); }
+.dk-ops tr.invalid td { color: #6b6b6b; background: rgba(0, 0, 0, 0.035); }
+.dk-ops tr.chosen td { background: rgba(21, 101, 192, 0.10); font-weight: 600; }
+.dk-ops tr.chosen td.act { color: #1565c0; }
+.dk-final .evo-q { font-size: 1.05rem; margin-bottom: 4px; }
 """

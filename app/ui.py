@@ -11,7 +11,7 @@ import gradio as gr
 from evorag_core.env.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from app import arena_tab, compare_tab, episode_tab, handlers, r2ag_view, traces_tab, training_tab, views
+from app import arena_tab, compare_tab, dynakrag_tab, episode_tab, handlers, r2ag_tab, traces_tab, training_tab, views
 from app.episode_tab import Reload
 from app.services import Services
 from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
@@ -40,7 +40,8 @@ def build_ui(svc: Services) -> gr.Blocks:
             with gr.Tab("Evaluate", id="evaluate") as tab_eval:
                 _eval_tab(svc).wire(tab_eval.select)
             with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
-                r2ag_view.build_tab(svc).wire(tab_r2ag.select)
+                r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
+            dynakrag_tab.build_tab(svc)
             arena_tab.build_tab(svc)
             traces_tab.build_tab(svc, demo, tabs)
         # every tab reloads its data when selected, and the Pairs tab after the Episode tab queues pairs

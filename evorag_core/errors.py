@@ -13,6 +13,7 @@ __all__ = [
     "AdapterError",
     "TrainingError",
     "DataAccessError",
+    "GenerationInterrupted",
 ]
 
 
@@ -67,3 +68,7 @@ class TrainingError(EvoRagError):
 
 class DataAccessError(EvoRagError):
     """A data path outside the folders the studio may read (the message names none of the file's content)."""
+
+
+class GenerationInterrupted(EvoRagError):
+    """A generation was stopped on request before its end (the studio's Stop); nothing it wrote is returned."""

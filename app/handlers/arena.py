@@ -7,9 +7,9 @@ policy model, the base model and then (optionally) an adapter of the registry, e
 - A typed question: asked over the references of the picked question, with no gold answer and no gold references;
   only the format reward is scored, the page says the others need gold.
 - `arena_generate` yields an `ArenaStatus` every `poll` seconds while a reply is generated (the page's status
-  line). Closing the generator (the page's Stop) stops it at that point: the reply in progress finishes in its
-  thread (the backend cannot be interrupted mid-decode) and is thrown away, the next side never starts; nothing is
-  stored, so a cancelled run leaves nothing behind.
+  line). Closing the generator (the page's Stop) stops it at that point: the reply in progress stops before its
+  next token (`evorag_core.lm.base.interruptible`; a backend without it finishes the reply in its thread) and is
+  thrown away, the next side never starts; nothing is stored, so a cancelled run leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Iterator
 
+from evorag_core.lm.base import interruptible
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, format_reward, gold_reference_ids
 from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 from evorag_core.reader.arena.prompt import ArenaConfig
@@ -28,16 +29,13 @@ from app import views
 from app.arena_view import render_arena_answer
 from app.policies import BASE, LIVE
 from app.services import Services
-from app.handlers.common import adapter_lookup
+from app.handlers.common import adapter_lookup, in_thread
 
 __all__ = ["ArenaRequest", "ArenaTask", "ArenaStatus", "MAX_TOKENS_LIMIT", "NO_ADAPTER", "adapter_choices",
            "prepare_task", "task_rewards", "side_html", "empty_side", "arena_generate"]
 
 MAX_TOKENS_LIMIT = 2048  # the reply budget the page allows
 NO_ADAPTER = ""  # the adapter picker's "none": the base model only
-
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class ArenaRequest:
@@ -137,23 +135,6 @@ def _model_label(name: str) -> str:
     return path.name if path.is_absolute() and path.is_dir() else name
 
 
-def _in_thread(fn: Callable[[], T]) -> tuple[threading.Event, dict]:
-    """Run `fn` in a daemon thread; (done event, {"value": ...} or {"error": ...})."""
-    box: dict = {}
-    done = threading.Event()
-
-    def work() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=work, name="arena-generate", daemon=True).start()
-    return done, box
-
-
 def arena_generate(svc: Services, request: ArenaRequest, poll: float = 0.5) -> Iterator[ArenaStatus]:
     """Generate with the base model, then with `request.adapter` (when one is picked); see the module docstring.
     An unknown adapter is refused before anything runs."""
@@ -187,10 +168,11 @@ def arena_generate(svc: Services, request: ArenaRequest, poll: float = 0.5) -> I
                     provider.use(name)
                     writing.set()
                     start = time.perf_counter()
-                    out = ArenaGenerator(backend, task.cfg).generate(task.question, task.references)
+                    with interruptible(backend, cancelled):  # Stop ends the decode before its next token
+                        out = ArenaGenerator(backend, task.cfg).generate(task.question, task.references)
                     return out, time.perf_counter() - start
 
-            done, box = _in_thread(run)
+            done, box = in_thread(run, "arena-generate")
             began: float | None = None  # when this side was first seen writing
             while not done.wait(poll):
                 if writing.is_set():

@@ -1,12 +1,15 @@
 """Small helpers shared by the handler modules."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, TypeVar
 
 from app.policies import FeatureUnavailable
 from app.services import Services
 
-__all__ = ["short", "none_if_all", "adapter_lookup"]
+__all__ = ["short", "none_if_all", "adapter_lookup", "in_thread"]
+
+T = TypeVar("T")
 
 
 def short(text: str, n: int) -> str:
@@ -32,3 +35,21 @@ def adapter_lookup(svc: Services) -> Callable[[str | None], Any]:
         return store.active_adapter() if name is None else store.get_adapter(name)
 
     return lookup
+
+
+def in_thread(fn: Callable[[], T], name: str = "studio-work") -> tuple[threading.Event, dict]:
+    """Run `fn` in a daemon thread, so that a streaming handler can report progress and see its Stop flag while it
+    works; returns (done event, {"value": ...} or {"error": ...})."""
+    box: dict = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return done, box

@@ -3,10 +3,11 @@ and human preference pairs, and the episode's rendered view."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import plotly.graph_objects as go
 
@@ -177,10 +178,14 @@ def sample_siblings(session: EpisodeSession | None, k: int, temperature: float, 
     return episode_view(session, f"Sampled {len(found)} candidates at t = {session.candidates_t}."), session
 
 
-def score_siblings(session: EpisodeSession | None, horizon: int = 6) -> tuple[EpisodeView, EpisodeSession]:
-    """Branch returns: each candidate taken, then the policy continues for at most `horizon` steps."""
+def score_siblings(session: EpisodeSession | None, horizon: int = 6,
+                   on_progress: Callable[[int, int], None] | None = None, stop: threading.Event | None = None
+                   ) -> tuple[EpisodeView, EpisodeSession]:
+    """Branch returns: each candidate taken, then the policy continues for at most `horizon` steps. `on_progress`
+    hears (branches scored, branches); a set `stop` ends the scoring with no branch return kept."""
     session = _require(session)
-    session.score_candidates(int(horizon))
+    if not session.score_candidates(int(horizon), on_progress, stop):
+        return episode_view(session, "Stopped: scoring was cancelled; no branch return was kept."), session
     cut = sum(1 for c in session.candidates if c.get("branch_cut"))
     note = f" ({cut} cut at the horizon of {int(horizon)} steps)" if cut else ""
     return episode_view(session, f"Branch returns computed{note}."), session

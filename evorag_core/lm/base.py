@@ -7,11 +7,13 @@ decision time equals `sequence_logprob(prompt, completion)` later (up to float r
 """
 from __future__ import annotations
 
+import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Generation", "PolicyBackend", "encode_pair"]
+__all__ = ["Generation", "PolicyBackend", "encode_pair", "interruptible"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -89,3 +91,10 @@ def encode_pair(tokenizer, prompt: str, completion: str) -> tuple[list[int], lis
     p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     c = tokenizer(completion, add_special_tokens=False)["input_ids"] if completion else []
     return list(p), list(c)
+
+
+def interruptible(backend: object, event: threading.Event) -> AbstractContextManager[None]:
+    """`backend.interruptible(event)` where the backend has it (the transformers backend: a generation stops before
+    its next token once `event` is set, raising GenerationInterrupted); otherwise nothing, and calls run to their end."""
+    enter = getattr(backend, "interruptible", None)
+    return enter(event) if callable(enter) else nullcontext()

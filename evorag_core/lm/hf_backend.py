@@ -8,6 +8,8 @@
   their own position ids, so no copy of the prompt cache is made.
 - `generate(n>1)` runs the prompt once and copies its cache into n rows; all samples decode together.
 - Changing the active LoRA adapter drops the cache (its keys/values belong to the old weights).
+- `interruptible(event)`: generations inside stop before their next token once `event` is set
+  (`GenerationInterrupted`; the cache of the interrupted call is dropped), so the studio's Stop ends a decode at once.
 - Decode steps of an fp32 model on the CPU read fp16 copies of the weights (`half_decode.py`,
   `policy.half_decode_rows`): a batch-1 step streams every weight once, and half the bytes make it ~3x faster here.
   Prompt forwards (prefill) of more than `half_decode_rows` tokens run the block linears through bf16 copies when
@@ -18,15 +20,16 @@ All computation runs under `torch.inference_mode()`; log-probs are float32.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
 from evorag_core.config import PolicyConfig, home_dir
-from evorag_core.errors import ConfigError
+from evorag_core.errors import ConfigError, GenerationInterrupted
 from evorag_core.lm.base import Generation, encode_pair
 from evorag_core.lm.half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
 from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
@@ -93,6 +96,16 @@ class TransformersBackend:
         self._prefix = PrefixCache(growing_cache(self._num_layers))  # the pool's entry of the current call
         self._adapters = AdapterSet(model)
         self._end_ids = self._collect_end_ids()
+        self._interrupt: threading.Event | None = None  # set by `interruptible`
+
+    @contextmanager
+    def interruptible(self, event: threading.Event) -> Iterator[None]:
+        """Generations started inside stop before their next token once `event` is set (GenerationInterrupted)."""
+        previous, self._interrupt = self._interrupt, event
+        try:
+            yield
+        finally:
+            self._interrupt = previous
 
     def _collect_end_ids(self) -> frozenset[int]:
         """Generation stops at end-of-sequence and at any special token (none can be part of an argument)."""
@@ -330,6 +343,8 @@ class TransformersBackend:
         live = list(range(len(rows)))  # rows still decoding = the batch rows, in order
         logprobs, fed = batch.logprobs, []
         while True:
+            if self._interrupt is not None and self._interrupt.is_set():
+                raise GenerationInterrupted("the generation was stopped")
             picks = _pick(logprobs, temperature, rng)
             chosen = logprobs.gather(1, picks.unsqueeze(1)).squeeze(1).tolist()
             for r, tok, lp in zip(live, picks.tolist(), chosen):

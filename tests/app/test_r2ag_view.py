@@ -14,6 +14,7 @@ from evorag_core.config import load_config
 from evorag_core.methods.r2ag import TreeSettings, expand_once, new_tree, parse_expansion
 from evorag_core.methods.r2ag.steering import Proposal
 from evorag_core.types import Passage
+from tests.app.test_studio_activation import tiny  # noqa: F401 - the tiny random model
 from tests.paths import DEMO
 
 from app.r2ag_figure import (BACKGROUND, GOLD, KEPT, NODE_META, PLAIN, PRUNED, ROOT, STOP, STYLES, contrast_ratio,
@@ -210,3 +211,56 @@ def test_studio_tree_steps_one_expansion_at_a_time(studio):
         select_node(studio, sess, False, "999")
     with pytest.raises(ValueError, match="steering"):
         start_tree(studio, str(DEMO), "demo-002", "oracle")
+
+
+def test_growing_streams_each_expansion_and_a_stop_keeps_the_last_finished_tree(studio):
+    """Scripted steering on demo-002: Expand once yields the tree after one iteration; to the end, the tree is done;
+    with the Stop flag set before anything ran, the tree is the one it was (no iteration half-kept)."""
+    import threading
+
+    from app.r2ag_view import grow_tree, start_tree
+
+    _, sess = start_tree(studio, str(DEMO), "demo-002", "scripted", 3)
+    once = [u for u in grow_tree(studio, sess, threading.Event(), to_end=False, poll=0.01) if u.session is not None]
+    assert len(once) == 1 and once[0].session.tree.iterations == 1 and "Expanded 1 iteration" in once[0].status
+    end = [u for u in grow_tree(studio, once[0].session, threading.Event(), to_end=True, poll=0.01) if u.session]
+    assert end[-1].session.tree.done and "the tree is done" in end[-1].status
+    stop = threading.Event()
+    stop.set()
+    stopped = list(grow_tree(studio, once[0].session, stop, to_end=True, poll=0.01))
+    assert stopped[-1].stopped and "Stopped" in stopped[-1].status and "keeps its 1 finished" in stopped[-1].status
+    assert stopped[-1].session == once[0].session
+    finished = list(grow_tree(studio, end[-1].session, threading.Event(), to_end=True))
+    assert "The tree is done" in finished[-1].status and finished[-1].session == end[-1].session
+
+
+def test_stopping_lm_steering_interrupts_its_decode_and_discards_the_expansion(tiny, tmp_path):  # noqa: F811
+    """The tiny random model steers with a 1500-token budget (it rarely ends early): Stop while it writes ends the
+    stream at the next tick with the tree unchanged, and the model is free again at once (the decode was
+    interrupted, not finished in the background)."""
+    import threading
+    import time
+
+    from app.r2ag_view import grow_tree, start_tree
+    from app.services import Services
+    from evorag_core.config import apply_overrides
+
+    cfg = apply_overrides(load_config(), {"policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1,
+                                          "r2ag.max_new_tokens": 1500})
+    services = Services(cfg, tmp_path / "home", data_path=DEMO, db_url=f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        services.policies.backend_for("lm:base")  # loaded: the first ticks are the steering's
+        _, sess = start_tree(services, str(DEMO), "demo-002", "lm", 2)
+        stop = threading.Event()
+        run = grow_tree(services, sess, stop, to_end=True, poll=0.05)
+        first = next(run)
+        assert "the policy model steers" in first.status and first.session is None
+        stop.set()
+        rest = list(run)
+        assert rest[-1].stopped and rest[-1].session == sess and rest[-1].session.tree.iterations == 0
+        start = time.perf_counter()
+        with services.policies.lock:  # the interrupted decode has let go of the model
+            waited = time.perf_counter() - start
+        assert waited < 20
+    finally:
+        services.close()

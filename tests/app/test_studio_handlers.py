@@ -482,3 +482,26 @@ def test_lm_step_starts_from_the_prefill_done_while_the_page_was_read(svc):
     assert sess.record.steps and sess.record.steps[0].info["completion"].startswith("SEARCH")
     oracle_view, oracle = handlers.start_episode(svc, _settings(question_id="demo-001"))
     assert oracle.preparing is None  # only LM policies prepare
+
+
+def test_sibling_scoring_reports_progress_and_a_stop_keeps_no_branch_return(svc):
+    """Two hand-made siblings at t = 1 of demo-001 (the oracle continues): progress hears (1, 2) then (2, 2) and
+    both returns are written; with the Stop flag set, scoring ends before any policy step and nothing is written,
+    and the environment is back at the branch point either way."""
+    import threading
+
+    from app.policies import Candidate
+    from evorag_core.env.actions import Refuse, Search
+
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    sess.set_candidates([Candidate(Search("Ansel Travine"), None), Candidate(Refuse(), None)])
+    t_before = sess.env.view().t
+    stop = threading.Event()
+    stop.set()
+    view, sess = handlers.score_siblings(sess, 3, stop=stop)
+    assert "Stopped: scoring was cancelled" in view.message
+    assert all("branch_return" not in c for c in sess.candidates) and sess.env.view().t == t_before
+    heard = []
+    view, sess = handlers.score_siblings(sess, 3, lambda done, total: heard.append((done, total)))
+    assert heard == [(1, 2), (2, 2)] and all("branch_return" in c for c in sess.candidates)
+    assert sess.candidates[1]["branch_steps"] == 1 and sess.env.view().t == t_before  # REFUSE ends its branch

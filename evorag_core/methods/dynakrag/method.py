@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from evorag_core.lm.base import PolicyBackend
     from evorag_core.runtime import Runtime
 
-__all__ = ["StepTrace", "Episode", "run_dynakrag", "DynaKragMethod", "build_dynakrag_method", "method_label",
+__all__ = ["StepTrace", "Episode", "control_step", "finish_episode", "run_dynakrag", "DynaKragMethod", "build_dynakrag_method", "method_label",
            "episode_metrics"]
 
 
@@ -73,25 +73,42 @@ def _step(state: EvidenceState, action: str, ctx: OpContext, t: int, valid: tupl
                           decision.stop_suppressed)
 
 
+def control_step(state: EvidenceState, ctx: OpContext, controller: Controller, t: int
+                 ) -> tuple[EvidenceState, StepTrace, str | None]:
+    """One controller decision and its operation: (the new state, its trace, the stop reason once stop_answer ran:
+    "stop_answer" (chosen), "max_steps" or "nothing_valid" (stop was all that was left); None otherwise)."""
+    valid = valid_actions(state, ctx.cfg)
+    decision = controller.choose(state, valid)
+    new, trace = _step(state, decision.action, ctx, t, valid, decision)
+    if decision.action != "stop_answer":
+        return new, trace, None
+    if valid == ("stop_answer",):
+        return new, trace, "max_steps" if state.steps >= ctx.cfg.max_steps else "nothing_valid"
+    return new, trace, "stop_answer"
+
+
+def finish_episode(state: EvidenceState, ctx: OpContext, t: int) -> tuple[EvidenceState, StepTrace | None, str]:
+    """After stop_answer: the terminal compression when it is valid (its trace, else None), then the answer."""
+    if ctx.lm is None:
+        raise ValueError("finishing a DynaKrag episode needs OpContext.lm to answer")
+    trace = None
+    valid = valid_actions(state, ctx.cfg)
+    if "compress_answer_evidence" in valid:
+        state, trace = _step(state, "compress_answer_evidence", ctx, t, valid)
+    answer, usage = ctx.lm.answer(state.question, final_context(state, ctx.cfg), state.snippets)
+    return _add_usage(state, usage), trace, answer
+
+
 def run_dynakrag(question: str, ctx: OpContext, controller: Controller) -> Episode:
     if ctx.lm is None:
         raise ValueError("run_dynakrag needs OpContext.lm to answer")
-    state, steps, reason = initial_state(question), [], "stop_answer"
-    while True:
-        valid = valid_actions(state, ctx.cfg)
-        decision = controller.choose(state, valid)
-        if valid == ("stop_answer",):
-            reason = "max_steps" if state.steps >= ctx.cfg.max_steps else "nothing_valid"
-        state, trace = _step(state, decision.action, ctx, len(steps) + 1, valid, decision)
+    state, steps, reason = initial_state(question), [], None
+    while reason is None:
+        state, trace, reason = control_step(state, ctx, controller, len(steps) + 1)
         steps.append(trace)
-        if decision.action == "stop_answer":
-            break
-    valid = valid_actions(state, ctx.cfg)
-    if "compress_answer_evidence" in valid:
-        state, trace = _step(state, "compress_answer_evidence", ctx, len(steps) + 1, valid)
+    state, trace, answer = finish_episode(state, ctx, len(steps) + 1)
+    if trace is not None:
         steps.append(trace)
-    answer, usage = ctx.lm.answer(question, final_context(state, ctx.cfg), state.snippets)
-    state = _add_usage(state, usage)
     return Episode(state, tuple(steps), answer, reason)
 
 

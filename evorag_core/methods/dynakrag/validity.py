@@ -23,7 +23,7 @@ from evorag_core.config import DynaKragConfig
 from evorag_core.errors import EnvStateError
 from evorag_core.methods.dynakrag.state import ACQUISITION, ACTIONS, EvidenceState
 
-__all__ = ["RULES", "valid_actions", "is_valid", "check_valid"]
+__all__ = ["RULES", "valid_actions", "is_valid", "check_valid", "exclusion"]
 
 Rule = Callable[[EvidenceState, DynaKragConfig], bool]
 
@@ -86,6 +86,63 @@ def is_valid(state: EvidenceState, action: str, cfg: DynaKragConfig) -> bool:
     if action not in RULES:
         raise EnvStateError(f"unknown DynaKrag operation {action!r}; expected one of {', '.join(ACTIONS)}")
     return RULES[action](state, cfg)
+
+
+def _control_reason(s: EvidenceState, cfg: DynaKragConfig) -> str | None:
+    if s.terminated:
+        return "acquisition has ended (stop_answer was executed)"
+    if s.steps >= cfg.max_steps:
+        return f"the control-step cap is reached ({s.steps}/{cfg.max_steps} steps)"
+    return None
+
+
+def _retrieval_reason(s: EvidenceState, cfg: DynaKragConfig) -> str | None:
+    if (reason := _control_reason(s, cfg)) is not None:
+        return reason
+    if s.retrieval_calls >= cfg.retrieval_cap:
+        return f"the retrieval budget is spent ({s.retrieval_calls}/{cfg.retrieval_cap} calls)"
+    return None
+
+
+def _first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r is not None), None)
+
+
+def _why(s: EvidenceState, action: str, cfg: DynaKragConfig) -> str | None:
+    """The first condition of `action`'s rule (module table) that `s` fails, in words; None when none fails."""
+    no_docs = None if s.docs else "no evidence has been retrieved yet"
+    if action == "retrieve_more":
+        return _first(_retrieval_reason(s, cfg), None if s.frontier_unseen() != 0
+                      else "the frontier (initial ranking) holds no unseen document")
+    if action == "gap_query":
+        return _first(_retrieval_reason(s, cfg), None if s.missing.strip() else
+                      "no gap recorded (an insufficient sufficiency_check records one)")
+    if action == "rewrite_query":
+        return _first(_retrieval_reason(s, cfg), no_docs)
+    if action == "bridge_entity_expand":
+        return _first(_retrieval_reason(s, cfg), None if s.bridge_candidates else
+                      "no bridge entity in the evidence")
+    if action == "sufficiency_check":
+        return _first(None if cfg.sufficiency else "sufficiency checks are off (dynakrag.sufficiency = false)",
+                      _control_reason(s, cfg), no_docs,
+                      None if s.probed_at != len(s.docs) else "no new evidence since the last sufficiency_check")
+    if action == "stop_answer":
+        if s.terminated:
+            return "acquisition has ended (stop_answer was executed)"
+        return None if stop_ok(s, cfg) else "no evidence yet while another operation is executable"
+    return _first(None if cfg.compression else "compression is off (dynakrag.compression = false)",
+                  None if s.terminated else "terminal: only after stop_answer",
+                  None if s.snippets is None else "the evidence is compressed already", no_docs)
+
+
+def exclusion(state: EvidenceState, action: str, cfg: DynaKragConfig) -> str | None:
+    """Why `action` is not in A(state), naming the rule it fails (for the studio's greyed operations); None when it
+    is executable. Agrees with `RULES` on every state."""
+    if action not in RULES:
+        raise EnvStateError(f"unknown DynaKrag operation {action!r}; expected one of {', '.join(ACTIONS)}")
+    if RULES[action](state, cfg):
+        return None
+    return _why(state, action, cfg) or "not executable in this state"
 
 
 def check_valid(state: EvidenceState, action: str, cfg: DynaKragConfig) -> None:
