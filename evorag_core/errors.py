@@ -10,6 +10,7 @@ __all__ = [
     "RetrievalError",
     "ModelLoadError",
     "StoreError",
+    "PermissionDenied",
     "AdapterError",
     "TrainingError",
     "DataAccessError",
@@ -67,3 +68,7 @@ class TrainingError(EvoRagError):
 
 class DataAccessError(EvoRagError):
     """A data path outside the folders the studio may read (the message names none of the file's content)."""
+
+
+class PermissionDenied(EvoRagError):
+    """The logged-in user's role may not do what was asked (the studio's server-side role check)."""
