@@ -48,7 +48,8 @@ KEYS_JS = """() => {
     r.querySelectorAll('.evo-ann-cand').forEach((c) => {
       const at = st.picks.indexOf(Number(c.dataset.index));
       c.classList.toggle('evo-picked', at >= 0);
-      const badge = c.querySelector('.evo-ann-rank'); if (badge) badge.textContent = at >= 0 ? '#' + (at + 1) : '';
+      const badge = c.querySelector('.evo-ann-rank'); const text = at >= 0 ? '#' + (at + 1) : '';
+      if (badge && badge.textContent !== text) badge.textContent = text;  // no write, no mutation: no loop
     });
   };
   const pick = (i) => {
