@@ -16,7 +16,18 @@ from app.episode_tab import Reload
 from app.services import Services
 from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
 
-__all__ = ["build_ui"]
+__all__ = ["build_ui", "HIDE_TABS_JS"]
+
+# the tab buttons a role sees (the handlers refuse the rest on the server: app/roles.py)
+HIDE_TABS_JS = """(role) => {
+  if (!role || role === 'admin') return;
+  const keep = role === 'reviewer' ? ['Annotate', 'Review'] : ['Annotate'];
+  const hide = () => document.querySelectorAll('button[role=tab]').forEach((b) => {
+    if (!keep.includes(b.innerText.trim())) b.style.display = 'none';
+  });
+  hide();
+  new MutationObserver(hide).observe(document.body, {childList: true, subtree: true});
+}"""
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +89,14 @@ def build_ui(svc: Services) -> gr.Blocks:
             review = gr.Tab(visible=roles.allowed(svc, request, "review"))
             picked = gr.Tabs() if admin else gr.Tabs(selected="annotate")  # ... the handlers refuse the rest
             return (handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc)),
-                    handlers.pairs_count_html(svc), *shown, review, picked)
+                    handlers.pairs_count_html(svc), *shown, review, picked, role)
 
+        role_box = gr.Textbox(visible="hidden", elem_id="evo-role")
         loaded = on(demo.load, on_load, None, [header, annotator, episode.policy_dd, episode.pairs_count,
-                                               *admin_tabs, annotation.review, tabs], api_visibility="private")
+                                               *admin_tabs, annotation.review, tabs, role_box],
+                    api_visibility="private")
+        # Gradio 6.31 keeps a tab's button when an update hides the tab: the page hides the buttons itself
+        loaded.then(None, role_box, None, js=HIDE_TABS_JS, api_visibility="private")
         first_fn, first_in, first_out = annotation.first_item
         on(loaded.then, first_fn, first_in, first_out, api_visibility="private")
     return demo
