@@ -4,7 +4,7 @@ reviewer's resolution). Layout and wiring only: handlers in app/handlers/annotat
 Keys (while the Annotate tab is shown and no text box has the focus): 1-9 pick candidates best first (again: unpick),
 Enter submits the picks (a refusal item: 1 answerable, 2 unanswerable), T tie, S skip, U undo the last label, Esc
 clears the picks. The picks live in the page (`KEYS_JS` marks them on the cards); a submit writes one command
-("rank|<item>|<picks>|<nonce>") into a hidden text box, whose input event runs `on_command` on the server, which
+("rank|<item>|<picks>|<nonce>") into a hidden text box, whose change event runs `on_command` on the server, which
 checks the session user's role before it stores anything.
 """
 from __future__ import annotations
@@ -136,7 +136,7 @@ def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> Annotat
         view = ha.run_command(svc, _who(typed, request), value)
         return view.item, view.progress, view.message
 
-    on(command.input, on_command, [command, annotator], shown, show_progress="hidden", trigger_mode="always_last")
+    on(command.change, on_command, [command, annotator], shown, show_progress="hidden", trigger_mode="always_last")
     for verb, button in buttons.items():
         button.click(None, None, None, js=f"() => window.evoAnn && window.evoAnn.send('{verb}')",
                      api_visibility="private")
