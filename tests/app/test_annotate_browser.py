@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 
@@ -122,6 +123,31 @@ def _keys(page, who: str, n_done: int) -> list[str]:
     return ["1", "2", "3"]
 
 
+def _call_endpoint(page, name_part: str, first: object) -> None:
+    """POST to the studio's API endpoint whose name contains `name_part`, as the page's logged-in user, with `first`
+    as its first input and None for the rest; returns once the call has ended (refused or not)."""
+    info = page.evaluate("fetch('/gradio_api/info').then(r => r.json())")
+    name = next(n for n in info["named_endpoints"] if name_part in n)
+    n_params = len(info["named_endpoints"][name]["parameters"])
+    page.evaluate("""async ([name, n, first]) => {
+        const data = Array(n).fill(null); data[0] = first;
+        const post = await fetch('/gradio_api/call' + name, {method: 'POST', headers: {'Content-Type': 'application/json'},
+                                                             body: JSON.stringify({data})});
+        const {event_id} = await post.json();
+        const res = await fetch('/gradio_api/call' + name + '/' + event_id);
+        return await res.text();
+    }""", [name, n_params, first])
+
+
+def _wait_for_line(log: Path, text: str) -> None:
+    """The studio logs each refusal (app.wiring's guard) before the call's reply, so the line is in the file or being
+    flushed to it; the bound only keeps a broken studio from hanging the run."""
+    give_up = time.monotonic() + 120
+    while text not in log.read_text():
+        assert time.monotonic() < give_up, f"the studio log never said {text!r}"
+        time.sleep(0.1)
+
+
 def test_two_annotators_a_reviewer_and_roles(studio, browser):
     url, store, db_url = studio
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -163,24 +189,16 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
     assert len(labels) == 20 and {lab.annotator for lab in labels} == {"ann1", "ann2"}
     assert all(len([lab for lab in labels if lab.item_id == i.id]) == 2 for i in store.list_annotation_items())
 
-    # an annotator calling the launch-round endpoint directly is refused
-    info = ann1.evaluate("fetch('/gradio_api/info').then(r => r.json())")
-    launch_name = next(name for name in info["named_endpoints"] if "on_launch" in name)
-    n_params = len(info["named_endpoints"][launch_name]["parameters"])
-    reply = ann1.evaluate("""async ([name, n]) => {
-        const data = Array(n).fill(null); data[0] = 'dpo';
-        const post = await fetch('/gradio_api/call' + name, {method: 'POST', headers: {'Content-Type': 'application/json'},
-                                                             body: JSON.stringify({data})});
-        const {event_id} = await post.json();
-        const res = await fetch('/gradio_api/call' + name + '/' + event_id);
-        return await res.text();
-    }""", [launch_name, n_params])
+    # the annotator's own page called nothing it may not (no refusal toasts) ...
     log = REPO / "artifacts" / "annotate_browser.log"
-    deadline = time.monotonic() + 60  # the handler ran and refused (the guard logs the refusal), nothing queued
-    while "ann1 (annotator) may not launch" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert "ann1 (annotator) may not launch or cancel training rounds" in log.read_text(), reply
+    assert "may not" not in log.read_text()
+    # ... and calling an admin endpoint directly is refused on the server: launching a round (the Training tab's own
+    # check) and resetting an episode (the check every admin tab's events get from app.wiring.requiring)
+    _call_endpoint(ann1, "on_launch", "dpo")
+    _wait_for_line(log, "ann1 (annotator) may not launch or cancel training rounds")
     assert store.list_rounds() == []
+    _call_endpoint(ann1, "on_reset", None)
+    _wait_for_line(log, "ann1 (annotator) may not run episodes, evaluations and comparisons")
 
     # the reviewer: the two disagreements, one resolved
     ctx3, rev = _login(browser, url, "rev")
