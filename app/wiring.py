@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import gradio as gr
 
-from evorag_core.errors import EvoRagError
+from evorag_core.errors import EvoRagError, PermissionDenied
 
 from app import roles, views
 
 if TYPE_CHECKING:
     from app.services import Services
 
-__all__ = ["EXAMPLE_SCRIPT", "TIMER_SECONDS", "annotator_name", "error_message", "guard", "on", "requiring"]
+__all__ = ["EXAMPLE_SCRIPT", "TIMER_SECONDS", "Refused", "annotator_name", "error_message", "guard", "on", "requiring",
+           "role_checked"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def guard(fn: Callable, n_outputs: int = 1, *, quiet: bool = False) -> Callable:
 
     def fail(exc: BaseException) -> Any:
         msg = _report(fn, exc)
-        if not quiet:
+        if not quiet and not isinstance(exc, Refused):
             gr.Warning(views.esc(msg), title="Error", duration=15)
         if n_outputs == 0:
             return None
@@ -80,6 +81,12 @@ def guard(fn: Callable, n_outputs: int = 1, *, quiet: bool = False) -> Callable:
     return wrapper
 
 
+class Refused(PermissionDenied):
+    """A handler of an admin tab refused for the session's user (`requiring`): logged, never shown as a toast. A
+    non-admin's page fires some of those events by itself (a tab's select, a dropdown's change after the page load
+    updates it); the refusal is the server's, the page stays quiet."""
+
+
 # The permission every event wired inside `with requiring(svc, action):` checks on the server (None: no check).
 _REQUIRED: contextvars.ContextVar[tuple[Services, str] | None] = contextvars.ContextVar("evorag_required", default=None)
 # Triggers that only show data as the page loads or a timer ticks: never refused (a non-admin's page fires them too).
@@ -100,17 +107,24 @@ def requiring(svc: Services, action: str) -> Iterator[None]:
 
 
 def role_checked(fn: Callable, svc: Services, action: str) -> Callable:
-    """`fn` with `roles.require(svc, request, action)` before it runs. The wrapper's first parameter is the request
-    (Gradio passes one to a parameter typed gr.Request); `fn` is called without it, so its own parameters, a request
+    """`fn` with `roles.require(svc, request, action)` before it runs (a refusal raises `Refused`). The wrapper's
+    first parameter is the request (Gradio passes one to a parameter typed gr.Request); `fn` is called without it, so its own parameters, a request
     of its own, event data and progress included, are filled exactly as before. Generators stay generators."""
     sig = inspect.signature(fn)
+
+    def check(request: gr.Request | None) -> None:
+        try:
+            roles.require(svc, request, action)
+        except PermissionDenied as exc:
+            raise Refused(str(exc)) from None
+
     extra = inspect.Parameter("_role_request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=gr.Request)
 
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
         def checked_stream(_role_request: gr.Request, *args: Any, **kwargs: Any) -> Any:
-            roles.require(svc, _role_request, action)
+            check(_role_request)
             yield from fn(*args, **kwargs)
 
         checked: Callable = checked_stream
@@ -118,7 +132,7 @@ def role_checked(fn: Callable, svc: Services, action: str) -> Callable:
 
         @functools.wraps(fn)
         def checked_call(_role_request: gr.Request, *args: Any, **kwargs: Any) -> Any:
-            roles.require(svc, _role_request, action)
+            check(_role_request)
             return fn(*args, **kwargs)
 
         checked = checked_call
@@ -129,7 +143,7 @@ def role_checked(fn: Callable, svc: Services, action: str) -> Callable:
 
 def on(trigger: Callable, fn: Callable, inputs: Any, outputs: Any, *, quiet: bool = False, **kwargs: Any) -> Any:
     """`trigger(guard(fn), inputs, outputs, **kwargs)` with the guard told how many outputs to leave alone; inside
-    `requiring(...)` the handler also checks the user's role first (a refusal is a toast like any error)."""
+    `requiring(...)` the handler also checks the user's role first (a refusal is logged, the outputs left alone)."""
     n = len(outputs) if isinstance(outputs, (list, tuple)) else (0 if outputs is None else 1)
     required = _REQUIRED.get()
     if required is not None and getattr(trigger, "event_name", None) not in DISPLAY_TRIGGERS:
