@@ -16,7 +16,7 @@ from typing import Any
 
 import gradio as gr
 
-from app import handlers, views
+from app import handlers, roles, views
 from app.dynakrag_step import controller_html, final_html, operations_html, scores_figure, state_html
 from app.dynakrag_view import trace_html
 from app.handlers import dynakrag as hd
@@ -146,12 +146,14 @@ def build_tab(svc: Services) -> gr.Tab:
         flag.set()  # the running stream ends itself with the stopped view
         return gr.skip()
 
-    def on_train(path, n):
+    def on_train(path, n, request: gr.Request):
+        roles.require(svc, request, "train")  # the server's check, as the Training tab's launch
         done = hd.train_controller(svc, path, n)
         html, _ = hd.round_html(svc, done.round_id)
         return views.message_html(done.message, "warn" if done.capped else "ok"), html, done.round_id
 
-    def on_cancel(rid):
+    def on_cancel(rid, request: gr.Request):
+        roles.require(svc, request, "train")
         return views.message_html(hd.cancel_training(svc, rid), "ok")
 
     def tick(rid, ctrl):

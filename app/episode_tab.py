@@ -19,7 +19,9 @@ from evorag_core.env.actions import ACTION_NAMES
 from evorag_core.errors import EvoRagError
 from evorag_core.env.scheduler import PRESETS, SCHEDULES, STAGES
 
-from app import handlers, views
+from app import handlers, roles, views
+from app.handlers import annotate as annotate_handlers
+from app.handlers import human as handlers_human
 from app.handlers import EpisodeView
 from app.handlers import traces as trace_handlers
 from app.services import Services
@@ -170,6 +172,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
                     preferred = gr.Dropdown(label="Preferred", choices=[], elem_id="evo-preferred")
                     rejected = gr.Dropdown(label="Rejected", choices=[], elem_id="evo-rejected")
                     pair_btn = gr.Button("Queue human pair", variant="primary", elem_id="evo-queue-pair")
+                    send_btn = gr.Button("Send this state to the annotation queue", elem_id="evo-send-state")
                 pair_msg = gr.HTML(elem_id="evo-pair-msg")
 
     outputs = [status, message, steps, weights, contrib, breakdown, passages, verdicts, judged_dd, candidates,
@@ -258,6 +261,12 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         html = views.message_html(msg, "ok")
         return html, {**(shown_now or {}), "pair_msg": html}, handlers.pairs_count_html(svc)
 
+    def on_send(sess, shown_now, request: gr.Request):
+        roles.require(svc, request, "queue")
+        item_id = annotate_handlers.queue_item(svc, handlers_human.state_item(sess, svc))
+        html = views.message_html(f"Queued annotation item #{item_id}: it is in the Annotate tab's queue.", "ok")
+        return html, {**(shown_now or {}), "pair_msg": html}
+
     def on_propose(sess, shown_now):
         view, name, arg = handlers.propose_action(sess)
         return (*_outputs(view, shown_now), sess, name, arg)
@@ -277,6 +286,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
     on(propose_btn.click, on_propose, [session, shown], [*ep_outputs, human_act, human_arg], show_progress="minimal")
     human_done = on(human_btn.click, on_human, [session, shown, human_act, human_arg, human_queue, annotator],
                     [*ep_outputs, human_arg, pairs_count], show_progress="minimal")
+    on(send_btn.click, on_send, [session, shown], [pair_msg, shown])
     pair_done = on(pair_btn.click, on_pair, [session, shown, preferred, rejected, annotator],
                    [pair_msg, shown, pairs_count])
     policy_dd.change(lambda p: gr.Code(visible=p == "script"), policy_dd, script, api_visibility="private")

@@ -98,4 +98,28 @@ CSS = """
 .dk-ops tr.chosen td { background: rgba(21, 101, 192, 0.10); font-weight: 600; }
 .dk-ops tr.chosen td.act { color: #1565c0; }
 .dk-final .evo-q { font-size: 1.05rem; margin-bottom: 4px; }
+.evo-muted { color: var(--body-text-color-subdued); font-size: 0.85rem; }
+.evo-ann-item { display: block; }
+.evo-ann-meta { font-size: 0.8rem; color: var(--body-text-color-subdued); }
+.evo-ann-question { font-size: 1.15rem; font-weight: 600; margin: 4px 0 8px; }
+.evo-ann-item h4 { margin: 10px 0 4px; }
+.evo-ann-step summary { cursor: pointer; font-size: 0.9rem; }
+.evo-ann-passage { font-size: 0.82rem; margin: 3px 0 3px 12px; overflow-wrap: anywhere; }
+.evo-ann-evidence { max-height: 260px; overflow-y: auto; }
+.evo-ann-cands { display: grid; grid-template-columns: repeat(auto-fit, minmax(230px, 1fr)); gap: 10px; }
+.evo-ann-cand { border: 2px solid var(--border-color-primary); border-radius: 8px; padding: 8px; cursor: pointer;
+  display: flex; flex-direction: column; min-width: 0; }
+.evo-ann-cand.evo-picked { border-color: #1e88e5; background: rgba(30, 136, 229, 0.07); }
+.evo-ann-cand-head { display: flex; gap: 6px; align-items: baseline; margin-bottom: 4px; }
+.evo-ann-cand-head code { overflow-wrap: anywhere; font-weight: 600; }
+.evo-ann-key { flex: none; border: 1px solid var(--border-color-primary); border-radius: 4px; padding: 0 6px;
+  font-family: var(--font-mono); font-size: 0.8rem; }
+.evo-ann-rank { flex: none; color: #1e88e5; font-weight: 700; }
+.evo-ann-preview { font-size: 0.75rem; white-space: pre-wrap; overflow-wrap: anywhere; max-height: 220px;
+  overflow-y: auto; margin: 0; flex: 1; }
+.evo-ann-foot { font-size: 0.8rem; color: var(--body-text-color-subdued); margin-top: 4px; }
+.evo-ann-empty { padding: 16px; color: var(--body-text-color-subdued); }
+.evo-review-table, .evo-ann-labels { font-size: 0.85rem; border-collapse: collapse; }
+.evo-review-table td, .evo-review-table th, .evo-ann-labels td, .evo-ann-labels th { padding: 2px 8px;
+  border-bottom: 1px solid var(--border-color-primary); text-align: left; }
 """

@@ -21,7 +21,7 @@ import gradio as gr
 from evorag_core.errors import EvoRagError
 from evorag_core.objectives import OBJECTIVES as REGISTRY
 
-from app import handlers, views
+from app import handlers, roles, views
 from app import training_fields as tf
 from app.handlers import training as th
 from app.services import Services
@@ -157,7 +157,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
     watched = [names_state, objective, source, stage, data, cancel_dd, log_pick]
     field_list = [fields[k] for k in tf.FIELD_KEYS]
 
-    def on_launch(obj, shown, picked, log_picked, *values):
+    def on_launch(obj, shown, picked, log_picked, request: gr.Request, *values):
+        roles.require(svc, request, "train")  # the server's check: a hidden button is not a permission
         round_id = None
         given = dict(zip(tf.FIELD_KEYS, values))
         try:
@@ -183,15 +184,18 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             return gr.skip(), gr.skip()
         return "", None
 
-    def on_cancel(picked, shown, obj, src, stg, dat, log_picked):
+    def on_cancel(picked, shown, obj, src, stg, dat, log_picked, request: gr.Request):
+        roles.require(svc, request, "train")
         msg = th.cancel_round(svc, picked)
         return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
 
-    def on_activate(name, shown, obj, src, stg, dat, picked, log_picked):
+    def on_activate(name, shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
+        roles.require(svc, request, "adapters")
         msg = handlers.activate_adapter(svc, name)
         return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
 
-    def on_base(shown, obj, src, stg, dat, picked, log_picked):
+    def on_base(shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
+        roles.require(svc, request, "adapters")
         msg = handlers.use_base_model(svc)
         return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
 

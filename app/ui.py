@@ -11,12 +11,24 @@ import gradio as gr
 from evorag_core.env.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from app import arena_tab, compare_tab, dynakrag_tab, episode_tab, handlers, r2ag_tab, traces_tab, training_tab, views
+from app import (annotate_tab, arena_tab, compare_tab, dynakrag_tab, episode_tab, handlers, r2ag_tab, roles,
+                 traces_tab, training_tab, views)
 from app.episode_tab import Reload
 from app.services import Services
-from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
+from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on, requiring
 
-__all__ = ["build_ui"]
+__all__ = ["build_ui", "HIDE_TABS_JS"]
+
+# the tab buttons a role sees (the handlers refuse the rest on the server: app/roles.py)
+HIDE_TABS_JS = """(role) => {
+  if (!role || role === 'admin') return;
+  const keep = role === 'reviewer' ? ['Annotate', 'Review'] : ['Annotate'];
+  const hide = () => document.querySelectorAll('button[role=tab]').forEach((b) => {
+    if (!keep.includes(b.innerText.trim())) b.style.display = 'none';
+  });
+  hide();
+  new MutationObserver(hide).observe(document.body, {childList: true, subtree: true});
+}"""
 
 log = logging.getLogger(__name__)
 
@@ -28,33 +40,41 @@ def build_ui(svc: Services) -> gr.Blocks:
             header = gr.HTML(elem_id="evo-header")
             annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=0, min_width=180,
                                    elem_id="evo-annotator")
+        # the admin tabs' events check the user's role on the server (app.wiring.requiring); the Annotate and Review
+        # tabs check their own actions
         with gr.Tabs() as tabs:
-            with gr.Tab("Episode", id="episode") as tab_episode:
+            with gr.Tab("Episode", id="episode") as tab_episode, requiring(svc, "episodes"):
                 episode = episode_tab.build_tab(svc, annotator, demo)
-            with gr.Tab("Pairs", id="pairs") as tab_pairs:
+            with gr.Tab("Pairs", id="pairs") as tab_pairs, requiring(svc, "queue"):
                 pairs_reload = _pairs_tab(svc, demo)
-            with gr.Tab("Training", id="training") as tab_training:
+            with gr.Tab("Training", id="training") as tab_training, requiring(svc, "train"):
                 training = training_tab.build_tab(svc, episode.policy_dd, tab_training)
-            with gr.Tab("Compare", id="compare") as tab_compare:
-                compare = compare_tab.build_tab(svc)
-            with gr.Tab("Evaluate", id="evaluate") as tab_eval:
-                _eval_tab(svc).wire(tab_eval.select)
-            with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
-                r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
-            dynakrag_tab.build_tab(svc)
-            arena_tab.build_tab(svc)
-            traces_tab.build_tab(svc, demo, tabs)
+            with requiring(svc, "episodes"):
+                with gr.Tab("Compare", id="compare") as tab_compare:
+                    compare = compare_tab.build_tab(svc)
+                with gr.Tab("Evaluate", id="evaluate") as tab_eval:
+                    _eval_tab(svc).wire(tab_eval.select)
+                with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
+                    r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
+                tab_dynakrag = dynakrag_tab.build_tab(svc)
+                tab_arena = arena_tab.build_tab(svc)
+                tab_traces = traces_tab.build_tab(svc, demo, tabs)
+            annotation = annotate_tab.build_tabs(svc, annotator, demo)
+        admin_tabs = [tab_episode, tab_pairs, tab_training, tab_compare, tab_eval, tab_r2ag, tab_dynakrag, tab_arena,
+                      tab_traces]
         # every tab reloads its data when selected, and the Pairs tab after the Episode tab queues pairs
-        episode.reload.wire(tab_episode.select)
-        pairs_reload.wire(tab_pairs.select)
-        for queued in episode.pair_events:
-            pairs_reload.wire(queued.then)
-        compare_inputs = [compare.policy_a, compare.policy_b, compare.question]
-        on(tab_compare.select, lambda data, q: compare_tab.on_select(svc, data, q), [compare.data, compare.question],
-           compare_inputs, api_visibility="private")
-        on(training.compare.click, lambda name, data, q: (gr.Tabs(selected="compare"),
-                                                          *compare_tab.preset_for_adapter(svc, name, data, q)),
-           [training.adapter, compare.data, compare.question], [tabs, *compare_inputs], api_visibility="private")
+        with requiring(svc, "episodes"):
+            episode.reload.wire(tab_episode.select)
+            compare_inputs = [compare.policy_a, compare.policy_b, compare.question]
+            on(tab_compare.select, lambda data, q: compare_tab.on_select(svc, data, q),
+               [compare.data, compare.question], compare_inputs, api_visibility="private")
+            on(training.compare.click, lambda name, data, q: (gr.Tabs(selected="compare"),
+                                                              *compare_tab.preset_for_adapter(svc, name, data, q)),
+               [training.adapter, compare.data, compare.question], [tabs, *compare_inputs], api_visibility="private")
+        with requiring(svc, "queue"):
+            pairs_reload.wire(tab_pairs.select)
+            for queued in episode.pair_events:
+                pairs_reload.wire(queued.then)
 
         header_shown = gr.State(("", ""))
 
@@ -71,11 +91,22 @@ def build_ui(svc: Services) -> gr.Blocks:
         def on_load(request: gr.Request):
             user = getattr(request, "username", None) if request is not None else None
             box = gr.Textbox(value=user, interactive=False) if user else gr.Textbox()
+            role = roles.user_role(svc, request)
+            admin = role == "admin"
+            shown = [gr.Tab(visible=admin) for _ in admin_tabs]  # the page shows what the role may do ...
+            review = gr.Tab(visible=roles.allowed(svc, request, "review"))
+            picked = gr.Tabs() if admin else gr.Tabs(selected="annotate")  # ... the handlers refuse the rest
             return (handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc)),
-                    handlers.pairs_count_html(svc))
+                    handlers.pairs_count_html(svc), *shown, review, picked, role)
 
-        on(demo.load, on_load, None, [header, annotator, episode.policy_dd, episode.pairs_count],
-           api_visibility="private")
+        role_box = gr.Textbox(visible="hidden", elem_id="evo-role")
+        loaded = on(demo.load, on_load, None, [header, annotator, episode.policy_dd, episode.pairs_count,
+                                               *admin_tabs, annotation.review, tabs, role_box],
+                    api_visibility="private")
+        # Gradio 6.31 keeps a tab's button when an update hides the tab: the page hides the buttons itself
+        loaded.then(None, role_box, None, js=HIDE_TABS_JS, api_visibility="private")
+        first_fn, first_in, first_out = annotation.first_item
+        on(loaded.then, first_fn, first_in, first_out, api_visibility="private")
     return demo
 
 
@@ -117,7 +148,8 @@ def _pairs_tab(svc: Services, demo: gr.Blocks) -> Reload:
     on(pair_dd.input, lambda i: handlers.pair_fields(svc, i), pair_dd, [prompt, chosen, rejected, pair_stage])
 
     def act(fn):
-        def run(pid, c, r, s, *f):
+        def run(pid, c, r, s, request: gr.Request, *f):
+            roles.require(svc, request, "queue")
             msg = fn(pid, c, r, s)
             return (views.message_html(msg, "ok"), *show(*f))
         return run

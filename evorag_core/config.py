@@ -427,6 +427,17 @@ class StudioConfig(_Checked):
 
 
 @dataclass(frozen=True)
+class AnnotateConfig(_Checked):
+    """The annotation queue (evorag_core/store/annotations.py, the studio's Annotate tab)."""
+
+    annotators_per_item: int = 1  # N: each item goes to this many annotators (agreement needs 2 or more)
+    lease_seconds: float = 600.0  # an item shown to an annotator is theirs this long; then it is offered again
+    guidelines: str = ""  # markdown shown in the Annotate tab's guidelines panel ("" : the built-in guidelines)
+
+    RULES: ClassVar[Rules] = {"annotators_per_item": within(1, 50), "lease_seconds": POSITIVE, "guidelines": Allowed("a markdown string", lambda v: True)}
+
+
+@dataclass(frozen=True)
 class DynaKragConfig(_Checked):
     """DynaKrag evidence control (SPEC §7); ablations are flags here (`--set dynakrag.KEY=VALUE`)."""
 
@@ -593,6 +604,7 @@ class Config:
     preference: PreferenceConfig = field(default_factory=PreferenceConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     studio: StudioConfig = field(default_factory=StudioConfig)
+    annotate: AnnotateConfig = field(default_factory=AnnotateConfig)
     dynakrag: DynaKragConfig = field(default_factory=DynaKragConfig)
     r2ag: R2agConfig = field(default_factory=R2agConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)

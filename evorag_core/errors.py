@@ -10,6 +10,7 @@ __all__ = [
     "RetrievalError",
     "ModelLoadError",
     "StoreError",
+    "PermissionDenied",
     "AdapterError",
     "TrainingError",
     "DataAccessError",
@@ -72,3 +73,7 @@ class DataAccessError(EvoRagError):
 
 class GenerationInterrupted(EvoRagError):
     """A generation was stopped on request before its end (the studio's Stop); nothing it wrote is returned."""
+
+
+class PermissionDenied(EvoRagError):
+    """The logged-in user's role may not do what was asked (the studio's server-side role check)."""

@@ -4,15 +4,17 @@ queue, and the live counts the page shows (pairs queued) and what a Reset is abo
 from __future__ import annotations
 
 from evorag_core.env.actions import action_to_dict
+from evorag_core.store.records import NewAnnotationItem
 
 from app import views
 from app.human import HUMAN_SOURCE, Correction, correction_metadata, human_action
 from app.services import Services
 from app.session import EpisodeSession, EpisodeSettings
 from app.handlers.common import adapter_lookup
-from app.handlers.episodes import EpisodeView, _require, episode_view
+from app.handlers.episodes import EpisodeView, _completion, _prompt, _require, episode_view
 
-__all__ = ["propose_action", "human_step", "queue_correction", "pairs_count_html", "loading_note"]
+__all__ = ["propose_action", "human_step", "queue_correction", "pairs_count_html", "loading_note",
+           "state_item"]
 
 
 def propose_action(session: EpisodeSession | None) -> tuple[EpisodeView, str, str]:
@@ -77,3 +79,65 @@ def loading_note(svc: Services, settings: EpisodeSettings) -> str:
     if svc.warm_status:
         return f"waiting for the start-up warm-up ({svc.warm_status})" + (f", then {note}" if note else "…")
     return note
+
+
+def state_item(session: EpisodeSession | None, svc: Services) -> NewAnnotationItem:
+    """The annotation-queue item of the current state: the question, the chain so far with its passages, the sampled
+    candidates with what each SEARCH would retrieve (as the policy's next prompt would show it: the preference
+    model's preview) and their branch returns when scored, and the prompt they were sampled after."""
+    session = _require(session)
+    if not session.candidates or session.candidates_t != session.env.view().t:
+        raise ValueError("sample K candidates at this state first (Candidates: Sample), then send it to the queue")
+    from evorag_core.pairs.annotation_items import MAX_CANDIDATES
+
+    if len(session.candidates) > MAX_CANDIDATES:
+        raise ValueError(f"the queue takes at most {MAX_CANDIDATES} candidates (keys 1-9); sample fewer")
+    rec = session.record
+    chain = [{"t": s.t, "action": action_to_dict(s.action)["action"], "argument": _argument(s.action),
+              "passages": [{"pid": p.pid, "title": p.title, "text": p.text} for p in session.passages(s)]}
+             for s in rec.steps]
+    previews = _previews(session, svc)
+    candidates, seen = [], set()
+    for i, (cand, preview) in enumerate(zip(session.candidates, previews)):
+        text = _completion(session, i)
+        if text in seen:
+            continue
+        seen.add(text)
+        candidates.append({"completion": text, "preview": preview, "branch_return": cand.get("branch_return"),
+                           "logprob": cand.get("logprob")})
+    if len(candidates) < 2:
+        raise ValueError("the sampled candidates are all the same action; sample again (a higher temperature)")
+    payload = {"question": session.question.question, "question_id": session.question.id,
+               "dataset": session.question.dataset, "stage": rec.stage, "t": session.candidates_t,
+               "prompt": _prompt(session), "chain": chain, "candidates": candidates,
+               "episode_db_id": session.db_id}
+    key = f"studio:{rec.episode_id}:{session.candidates_t}:{len(candidates)}"
+    return NewAnnotationItem("preference", payload, "studio", key)
+
+
+def _argument(action) -> str | None:
+    d = action_to_dict(action)
+    return d.get("query") or d.get("answer")
+
+
+def _previews(session: EpisodeSession, svc: Services) -> list[str]:
+    """What each SEARCH candidate retrieves ("" for other actions), taken on the live environment from a snapshot
+    that is restored afterwards."""
+    from evorag_core.env.actions import Search
+    from evorag_core.policy.prompts import render_search_result
+
+    chars = svc.cfg.policy.passage_chars
+    out = []
+    with session.exclusive():
+        view, snap = session.env.view(), session.env.snapshot()
+        try:
+            for action in session.candidate_actions:
+                if not isinstance(action, Search):
+                    out.append("")
+                    continue
+                session.env.restore(snap)
+                found = session.env.step(action).record.passages
+                out.append(render_search_result(view, [session.env.passage(pid) for pid in found], chars))
+        finally:
+            session.env.restore(snap)
+    return out

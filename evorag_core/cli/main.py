@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "rollout": "rollout",
     "pairs": "pairs",
     "users": "users",
+    "annotate": "annotate",
 }
 
 

@@ -3,7 +3,7 @@ file that `evorag studio --auth FILE` logs people in with.
 
 The password is asked twice on the terminal (getpass), or read as one line from stdin with `--password-stdin`
 (`printf '%s\\n' "$PW" | evorag users add alice --password-stdin`); only its argon2 hash is written. Roles:
-annotator | reviewer | admin (default admin); they are stored for the studio's role checks.
+annotator | reviewer | admin (default admin): what the studio shows each user and lets them do (app/roles.py).
 """
 from __future__ import annotations
 

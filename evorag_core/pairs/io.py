@@ -31,7 +31,7 @@ from evorag_core.errors import DatasetFormatError
 if TYPE_CHECKING:
     from evorag_core.store import NewPair, Store
 
-__all__ = ["pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
+__all__ = ["pair_record", "new_pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
            "split_chatml", "join_chatml"]
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", re.DOTALL)
@@ -56,22 +56,13 @@ def join_chatml(turns: Iterable[Mapping[str, str]]) -> str:
     return "".join(f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n" for t in turns) + _OPENER
 
 
-def pair_record(pair) -> dict[str, Any]:
-    """One export line for a store `Pair`."""
-    turns = split_chatml(pair.prompt)
-    meta = dict(pair.metadata or {})
+def _record(prompt: str, chosen: str, rejected: str, meta: dict[str, Any], **columns: Any) -> dict[str, Any]:
+    turns = split_chatml(prompt)
     record: dict[str, Any] = {
-        "prompt": turns if turns is not None else [{"role": "user", "content": pair.prompt}],
-        "chosen": [{"role": "assistant", "content": pair.chosen}],
-        "rejected": [{"role": "assistant", "content": pair.rejected}],
-        "id": pair.id,
-        "source": pair.source,
-        "stage": pair.stage,
-        "margin": pair.margin,
-        "annotator": pair.annotator,
-        "status": pair.status,
-        "round_id": pair.round_id,
-        "created_at": pair.created_at.isoformat() if pair.created_at else None,
+        "prompt": turns if turns is not None else [{"role": "user", "content": prompt}],
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+        **columns,
         "signals_chosen": meta.get("signals_chosen"),
         "signals_rejected": meta.get("signals_rejected"),
         "metadata": meta,
@@ -79,6 +70,22 @@ def pair_record(pair) -> dict[str, Any]:
     if turns is None:
         record["prompt_format"] = "raw"
     return record
+
+
+def pair_record(pair) -> dict[str, Any]:
+    """One export line for a store `Pair`."""
+    return _record(
+        pair.prompt, pair.chosen, pair.rejected, dict(pair.metadata or {}), id=pair.id, source=pair.source,
+        stage=pair.stage, margin=pair.margin, annotator=pair.annotator, status=pair.status, round_id=pair.round_id,
+        created_at=pair.created_at.isoformat() if pair.created_at else None,
+    )
+
+
+def new_pair_record(pair: NewPair) -> dict[str, Any]:
+    """One export line for a pair not in the store (the annotation queue's, evorag_core/pairs/annotation_export.py):
+    the same columns without id, status, round and date; `evorag pairs import` reads it."""
+    return _record(pair.prompt, pair.chosen, pair.rejected, dict(pair.metadata), source=pair.source,
+                   stage=pair.stage, margin=pair.margin, annotator=pair.annotator)
 
 
 def _messages(raw: Any, path: str, line: int, field: str, *, roles: tuple[str, ...]) -> list[dict[str, str]]:

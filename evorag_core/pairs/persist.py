@@ -101,6 +101,7 @@ def save_rollout(store: Store, rollout: EpisodeRollout, selector: PairSelector, 
         "rollout": dict(cfg.__dict__), "t_max": rec.t_max, "top_k": rec.top_k, "preset": rec.preset,
         "episode_key": rec.episode_id, "answer": rec.answer, "decisions": rollout.decisions,
         "branches": {str(s.t): [b.summary() for b in s.branches] for s in rollout.states},
+        "prompts": {str(s.t): s.prompt for s in rollout.states},  # the annotation queue's items train on these
     }
     steps = store_steps(rollout)
     episode_id = store.add_episode(

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from evorag_core.store.migrate import MIGRATIONS_DIR, current_revisions, head_revisions
 from evorag_core.store.records import (
+    ANNOTATION_KINDS,
+    ANNOTATION_SOURCES,
+    DECISIONS,
+    AnnotationItem,
+    AnnotationLabel,
+    AnnotationProgress,
+    NewAnnotationItem,
     EPISODE_SOURCES,
     PAIR_SOURCES,
     PAIR_STATUSES,
@@ -33,6 +40,13 @@ from evorag_core.store.store import Store, open_store
 from evorag_core.store.traces import NO_ADAPTER, OUTCOMES, TRACE_ORDERS, TraceFacets, TraceFilter, TracePage, TraceRow, parse_day
 
 __all__ = [
+    "ANNOTATION_KINDS",
+    "ANNOTATION_SOURCES",
+    "DECISIONS",
+    "AnnotationItem",
+    "AnnotationLabel",
+    "AnnotationProgress",
+    "NewAnnotationItem",
     "open_store",
     "Store",
     "MIGRATIONS_DIR",

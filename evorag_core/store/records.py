@@ -27,6 +27,13 @@ __all__ = [
     "ExpiryReport",
     "Adapter",
     "User",
+    "ANNOTATION_KINDS",
+    "ANNOTATION_SOURCES",
+    "DECISIONS",
+    "NewAnnotationItem",
+    "AnnotationItem",
+    "AnnotationLabel",
+    "AnnotationProgress",
 ]
 
 # human: a person picked one sampled candidate over another; human-correction: a person acted at a state instead of
@@ -40,7 +47,7 @@ ROUND_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "
 # per-step KL entries a round may report in `progress` and in `metrics["kl_history"]` rows: `kl` is the optimised
 # estimator, `kl_k2` / `kl_k3` both estimates where an objective computes both (training/loop.py StepLog)
 ROUND_KL_KEYS: tuple[str, ...] = ("kl", "kl_k2", "kl_k3")
-USER_ROLES: tuple[str, ...] = ("admin", "annotator", "viewer")
+USER_ROLES: tuple[str, ...] = ("admin", "reviewer", "annotator", "viewer")
 # where an episode came from: a studio session, an evaluation run (`evorag eval`, the Evaluate tab), a rollout
 EPISODE_SOURCES: tuple[str, ...] = ("studio", "eval", "rollout")
 
@@ -254,3 +261,57 @@ class User:
     name: str
     role: str
     created_at: datetime
+
+
+# the annotation queue (store/annotations.py): a preference item is an agent state with K candidate actions, a refusal
+# item an evidence set judged answerable / unanswerable
+ANNOTATION_KINDS: tuple[str, ...] = ("preference", "refusal")
+ANNOTATION_SOURCES: tuple[str, ...] = ("import", "rollout", "studio")
+# rank: `ranking` holds tiers of candidate indices, best first; tie: no candidate better; skip: passed on (not a
+# label: the item goes to someone else); answerable / unanswerable: a refusal item's verdict
+DECISIONS: tuple[str, ...] = ("rank", "tie", "skip", "answerable", "unanswerable")
+
+
+@dataclass(frozen=True)
+class NewAnnotationItem:
+    """An item to queue; `payload` is its content (evorag_core/pairs/annotation_items.py documents it); `key` names
+    where it came from, and an item whose key is already queued is not queued again."""
+
+    kind: str
+    payload: dict[str, Any]
+    source: str = "import"
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class AnnotationItem:
+    id: int
+    kind: str
+    source: str
+    key: str | None
+    payload: dict[str, Any]
+    created_at: datetime
+    resolution: dict[str, Any] | None = None  # {"decision": ..., "ranking": ...} set by a reviewer
+    resolved_by: str | None = None
+    resolved_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class AnnotationLabel:
+    id: int
+    item_id: int
+    annotator: str
+    decision: str
+    ranking: list[list[int]] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class AnnotationProgress:
+    """An annotator's progress (labels given, items still open to them) and the queue's (items with all their
+    labels or resolved, of all items)."""
+
+    done: int
+    open: int
+    queue_done: int
+    queue_total: int

@@ -1,4 +1,4 @@
-"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0005 create exactly these).
+"""The database schema as SQLAlchemy Core tables (the hand-written migrations 0001-0006 create exactly these).
 
 Timestamps are stored as naive UTC and come back timezone-aware (`UTCDateTime`). JSON columns use the
 portable `JSON` type (TEXT on SQLite, json on PostgreSQL). Constraint names follow `NAMING` so that later
@@ -43,6 +43,9 @@ __all__ = [
     "pairs",
     "adapters",
     "users",
+    "annotation_items",
+    "annotation_labels",
+    "annotation_leases",
 ]
 
 NAMING = {
@@ -267,4 +270,46 @@ users = Table(
     Column("password_hash", Text, nullable=False),
     Column("role", String(20), nullable=False),
     _created(),
+)
+
+# migration 0006: the annotation queue (evorag_core/store/annotations.py). An item is an agent state with K candidate
+# actions (kind "preference") or an evidence set (kind "refusal"), its content in `payload`; `key` names where it came
+# from (e.g. "rollout:12:3") so that making items twice does not repeat them; a reviewer's `resolution` is the label
+# used for export where annotators disagreed.
+annotation_items = Table(
+    "annotation_items",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("kind", String(20), nullable=False),
+    Column("source", String(20), nullable=False),
+    Column("key", String(200), unique=True),
+    Column("payload", JSON, nullable=False),
+    _created(),
+    Column("resolution", JSON),
+    Column("resolved_by", String(200)),
+    Column("resolved_at", UTCDateTime()),
+)
+
+# one label per annotator and item: decision rank | tie | skip | answerable | unanswerable; `ranking` the tiers of
+# candidate indices, best first (decision "rank" only)
+annotation_labels = Table(
+    "annotation_labels",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("item_id", Integer, ForeignKey("annotation_items.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("annotator", String(200), nullable=False, index=True),
+    Column("decision", String(20), nullable=False),
+    Column("ranking", JSON),
+    _created(),
+    UniqueConstraint("item_id", "annotator", name="uq_annotation_labels_item_id_annotator"),
+)
+
+# who is shown an item now, until when (a lease like a round's: an abandoned one expires and the item is offered again)
+annotation_leases = Table(
+    "annotation_leases",
+    metadata,
+    Column("item_id", Integer, ForeignKey("annotation_items.id", ondelete="CASCADE"), primary_key=True,
+           autoincrement=False),
+    Column("annotator", String(200), primary_key=True),
+    Column("expires_at", UTCDateTime(), nullable=False, index=True),
 )

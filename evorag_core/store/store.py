@@ -7,6 +7,7 @@ from sqlalchemy.engine import URL
 
 from evorag_core.config import db_url
 from evorag_core.store.adapters import AdapterOps
+from evorag_core.store.annotations import AnnotationOps
 from evorag_core.store.datasets import DatasetOps
 from evorag_core.store.engine import DEFAULT_BUSY_TIMEOUT_S, make_engine
 from evorag_core.store.episodes import EpisodeOps
@@ -22,7 +23,7 @@ __all__ = ["Store", "open_store"]
 
 
 class Store(DatasetOps, EpisodeOps, TraceOps, JudgmentOps, PairOps, RoundOps, RoundLogOps, AdapterOps,
-            UserOps):
+            UserOps, AnnotationOps):
     """Plain methods returning typed dataclasses, each in its own short transaction.
 
     Errors: KeyError for an unknown id or name, ValueError for a bad argument, StoreError for a request the
