@@ -93,9 +93,11 @@ VISIBLE_TABS_JS = ("[...document.querySelectorAll('button[role=tab]')].filter((b
                    ".map((b) => b.innerText.trim())")
 
 
-def _tabs_settled(page, hidden: str) -> list[str]:
-    """The tab buttons shown once the role's hiding has run (`hidden` is a tab it hides)."""
-    page.wait_for_function(f"!({VISIBLE_TABS_JS}).includes({json.dumps(hidden)})")
+def _tabs_settled(page, hidden: str, shown: str = "Annotate") -> list[str]:
+    """The tab buttons shown once the page has drawn them and the role's hiding has run (`hidden` is a tab it hides,
+    `shown` one it keeps)."""
+    page.wait_for_function(f"(({VISIBLE_TABS_JS}).includes({json.dumps(shown)})) && "
+                           f"!({VISIBLE_TABS_JS}).includes({json.dumps(hidden)})")
     return page.evaluate(VISIBLE_TABS_JS)
 
 
