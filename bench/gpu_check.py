@@ -25,8 +25,10 @@ PPO round of `--epochs` epochs, run by the worker (`training.worker.process_one`
 and hot-swapped into the running backend by the watcher, which then decodes again and scores the pairs' completions.
 Seconds per round and peak GPU memory (`torch.cuda.max_memory_allocated`, the backend's own model included; `base_mb`
 = allocated before the round).
-`--accelerate`: a GRPO round by `accelerate launch -m training.worker --once` (DeepSpeed ZeRO-2 from
-training/accelerate/zero2.yaml if deepspeed is installed, else one plain process; the JSON says which).
+`--accelerate`: rounds of `--accelerate-objectives` (default grpo; `dpo,grpo` for both) by `accelerate launch -m
+training.worker --once` (DeepSpeed ZeRO-2 from training/accelerate/zero2.yaml if deepspeed is installed, else one
+plain process; the JSON says which, and `deepspeed_log` holds the launch's DeepSpeed engine / ZeRO lines: only the DPO
+round goes through TRL's Trainer and so through DeepSpeed). `--train-dtypes none` skips the in-process rounds.
 A section that fails is recorded with its traceback under `errors` and the others still run; `ok` is true only when
 every section ran and every round succeeded and was hot-swapped in.
 """
@@ -301,8 +303,12 @@ def accelerate_round(cfg_args: list[str], home: Path, model: str) -> dict[str, A
            "--home", str(home), "--model", model, *cfg_args]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    # what says that DeepSpeed wrapped the model (its engine and ZeRO optimizer log these), not only that it imported
+    markers = [line.strip()[:300] for line in out.splitlines()
+               if any(m in line for m in ("DeepSpeedEngine", "ZeRO", "zero_optimization", "DeepSpeed info", "stage 2"))]
     return {"deepspeed": deepspeed, "launch": launch, "rc": proc.returncode, "wall_s": round(time.perf_counter() - start, 2),
-            "stderr_tail": proc.stderr[-1500:]}
+            "deepspeed_log": markers[:30], "stderr_tail": proc.stderr[-1500:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,10 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hash-embedder", action="store_true", help="hashed query/passage vectors instead of MiniLM")
     p.add_argument("--dtypes", default="float32,bfloat16", help="policy dtypes to check the backend in")
     p.add_argument("--train-dtypes", default="bfloat16,float32,bfloat16-weights",
-                   help="train.dtype of each set of rounds; bfloat16-weights: the base model loaded in bf16 as well")
+                   help="train.dtype of each set of rounds; bfloat16-weights: the base model loaded in bf16 as well; "
+                        "none: no rounds in this process (only the accelerate ones)")
     p.add_argument("--questions", type=int, default=12, help="demo questions rolled out for the rounds")
     p.add_argument("--epochs", type=int, default=4, help="epochs of every round (more optimiser steps to time)")
-    p.add_argument("--accelerate", action="store_true", help="also a GRPO round under `accelerate launch`")
+    p.add_argument("--accelerate", action="store_true", help="also rounds under `accelerate launch`")
+    p.add_argument("--accelerate-objectives", default="grpo",
+                   help="objectives of the accelerate rounds (dpo goes through TRL's Trainer, so only a DPO round "
+                        "engages DeepSpeed; GRPO and PPO are plain PyTorch loops)")
     p.add_argument("--home", type=Path, default=None, help="home folder (default: a fresh one under /tmp)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_check.json")
@@ -385,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
         with open_store(f"sqlite:///{home / 'evorag.db'}") as store:
             train_and_swap(args, cfg, home, runtime, backend, store, report, overrides, model, attempt, save)
     failed = [r for r in report["rounds"] if r["status"] != "succeeded" or not r.get("hot_swapped")]
-    report["ok"] = (not errors and not failed and len(report["rounds"]) == 3 * len(args.train_dtypes.split(","))
+    n_dtypes = 0 if args.train_dtypes == "none" else len(args.train_dtypes.split(","))
+    report["ok"] = (not errors and not failed and len(report["rounds"]) == 3 * n_dtypes
                     and all(b["episode"]["done"] for b in report["backend"]))
     save()
     print(f"ok={report['ok']} errors={sorted(errors)} -> {args.out}", flush=True)
@@ -429,8 +440,8 @@ def train_and_swap(args, cfg: Config, home: Path, runtime: Runtime, backend, sto
     probe = pairs[:8]
     base_lps = _pair_logprobs(backend, probe)
     probe_view = demo_view(runtime, hops=1)
-    train_dtypes = args.train_dtypes.split(",")
-    share = max(1, (len(pairs) - len(train_dtypes)) // len(train_dtypes))  # a warm-up DPO round takes one pair each
+    train_dtypes = [] if args.train_dtypes == "none" else args.train_dtypes.split(",")
+    share = max(1, (len(pairs) - len(train_dtypes)) // max(1, len(train_dtypes)))  # a warm-up DPO round takes one pair each
     report["warmup_rounds"] = []
     for warmup in (True, False):
         for tdt in train_dtypes:
@@ -451,17 +462,27 @@ def train_and_swap(args, cfg: Config, home: Path, runtime: Runtime, backend, sto
                 report["warmup_rounds" if warmup else "rounds"].append(result)
                 save()
     if args.accelerate:
-        def launched() -> None:
-            rid = store.enqueue_round("grpo", job_config("grpo", reference="base", data=str(DEMO)))
-            cli = [f"--set={k}={v}" for k, v in overrides.items() if k != "policy.model"] + ["--set=train.dtype=bfloat16"]
-            report["accelerate"] = accelerate_round(cli, home, model)
-            row = store.get_round(rid)
-            report["accelerate"].update(round=rid, status=row.status, error=row.error,
-                                        train_s=(row.metrics or {}).get("train_s"))
-            print(json.dumps(report["accelerate"]), flush=True)
-            save()
+        report["accelerate_rounds"] = []
+        for objective in args.accelerate_objectives.split(","):
+            def launched(objective: str = objective) -> None:
+                if objective == "dpo":
+                    job = job_config("dpo", pairs=len(store.list_pairs(status="queued", limit=None)), reference="base")
+                else:
+                    job = job_config(objective, reference="base", data=str(DEMO))
+                rid = store.enqueue_round(objective, job)
+                cli = [f"--set={k}={v}" for k, v in overrides.items() if k != "policy.model"]
+                result = accelerate_round(cli + ["--set=train.dtype=bfloat16"], home, model)
+                row = store.get_round(rid)
+                result.update(objective=objective, round=rid, status=row.status, error=row.error,
+                              train_s=(row.metrics or {}).get("train_s"))
+                report["accelerate_rounds"].append(result)
+                report["accelerate"] = result  # the last one (older reports had a single GRPO round here)
+                print(json.dumps(result), flush=True)
+                save()
 
-        attempt("accelerate", launched)
+            attempt(f"accelerate_{objective}", launched)
+        if any(r["status"] != "succeeded" for r in report["accelerate_rounds"]):
+            errors["accelerate"] = "an accelerate round did not succeed (see accelerate_rounds)"
 
 
 if __name__ == "__main__":

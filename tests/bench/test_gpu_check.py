@@ -26,3 +26,27 @@ def test_gpu_check_runs_every_section_on_the_cpu(tmp_path, monkeypatch):
     assert report["backend"][0]["greedy_repeatable"] and report["backend"][0]["episode"]["done"]
     assert [r["objective"] for r in report["rounds"]] == ["dpo", "grpo", "ppo"]
     assert all(r["hot_swapped"] and r["logprob_change_max"] > 0 for r in report["rounds"])
+
+
+@pytest.mark.slow
+def test_gpu_check_accelerate_dpo_round_on_the_cpu(tmp_path, monkeypatch):
+    """`--accelerate --accelerate-objectives dpo --train-dtypes none`: the rollouts queue pairs, then a DPO round (the
+    objective that goes through TRL's Trainer, hence through DeepSpeed where it is installed) by `accelerate launch -m
+    training.worker --once` in a child process."""
+    from bench import gpu_check
+    from training.tiny import build_tiny_model
+
+    monkeypatch.delenv("OUT", raising=False)
+    torch.set_num_threads(1)
+    source = build_tiny_model(tmp_path / "source", vocab_size=1024)
+    out = tmp_path / "gpu_check.json"
+    code = gpu_check.main(["--device", "cpu", "--random-from", str(source), "--shrink", "--hash-embedder",
+                           "--dtypes", "float32", "--train-dtypes", "none", "--questions", "6", "--epochs", "1",
+                           "--accelerate", "--accelerate-objectives", "dpo",
+                           "--home", str(tmp_path / "home"), "--out", str(out), "--set", "policy.threads=1"])
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert code == 0 and report["ok"] and not report["errors"], report.get("errors")
+    assert report["rounds"] == [] and report["rollouts"]["pairs_queued"] > 0
+    launched = report["accelerate_rounds"]
+    assert [r["objective"] for r in launched] == ["dpo"]
+    assert all(r["status"] == "succeeded" and r["rc"] == 0 for r in launched), launched
