@@ -292,13 +292,14 @@ def run_round(store, cfg: Config, home: Path, objective: str, job: dict[str, Any
     return out
 
 
-def accelerate_round(cfg_args: list[str], home: Path, model: str) -> dict[str, Any]:
+def accelerate_round(cfg_args: list[str], home: Path, model: str, mixed_precision: str = "bf16") -> dict[str, Any]:
     """A GRPO round by `accelerate launch -m training.worker --once` in a child process."""
     deepspeed = importlib.util.find_spec("deepspeed") is not None
     if deepspeed:
         launch = ["--config_file", str(ROOT / "training" / "accelerate" / "zero2.yaml")]
     else:
-        launch = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no"]
+        launch = ["--num_processes", "1", "--num_machines", "1", "--mixed_precision", mixed_precision,
+                  "--dynamo_backend", "no"]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch, "-m", "training.worker", "--once",
            "--home", str(home), "--model", model, *cfg_args]
     start = time.perf_counter()
@@ -470,8 +471,9 @@ def train_and_swap(args, cfg: Config, home: Path, runtime: Runtime, backend, sto
                 else:
                     job = job_config(objective, reference="base", data=str(DEMO))
                 rid = store.enqueue_round(objective, job)
-                cli = [f"--set={k}={v}" for k, v in overrides.items() if k != "policy.model"]
-                result = accelerate_round(cli + ["--set=train.dtype=bfloat16"], home, model)
+                dtype = {"train.dtype": "bfloat16", **overrides}["train.dtype"]  # bf16 unless --set says otherwise
+                cli = [f"--set={k}={v}" for k, v in {**overrides, "train.dtype": dtype}.items() if k != "policy.model"]
+                result = accelerate_round(cli, home, model, "no" if dtype == "float32" else "bf16")
                 row = store.get_round(rid)
                 result.update(objective=objective, round=rid, status=row.status, error=row.error,
                               train_s=(row.metrics or {}).get("train_s"))

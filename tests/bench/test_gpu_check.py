@@ -42,8 +42,8 @@ def test_gpu_check_accelerate_dpo_round_on_the_cpu(tmp_path, monkeypatch):
     out = tmp_path / "gpu_check.json"
     code = gpu_check.main(["--device", "cpu", "--random-from", str(source), "--shrink", "--hash-embedder",
                            "--dtypes", "float32", "--train-dtypes", "none", "--questions", "6", "--epochs", "1",
-                           "--accelerate", "--accelerate-objectives", "dpo",
-                           "--home", str(tmp_path / "home"), "--out", str(out), "--set", "policy.threads=1"])
+                           "--accelerate", "--accelerate-objectives", "dpo", "--home", str(tmp_path / "home"),
+                           "--out", str(out), "--set", "policy.threads=1", "--set", "train.dtype=float32"])
     report = json.loads(out.read_text(encoding="utf-8"))
     assert code == 0 and report["ok"] and not report["errors"], report.get("errors")
     assert report["rounds"] == [] and report["rollouts"]["pairs_queued"] > 0
