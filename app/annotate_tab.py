@@ -2,9 +2,9 @@
 reviewer's resolution). Layout and wiring only: handlers in app/handlers/annotate.py, HTML in app/annotate_view.py.
 
 Keys (while the Annotate tab is shown and no text box has the focus): 1-9 pick candidates best first (again: unpick),
-Enter submits the picks (a refusal item: 1 answerable, 2 unanswerable), T tie, S skip, U undo the last label, Esc
-clears the picks. The picks live in the page (`KEYS_JS` marks them on the cards); a submit writes one command
-("rank|<item>|<picks>|<nonce>") into a hidden text box, whose change event runs `on_command` on the server, which
+Shift+1-9 marks the worst, Enter submits the picks (a refusal item: 1 answerable, 2 unanswerable), T tie, S skip,
+U undo the last label, Esc clears the picks. The picks live in the page (`KEYS_JS` marks them on the cards); a submit writes one command
+("rank|<item>|<picks>[/<worst>]|<nonce>") into a hidden text box, whose change event runs `on_command` on the server, which
 checks the session user's role before it stores anything.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ support the answer; REFUSE only when the question cannot be answered. Read each 
 retrieve) and, when scored, the branch return.
 
 Press the best candidate's number first, then the next best, …; unpicked ones count as tied below your picks.
+**Shift** + a number marks the worst candidate (below all the others), with or without picks.
 **T** if no candidate is better than another, **S** to skip an item you cannot judge, **U** to undo your last label.
 
 **Refusal items**: is the evidence enough to answer the question? **1** answerable, **2** unanswerable.
@@ -35,20 +36,22 @@ Press the best candidate's number first, then the next best, …; unpicked ones 
 
 KEYS_JS = """() => {
   if (window.evoAnn) return;
-  const st = {item: null, picks: []};
+  const st = {item: null, picks: [], worst: null};
   const root = () => document.querySelector('#evo-ann-item .evo-ann-item');
   const shown = () => { const box = document.querySelector('#evo-ann-item'); return !!(box && box.offsetParent); };
   const sync = () => {
     const r = root(); const id = r ? (r.dataset.item || '') : '';
-    if (id !== st.item) { st.item = id; st.picks = []; }
+    if (id !== st.item) { st.item = id; st.picks = []; st.worst = null; }
     return r;
   };
   const paint = () => {
     const r = sync(); if (!r) return;
     r.querySelectorAll('.evo-ann-cand').forEach((c) => {
-      const at = st.picks.indexOf(Number(c.dataset.index));
+      const i = Number(c.dataset.index); const at = st.picks.indexOf(i);
       c.classList.toggle('evo-picked', at >= 0);
-      const badge = c.querySelector('.evo-ann-rank'); const text = at >= 0 ? '#' + (at + 1) : '';
+      c.classList.toggle('evo-worst', st.worst === i);
+      const badge = c.querySelector('.evo-ann-rank');
+      const text = at >= 0 ? '#' + (at + 1) : (st.worst === i ? 'worst' : '');
       if (badge && badge.textContent !== text) badge.textContent = text;  // no write, no mutation: no loop
     });
   };
@@ -57,16 +60,25 @@ KEYS_JS = """() => {
     if (i >= Number(r.dataset.k || 0)) return;
     const at = st.picks.indexOf(i);
     if (at >= 0) st.picks.splice(at, 1); else st.picks.push(i);
+    if (st.worst === i) st.worst = null;
+    paint();
+  };
+  const markWorst = (i) => {
+    const r = sync(); if (!r) return;
+    if (i >= Number(r.dataset.k || 0)) return;
+    st.worst = st.worst === i ? null : i;
+    const at = st.picks.indexOf(i); if (at >= 0) st.picks.splice(at, 1);
     paint();
   };
   const send = (verb) => {
     sync();
     const box = document.querySelector('#evo-ann-cmd textarea, #evo-ann-cmd input'); if (!box) return;
-    box.value = [verb, st.item || '', st.picks.join(','), Date.now()].join('|');
+    const picks = st.picks.join(',') + (st.worst === null ? '' : '/' + st.worst);
+    box.value = [verb, st.item || '', picks, Date.now()].join('|');
     box.dispatchEvent(new Event('input', {bubbles: true}));
   };
-  const clear = () => { st.picks = []; paint(); };
-  window.evoAnn = {send, pick, clear, picks: () => st.picks.slice()};
+  const clear = () => { st.picks = []; st.worst = null; paint(); };
+  window.evoAnn = {send, pick, markWorst, clear, picks: () => st.picks.slice(), worst: () => st.worst};
   document.addEventListener('click', (ev) => {
     const card = ev.target.closest && ev.target.closest('#evo-ann-item .evo-ann-cand');
     if (card) pick(Number(card.dataset.index));
@@ -76,8 +88,9 @@ KEYS_JS = """() => {
     if (!shown() || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const t = ev.target; const tag = t && t.tagName ? t.tagName.toLowerCase() : '';
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
-    const k = ev.key;
-    if (k >= '1' && k <= '9') pick(Number(k) - 1);
+    const k = ev.key; const digit = /^(Digit|Numpad)([1-9])$/.exec(ev.code || '');
+    if (ev.shiftKey && digit) markWorst(Number(digit[2]) - 1);  // by key position: Shift+1 is '!' on many layouts
+    else if (k >= '1' && k <= '9') pick(Number(k) - 1);
     else if (k === 'Enter') send('rank');
     else if (k === 's' || k === 'S') send('skip');
     else if (k === 't' || k === 'T') send('tie');
@@ -105,8 +118,8 @@ def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> Annotat
     with gr.Tab("Annotate", id="annotate", elem_id="evo-annotate-tab") as tab:
         with gr.Row(equal_height=True):
             progress = gr.HTML(elem_id="evo-ann-progress")
-            gr.HTML('<span class="evo-muted">keys: 1–9 pick best first · Enter submit · T tie · S skip · U undo · '
-                    'Esc clear</span>')
+            gr.HTML('<span class="evo-muted">keys: 1–9 pick best first · Shift+1–9 worst · Enter submit · T tie · '
+                    'S skip · U undo · Esc clear</span>')
         with gr.Accordion("Guidelines", open=False, elem_id="evo-ann-guidelines"):
             gr.Markdown(svc.cfg.annotate.guidelines or DEFAULT_GUIDELINES)
         message = gr.HTML(elem_id="evo-ann-msg")

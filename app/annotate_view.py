@@ -50,7 +50,8 @@ def _preference(item: AnnotationItem) -> str:
         foot = f"branch return {ret:+.3f}" if isinstance(ret, (int, float)) else "not scored"
         cards.append(_card(i, c["completion"], body, foot))
     return (f'<h4>Chain so far</h4>{_chain(p.get("chain") or [])}'
-            f'<h4>Candidates at t = {esc(p.get("t", "?"))}: pick the best first (1–{len(cards)}), Enter to submit</h4>'
+            f'<h4>Candidates at t = {esc(p.get("t", "?"))}: pick the best first (1–{len(cards)}), '
+            f'Shift+number the worst, Enter to submit</h4>'
             f'<div class="evo-ann-cands">{"".join(cards)}</div>')
 
 

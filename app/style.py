@@ -110,6 +110,8 @@ CSS = """
 .evo-ann-cand { border: 2px solid var(--border-color-primary); border-radius: 8px; padding: 8px; cursor: pointer;
   display: flex; flex-direction: column; min-width: 0; }
 .evo-ann-cand.evo-picked { border-color: #1e88e5; background: rgba(30, 136, 229, 0.07); }
+.evo-ann-cand.evo-worst { border-color: #c62828; border-style: dashed; background: rgba(198, 40, 40, 0.05); }
+.evo-ann-cand.evo-worst .evo-ann-rank { color: #c62828; }
 .evo-ann-cand-head { display: flex; gap: 6px; align-items: baseline; margin-bottom: 4px; }
 .evo-ann-cand-head code { overflow-wrap: anywhere; font-weight: 600; }
 .evo-ann-key { flex: none; border: 1px solid var(--border-color-primary); border-radius: 4px; padding: 0 6px;

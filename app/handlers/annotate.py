@@ -1,5 +1,6 @@
 """Annotate tab handlers (plain values in and out): the next item of the queue for an annotator, a label given by the
-keys (a command string the page's script writes: "rank|12|2,0|<nonce>", "tie|12||…", "skip|12||…", "undo|||…",
+keys (a command string the page's script writes: "rank|12|2,0|<nonce>" or, with a candidate marked worst,
+"rank|12|2,0/3|<nonce>", "tie|12||…", "skip|12||…", "undo|||…",
 "next|||…"), progress, the review list and a reviewer's resolution, and "send this state to the queue" from the
 Episode tab. Who acts and whether they may is decided by the caller (app/annotate_tab.py, app/roles.py)."""
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Command:
     verb: str  # rank | tie | skip | undo | next
     item_id: int | None
     picks: tuple[int, ...]  # 0-based, in the order picked
+    worst: int | None = None  # 0-based, the candidate marked worst
 
 
 _VERBS = ("rank", "tie", "skip", "undo", "next")
@@ -46,10 +48,12 @@ def parse_command(value: str | None) -> Command | None:
         raise ValueError(f"unknown annotation command {verb!r}")
     try:
         item_id = int(item) if item else None
-        chosen = tuple(int(p) for p in picks.split(",") if p.strip())
+        best, _, worst = picks.partition("/")
+        chosen = tuple(int(p) for p in best.split(",") if p.strip())
+        marked = int(worst) if worst.strip() else None
     except ValueError:
         raise ValueError(f"malformed annotation command {value[:80]!r}") from None
-    return Command(verb, item_id, chosen)
+    return Command(verb, item_id, chosen, marked)
 
 
 def parse_picks(text: str | None) -> tuple[int, ...]:
@@ -86,11 +90,11 @@ def _decision(item: AnnotationItem, cmd: Command) -> tuple[str, list[list[int]] 
             raise ValueError("a refusal item is answerable (1) or unanswerable (2), not a tie")
         return cmd.verb, None
     if item.kind == "refusal":
-        if len(cmd.picks) != 1 or cmd.picks[0] not in (0, 1):
+        if len(cmd.picks) != 1 or cmd.picks[0] not in (0, 1) or cmd.worst is not None:
             raise ValueError("press 1 (answerable) or 2 (unanswerable), then Enter")
         return av.VERDICTS[cmd.picks[0]], None
     k = len(item.payload["candidates"])
-    return "rank", tiers_from_picks(list(cmd.picks), k)
+    return "rank", tiers_from_picks(list(cmd.picks), k, cmd.worst)
 
 
 def _label(svc: Services, who: str, cmd: Command) -> str:

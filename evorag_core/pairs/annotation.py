@@ -20,15 +20,19 @@ __all__ = ["HUMAN", "tiers_from_picks", "check_ranking", "ranking_pairs", "pairs
 HUMAN = "human"  # the pair source (evorag_core.store.records.PAIR_SOURCES)
 
 
-def tiers_from_picks(picks: Sequence[int], k: int) -> list[list[int]]:
-    """The ranking the keys made: each pick (0-based, in the order picked) a tier of its own, the unpicked ones one
-    last tier. ValueError for a pick out of range or picked twice, or no pick."""
-    if not picks:
-        raise ValueError("pick at least the best candidate (keys 1-9), or mark a tie")
+def tiers_from_picks(picks: Sequence[int], k: int, worst: int | None = None) -> list[list[int]]:
+    """The ranking the keys made: each pick (0-based, in the order picked) a tier of its own, then the unpicked ones
+    as one tier, then `worst` (the candidate marked worst) alone at the bottom. So best-only, best and worst,
+    worst-only and a full order are all rankings. ValueError for a pick out of range or picked twice, a worst that is
+    also picked, or neither a pick nor a worst."""
+    if not picks and worst is None:
+        raise ValueError("pick at least the best candidate (keys 1-9) or mark the worst (Shift+1-9), or mark a tie")
     if len(set(picks)) != len(picks) or any(not 0 <= p < k for p in picks):
         raise ValueError(f"picks must be distinct candidates 1..{k}; got {[p + 1 for p in picks]}")
-    rest = [i for i in range(k) if i not in picks]
-    return [[p] for p in picks] + ([rest] if rest else [])
+    if worst is not None and (not 0 <= worst < k or worst in picks):
+        raise ValueError(f"the worst must be a candidate 1..{k} that is not also picked; got {worst + 1}")
+    rest = [i for i in range(k) if i not in picks and i != worst]
+    return [[p] for p in picks] + ([rest] if rest else []) + ([[worst]] if worst is not None else [])
 
 
 def check_ranking(ranking: Sequence[Sequence[int]], k: int) -> list[list[int]]:

@@ -122,6 +122,8 @@ def _keys(page, who: str, n_done: int) -> list[str]:
         return ["1"]
     if who == "ann2" and n_done < 2:
         return ["2", "1", "3"]  # disagrees with ann1 on the first two preference items
+    if who == "ann2" and n_done == 4:
+        return ["1", "Shift+Digit3"]  # best 1 and worst 3: the same full order as ann1's 1, 2, 3
     return ["1", "2", "3"]
 
 
@@ -165,7 +167,9 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
     assert ann1.locator("[data-testid=toast-body]").count() == 0  # see below: refusals of page-fired events are quiet
     ann1.keyboard.press("2")
     ann1.keyboard.press("1")
+    ann1.keyboard.press("Shift+Digit3")
     ann1.wait_for_selector("#evo-ann-item .evo-ann-cand.evo-picked")
+    ann1.wait_for_selector("#evo-ann-item .evo-ann-cand.evo-worst[data-index='2']")
     ann1.screenshot(path=str(SHOTS / "annotate_picked.png"), full_page=True)
     ann1.keyboard.press("Escape")
 
@@ -176,12 +180,15 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
     ann1.wait_for_function(f"{ITEM_JS} === {json.dumps(first)}")
     assert store.annotation_labels(int(first), annotator="ann1") == []
 
-    times, done = [], {"ann1": 0, "ann2": 0}
+    times, done, worst_marked = [], {"ann1": 0, "ann2": 0}, None
     for _ in range(10):  # interleaved: ann1 one item, then ann2 one item
         times.append(_label(ann1, _keys(ann1, "ann1", done["ann1"])))
         done["ann1"] += 1
         ann2.wait_for_function(f"!!{ITEM_JS}")
-        _label(ann2, _keys(ann2, "ann2", done["ann2"]))
+        keys = _keys(ann2, "ann2", done["ann2"])
+        if "Shift+Digit3" in keys:
+            worst_marked = int(_shown(ann2))
+        _label(ann2, keys)
         done["ann2"] += 1
     print(f"\nkeyboard labelling, 10 items: per-item median {statistics.median(times):.3f} s, "
           f"max {max(times):.3f} s, total {sum(times):.2f} s")
@@ -189,6 +196,9 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
     ann2.wait_for_function("document.querySelector('#evo-ann-progress [data-queue-done]').dataset.queueDone === '10'")
     ann2.screenshot(path=str(SHOTS / "annotate_done.png"), full_page=True)
     labels = store.annotation_labels()
+    # the worst mark reached the server: best 1, worst 3 is the full order (1 alone would leave 2 and 3 tied)
+    assert worst_marked is not None
+    assert store.annotation_labels(worst_marked, annotator="ann2")[0].ranking == [[0], [1], [2]]
     assert len(labels) == 20 and {lab.annotator for lab in labels} == {"ann1", "ann2"}
     assert all(len([lab for lab in labels if lab.item_id == i.id]) == 2 for i in store.list_annotation_items())
 

@@ -38,8 +38,13 @@ def test_keys_label_the_queue_and_undo_brings_the_last_back(svc: Services) -> No
     assert view.item_id == a and svc.store().annotation_labels(a) == []
     with pytest.raises(ValueError, match="pick at least the best"):
         ha.run_command(svc, "ann", f"rank|{a}||2")
-    ha.run_command(svc, "ann", f"tie|{a}||3")
-    ha.run_command(svc, "ann", f"skip|{b}||4")
+    with pytest.raises(ValueError, match="malformed"):
+        ha.run_command(svc, "ann", f"rank|{a}|0/x|2")
+    ha.run_command(svc, "ann", f"rank|{a}|/1|3")  # Shift+2 alone: candidate 2 is the worst, the others tie above it
+    assert svc.store().annotation_labels(a)[0].ranking == [[0, 2], [1]]
+    ha.run_command(svc, "ann", "undo|||4")
+    ha.run_command(svc, "ann", f"tie|{a}||5")
+    ha.run_command(svc, "ann", f"skip|{b}||6")
     assert 'data-done="2"' in ha.next_item(svc, "ann").progress
 
 

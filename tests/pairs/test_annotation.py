@@ -23,6 +23,21 @@ def test_picks_make_tiers_and_tiers_make_pairs() -> None:
     with pytest.raises(ValueError):
         tiers_from_picks([0, 0], 3)
     with pytest.raises(ValueError):
+        tiers_from_picks([], 3)
+
+
+def test_a_worst_mark_goes_below_every_other_candidate() -> None:
+    """Best 2 and worst 1 of 4: [2], [0, 3], [1] -> 2 over 0, 3, 1 and 0, 3 over 1: 5 pairs. Worst only: the other
+    three tied above it, 3 pairs. A full order with the last one marked worst is the same full order."""
+    assert tiers_from_picks([2], 4, worst=1) == [[2], [0, 3], [1]]
+    assert ranking_pairs(tiers_from_picks([2], 4, worst=1)) == [(2, 0), (2, 3), (2, 1), (0, 1), (3, 1)]
+    assert tiers_from_picks([], 4, worst=3) == [[0, 1, 2], [3]]
+    assert len(ranking_pairs(tiers_from_picks([], 4, worst=3))) == 3
+    assert tiers_from_picks([0, 1], 3, worst=2) == [[0], [1], [2]] == tiers_from_picks([0, 1, 2], 3)
+    for picks, worst in (([0], 0), ([1], 3), ([1], -1)):
+        with pytest.raises(ValueError, match="worst"):
+            tiers_from_picks(picks, 3, worst=worst)
+    with pytest.raises(ValueError):
         check_ranking([[0], [0, 1]], 2)
 
 
