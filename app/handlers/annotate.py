@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evorag_core.pairs.annotation import check_ranking, tiers_from_picks
+from evorag_core.pairs.annotation import check_ranking, rescored_refusal, tiers_from_picks
 from evorag_core.pairs.annotation_export import disagreements, labelled_items, queue_agreement
-from evorag_core.store import AnnotationItem, NewAnnotationItem
+from evorag_core.store import AnnotationItem, NewAnnotationItem, Store
 
 from app import annotate_view as av
 from app import views
@@ -97,6 +97,16 @@ def _decision(item: AnnotationItem, cmd: Command) -> tuple[str, list[list[int]] 
     return "rank", tiers_from_picks(list(cmd.picks), k, cmd.worst)
 
 
+def _override(store: Store, episode_id: int, t: int, decision: str, who: str) -> None:
+    """A refusal label as the human verdict of step t of a stored episode: the override, the step's `ref` and reward
+    and the episode's return rescored in one transaction (a stored step that is gone: the label alone stands)."""
+    step = next((s for s in store.get_episode(episode_id).steps if s.t == t), None)
+    if step is None:
+        raise ValueError(f"episode {episode_id} has no step t={t}: the label is saved, the step is not rescored")
+    signals, reward = rescored_refusal(step, decision == av.VERDICTS[0])
+    store.set_override_rescored(episode_id, t, decision, who, signals=signals, reward=reward)
+
+
 def _label(svc: Services, who: str, cmd: Command) -> str:
     if cmd.item_id is None:
         raise ValueError("no item is shown: nothing to label")
@@ -107,7 +117,7 @@ def _label(svc: Services, who: str, cmd: Command) -> str:
     store.label_annotation_item(item.id, who, decision, tiers, per_item=per_item)
     p = item.payload
     if decision in av.VERDICTS and p.get("episode_db_id") is not None and p.get("t") is not None:
-        store.set_override(int(p["episode_db_id"]), int(p["t"]), decision, who)  # the ref signal's human verdict
+        _override(store, int(p["episode_db_id"]), int(p["t"]), decision, who)
         return f"Item #{item.id}: {decision} (stored as an override of step {p['t']})."
     return f"Item #{item.id}: {'skipped' if decision == 'skip' else 'saved'}."
 
@@ -179,7 +189,7 @@ def resolve(svc: Services, reviewer: str, item_id: int | None, decision: str, ra
     store.resolve_annotation_item(item.id, reviewer, decision, tiers)
     p = item.payload
     if decision in av.VERDICTS and p.get("episode_db_id") is not None and p.get("t") is not None:
-        store.set_override(int(p["episode_db_id"]), int(p["t"]), decision, reviewer)
+        _override(store, int(p["episode_db_id"]), int(p["t"]), decision, reviewer)
     return f"Item #{item.id} resolved by {reviewer}: {decision}{' ' + ranking_text if tiers else ''}."
 
 

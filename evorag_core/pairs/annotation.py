@@ -1,8 +1,9 @@
 """Human labels of the annotation queue into preference pairs: pure functions.
 
 A ranking is a list of tiers of candidate indices (0-based), best first; candidates of one tier are tied. The
-studio's keys build it: the candidates picked in order (1-9) are tiers of one, and the ones left unpicked form a last
-tier below them - so picking only the best says "best over all the others", picking all gives a full order.
+studio's keys build it: the candidates picked in order (1-9) are tiers of one, the ones left unpicked form the next
+tier, and one marked worst (Shift+1-9) a last tier - so picking only the best says "best over all the others",
+picking all gives a full order. A refusal label rescores its stored step (`rescored_refusal`).
 
 The rule: every candidate is preferred over each candidate of every lower tier (never over one of its own tier), so
 a full order of K candidates gives K(K-1)/2 pairs, a best-only pick K-1 and a tie none. Two candidates with the same
@@ -13,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evorag_core.store.records import NewPair
+from evorag_core.env.scheduler import step_reward
+from evorag_core.env.signals import refusal_value
+from evorag_core.store.records import NewPair, Step
 
-__all__ = ["HUMAN", "tiers_from_picks", "check_ranking", "ranking_pairs", "pairs_for_label"]
+__all__ = ["HUMAN", "tiers_from_picks", "check_ranking", "ranking_pairs", "pairs_for_label", "rescored_refusal"]
 
 HUMAN = "human"  # the pair source (evorag_core.store.records.PAIR_SOURCES)
 
@@ -73,3 +76,14 @@ def pairs_for_label(payload: Mapping[str, Any], item_id: int, annotator: str, ti
 
 
 _CONTEXT = ("question_id", "dataset", "episode_db_id", "t")
+
+
+def rescored_refusal(step: Step, answerable: bool) -> tuple[dict[str, float], float]:
+    """A stored step's signals and reward under a person's verdict: a REFUSE's `ref` becomes the refusal value of
+    that verdict (as the Episode tab's override recomputes it), and R_t the weighted sum under the step's own
+    weights; any other step keeps its signals and reward (the verdict is only recorded)."""
+    signals = dict(step.signals)
+    if step.action != "REFUSE":
+        return signals, float(step.reward)
+    signals["ref"] = refusal_value(answerable)
+    return signals, step_reward(signals, step.weights)

@@ -1,13 +1,13 @@
 """Sufficiency judgments per step, and human overrides: the latest override wins over every judge."""
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from evorag_core.errors import StoreError
 from evorag_core.store.base import StoreBase, utcnow
 from evorag_core.store.records import Judgment
-from evorag_core.store.schema import judgments, steps
+from evorag_core.store.schema import episodes, judgments, steps
 
 __all__ = ["JudgmentOps", "HUMAN"]
 
@@ -24,6 +24,26 @@ class JudgmentOps(StoreBase):
         if not who:
             raise ValueError("an override needs the name of who made it")
         return self._add_judgment(episode_id, t, HUMAN, verdict, who, is_override=True)
+
+    def set_override_rescored(self, episode_id: int, t: int, verdict: str, who: str, *, signals: dict[str, float],
+                              reward: float) -> Judgment:
+        """`set_override` and, in the same transaction, step t's recomputed signals and reward and the episode's
+        return (the sum of its steps' rewards, when the episode has ended): a stored episode's `ref` follows a
+        person's verdict as a live one's does. KeyError if the episode has no step t."""
+        if not who:
+            raise ValueError("an override needs the name of who made it")
+        row = {"episode_id": episode_id, "t": t, "judge": HUMAN, "verdict": verdict, "is_override": True,
+               "who": who, "created_at": utcnow()}
+        with self._write() as conn:
+            done = conn.execute(steps.update().where(steps.c.episode_id == episode_id, steps.c.t == t)
+                                .values(signals=dict(signals), reward=float(reward)))
+            if done.rowcount != 1:
+                raise KeyError(f"episode {episode_id} has no step t={t}")
+            new_id = conn.execute(judgments.insert().values(**row)).inserted_primary_key[0]
+            total = select(func.sum(steps.c.reward)).where(steps.c.episode_id == episode_id).scalar_subquery()
+            conn.execute(episodes.update().where(episodes.c.id == episode_id, episodes.c.status != "running")
+                         .values(total_return=total))
+        return Judgment(id=int(new_id), **row)
 
     def judgments(self, episode_id: int, t: int | None = None) -> list[Judgment]:
         """All judgments of an episode (or of one step), oldest first."""

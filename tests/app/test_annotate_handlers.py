@@ -11,6 +11,7 @@ from app import roles
 from app.handlers import annotate as ha
 from app.services import Services
 from evorag_core.config import apply_overrides, load_config
+from evorag_core.env.scheduler import SIGNAL_WEIGHT
 from evorag_core.errors import PermissionDenied
 from evorag_core.store import NewAnnotationItem, Step
 from tests.paths import DEMO
@@ -58,6 +59,31 @@ def test_a_refusal_label_becomes_an_override_of_its_step(svc: Services) -> None:
     view = ha.run_command(svc, "ann", f"rank|{item}|1|9")
     assert "override" in view.message
     assert store.effective_verdict(ep, 1) == "unanswerable"
+    assert store.get_episode(ep).steps[0].signals == {}  # not a REFUSE: only the verdict is recorded
+
+
+def test_a_refusal_label_rescores_the_stored_refuse_step_and_the_return(svc: Services) -> None:
+    """A REFUSE judged answerable has ref -1; labelled unanswerable its ref becomes +1, R_t the weighted sum under its
+    own weights, and the finished episode's return the sum of its steps' rewards - as the Episode tab's override."""
+    by_signal = {"ret": 0.2, "act": 0.1, "dup": 0.1, "bt": 0.05, "ref": 0.3, "step": 0.05, "ans": 0.2}
+    weights = {SIGNAL_WEIGHT[name]: w for name, w in by_signal.items()}  # stored keyed by weight name (beta, ...)
+    signals = {"ret": 0.0, "act": 0.0, "dup": 0.0, "bt": 0.0, "ref": -1.0, "step": -1.0, "ans": 0.0}
+    old_reward = 0.3 * -1.0 + 0.05 * -1.0
+    store = svc.store()
+    ep = store.add_episode(question_id="demo-001", dataset="demo", question="Q", policy="oracle", stage="discovery",
+                           schedule="table2",
+                           steps=[Step(1, "SEARCH", "q", signals={**signals, "ref": 0.0}, weights=weights, reward=0.5),
+                                  Step(2, "REFUSE", None, signals=signals, weights=weights, reward=old_reward,
+                                       judge_verdict="answerable")])
+    store.finish_episode(ep, total_return=0.5 + old_reward)
+    (item,) = store.add_annotation_items([NewAnnotationItem("refusal", {"question": "Q", "passages": [],
+                                                                        "episode_db_id": ep, "t": 2})])
+    ha.run_command(svc, "ann", f"rank|{item}|1|9")  # key 2: unanswerable
+    stored = store.get_episode(ep)
+    refuse = stored.steps[1]
+    assert refuse.signals["ref"] == 1.0 and refuse.reward == pytest.approx(0.3 * 1.0 + 0.05 * -1.0)
+    assert stored.total_return == pytest.approx(0.5 + refuse.reward)
+    assert store.effective_verdict(ep, 2) == "unanswerable" and stored.steps[0].reward == 0.5
 
 
 def test_review_lists_disagreements_and_a_resolution_closes_one(svc: Services) -> None:

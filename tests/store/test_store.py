@@ -593,6 +593,27 @@ def test_episode_round_trip_and_overrides(store: Store) -> None:
     assert store.get_episode(running).steps == (steps[0],)
 
 
+def test_an_override_with_rescored_signals_updates_step_and_return_in_one_write(store: Store) -> None:
+    """set_override_rescored: the human judgment, step t's new signals and reward, and the ended episode's return
+    (the sum of its steps' rewards) together; a step that is not there changes nothing."""
+    steps = [Step(1, "SEARCH", "q", signals={"ret": 1.0}, weights={"beta": 0.5}, reward=0.5),
+             Step(2, "REFUSE", signals={"ref": -1.0}, weights={"rho": 0.3}, reward=-0.3, judge_verdict="answerable")]
+    ep = store.add_episode(question_id="q1", dataset="d", question="?", policy="base", stage="discovery",
+                           schedule="time-dynamic", steps=steps)
+    store.finish_episode(ep, total_return=0.2)
+    store.set_override_rescored(ep, 2, "unanswerable", "ann", signals={"ref": 1.0}, reward=0.3)
+    stored = store.get_episode(ep)
+    assert stored.steps[1].signals == {"ref": 1.0} and stored.steps[1].reward == 0.3
+    assert stored.total_return == pytest.approx(0.8) and store.effective_verdict(ep, 2) == "unanswerable"
+    with pytest.raises(KeyError, match="no step t=5"):
+        store.set_override_rescored(ep, 5, "unanswerable", "ann", signals={}, reward=0.0)
+    assert len(store.judgments(ep, 5)) == 0 and store.get_episode(ep).total_return == pytest.approx(0.8)
+    running = store.add_episode(question_id="q2", dataset="d", question="?", policy="base", stage="discovery",
+                                schedule="time-dynamic", steps=steps, status="running")
+    store.set_override_rescored(running, 2, "unanswerable", "ann", signals={"ref": 1.0}, reward=0.3)
+    assert store.get_episode(running).total_return is None  # a running episode's return comes at its end
+
+
 def test_datasets_and_questions(store: Store) -> None:
     q1 = Question("a1", "tiny", "Who?", ("Ada",), "bridge", 2, (Passage("p1", "T", "text"),), frozenset({"p1"}))
     q2 = Question("a2", "tiny", "When?", ("1900", "1901"))
