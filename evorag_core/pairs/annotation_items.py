@@ -20,12 +20,12 @@ file, the line and the field, and nothing is imported.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evorag_core.errors import DatasetFormatError
+from evorag_core.pairs.io import json_lines
 from evorag_core.store.records import NewAnnotationItem
 
 if TYPE_CHECKING:
@@ -101,20 +101,7 @@ def item_from_record(raw: Any, path: str = "<items>", line: int = 1) -> NewAnnot
 
 def read_items(path: Path | str) -> list[NewAnnotationItem]:
     """Every line of a JSON-lines file as an item; the first malformed line raises DatasetFormatError."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetFormatError(str(path), None, None, f"cannot read the file: {exc}") from None
-    out = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _fail(str(path), number, None, f"invalid JSON: {exc.msg}") from None
-        out.append(item_from_record(raw, str(path), number))
+    out = [item_from_record(raw, str(path), number) for number, raw in json_lines(path)]
     if not out:
         raise DatasetFormatError(str(path), None, None, "no items in the file")
     return out

@@ -31,7 +31,7 @@ from evorag_core.errors import DatasetFormatError
 if TYPE_CHECKING:
     from evorag_core.store import NewPair, Store
 
-__all__ = ["pair_record", "new_pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
+__all__ = ["json_lines", "pair_record", "new_pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
            "split_chatml", "join_chatml"]
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", re.DOTALL)
@@ -160,8 +160,9 @@ def write_pairs(pairs: Iterable, path: Path | str) -> int:
     return n
 
 
-def read_pairs(path: Path | str) -> list:
-    """Every line of an export file as a `NewPair`; the first malformed line raises `DatasetFormatError`."""
+def json_lines(path: Path | str) -> list[tuple[int, Any]]:
+    """(line number, decoded value) of every non-blank line of a JSON-lines file; an unreadable file or the first
+    line that is not JSON raises `DatasetFormatError` naming the file (and the line)."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -172,11 +173,15 @@ def read_pairs(path: Path | str) -> list:
         if not text.strip():
             continue
         try:
-            raw = json.loads(text)
+            out.append((number, json.loads(text)))
         except json.JSONDecodeError as exc:
             raise DatasetFormatError(str(path), f"line {number}", None, f"invalid JSON: {exc.msg}") from None
-        out.append(new_pair_from_record(raw, str(path), number))
     return out
+
+
+def read_pairs(path: Path | str) -> list:
+    """Every line of an export file as a `NewPair`; the first malformed line raises `DatasetFormatError`."""
+    return [new_pair_from_record(raw, str(path), number) for number, raw in json_lines(path)]
 
 
 def export_pairs(store: Store, path: Path | str, *, status: str | None = "queued", source: str | None = None,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 
-@pytest.mark.slow
-def test_gpu_check_runs_every_section_on_the_cpu(tmp_path, monkeypatch):
+def _gpu_check_on_the_cpu(tmp_path, monkeypatch, *args: str) -> tuple[int, dict]:
+    """gpu_check.main on a tiny random model on the CPU with `args` added; (exit code, the JSON report)."""
     from bench import gpu_check
     from training.tiny import build_tiny_model
 
@@ -19,9 +19,14 @@ def test_gpu_check_runs_every_section_on_the_cpu(tmp_path, monkeypatch):
     source = build_tiny_model(tmp_path / "source", vocab_size=1024)
     out = tmp_path / "gpu_check.json"
     code = gpu_check.main(["--device", "cpu", "--random-from", str(source), "--shrink", "--hash-embedder",
-                           "--dtypes", "float32", "--train-dtypes", "float32", "--questions", "6", "--epochs", "1",
-                           "--home", str(tmp_path / "home"), "--out", str(out), "--set", "policy.threads=1"])
-    report = json.loads(out.read_text(encoding="utf-8"))
+                           "--dtypes", "float32", "--questions", "6", "--epochs", "1", "--home", str(tmp_path / "home"),
+                           "--out", str(out), "--set", "policy.threads=1", *args])
+    return code, json.loads(out.read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_section_on_the_cpu(tmp_path, monkeypatch):
+    code, report = _gpu_check_on_the_cpu(tmp_path, monkeypatch, "--train-dtypes", "float32")
     assert code == 0 and report["ok"] and not report["errors"], report.get("errors")
     assert report["backend"][0]["greedy_repeatable"] and report["backend"][0]["episode"]["done"]
     assert [r["objective"] for r in report["rounds"]] == ["dpo", "grpo", "ppo"]
@@ -33,18 +38,8 @@ def test_gpu_check_accelerate_dpo_round_on_the_cpu(tmp_path, monkeypatch):
     """`--accelerate --accelerate-objectives dpo --train-dtypes none`: the rollouts queue pairs, then a DPO round (the
     objective that goes through TRL's Trainer, hence through DeepSpeed where it is installed) by `accelerate launch -m
     training.worker --once` in a child process."""
-    from bench import gpu_check
-    from training.tiny import build_tiny_model
-
-    monkeypatch.delenv("OUT", raising=False)
-    torch.set_num_threads(1)
-    source = build_tiny_model(tmp_path / "source", vocab_size=1024)
-    out = tmp_path / "gpu_check.json"
-    code = gpu_check.main(["--device", "cpu", "--random-from", str(source), "--shrink", "--hash-embedder",
-                           "--dtypes", "float32", "--train-dtypes", "none", "--questions", "6", "--epochs", "1",
-                           "--accelerate", "--accelerate-objectives", "dpo", "--home", str(tmp_path / "home"),
-                           "--out", str(out), "--set", "policy.threads=1", "--set", "train.dtype=float32"])
-    report = json.loads(out.read_text(encoding="utf-8"))
+    code, report = _gpu_check_on_the_cpu(tmp_path, monkeypatch, "--train-dtypes", "none", "--accelerate",
+                                          "--accelerate-objectives", "dpo", "--set", "train.dtype=float32")
     assert code == 0 and report["ok"] and not report["errors"], report.get("errors")
     assert report["rounds"] == [] and report["rollouts"]["pairs_queued"] > 0
     launched = report["accelerate_rounds"]
