@@ -1,4 +1,4 @@
-"""Evaluation metrics (SPEC §6): normalized EM/F1 over aliases, support recall, paired bootstrap."""
+"""Evaluation metrics (SPEC §6): normalized EM/F1 over aliases, support recall, refusal accuracy, paired bootstrap."""
 from __future__ import annotations
 
 import re
@@ -14,6 +14,8 @@ __all__ = [
     "exact_match",
     "f1_score",
     "support_recall",
+    "RefusalScore",
+    "refusal_accuracy",
     "BootstrapResult",
     "MIN_SIGNIFICANCE_N",
     "significance_verdict",
@@ -64,6 +66,34 @@ def support_recall(retrieved: Iterable[str], gold: Iterable[str]) -> float | Non
     if not gold_set:
         return None
     return len(gold_set & set(retrieved)) / len(gold_set)
+
+
+@dataclass(frozen=True)
+class RefusalScore:
+    """How well REFUSE separates unanswerable from answerable questions (REFUSE is the positive class)."""
+
+    n: int
+    unanswerable: int  # questions whose corpus holds no answer
+    refused: int  # questions the method refused
+    correct_refusals: int  # refused and unanswerable
+    precision: float | None  # correct_refusals / refused; None when nothing was refused
+    recall: float | None  # correct_refusals / unanswerable; None when no question is unanswerable
+    accuracy: float | None  # share of questions with the right call (refused iff unanswerable); None when n = 0
+
+
+def refusal_accuracy(refused: Sequence[bool], unanswerable: Sequence[bool]) -> RefusalScore:
+    """Precision and recall of REFUSE on unanswerable (positive) vs answerable (negative) questions, and the share of
+    right calls. E.g. refused = (T, T, F, F), unanswerable = (T, F, T, F): one correct refusal of two refusals
+    (precision 1/2) and of two unanswerable questions (recall 1/2); right calls on questions 1 and 4 (accuracy 1/2)."""
+    if len(refused) != len(unanswerable):
+        raise ValueError(f"refusal_accuracy needs equal lengths, got {len(refused)} and {len(unanswerable)}")
+    n = len(refused)
+    n_ref, n_un = sum(map(bool, refused)), sum(map(bool, unanswerable))
+    hit = sum(1 for r, u in zip(refused, unanswerable) if r and u)
+    right = sum(1 for r, u in zip(refused, unanswerable) if bool(r) == bool(u))
+    return RefusalScore(n=n, unanswerable=n_un, refused=n_ref, correct_refusals=hit,
+                        precision=hit / n_ref if n_ref else None, recall=hit / n_un if n_un else None,
+                        accuracy=right / n if n else None)
 
 
 def mean(values: Iterable[float | None]) -> float:

@@ -30,6 +30,12 @@ class Question:
     def has_passages(self) -> bool:
         return bool(self.passages)
 
+    @property
+    def unanswerable(self) -> bool:
+        """The data marks it unanswerable (`type: "unanswerable"`, as the demo set's 12): the corpus holds no answer
+        and the right action is REFUSE."""
+        return self.type == "unanswerable"
+
 
 @dataclass(frozen=True)
 class Dataset:

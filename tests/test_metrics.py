@@ -85,3 +85,44 @@ def test_compare_results_and_the_cli_say_too_few(tmp_path, capsys):
     assert "common questions: 2" in text and text.count(TOO_FEW_2) == 3 and "significant (p" not in text
     assert cli_main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["em"]["verdict"] == TOO_FEW_2
+
+
+def test_refusal_accuracy_by_hand():
+    """Six questions, unanswerable = (T, T, T, F, F, F), refused = (T, T, F, T, F, F):
+    refusals 3, of which correct (refused and unanswerable) 2 -> precision 2/3; unanswerable 3 -> recall 2/3;
+    right calls: q1, q2 (refused, unanswerable), q5, q6 (answered, answerable) -> accuracy 4/6."""
+    from evorag_core.metrics import refusal_accuracy
+
+    s = refusal_accuracy([True, True, False, True, False, False], [True, True, True, False, False, False])
+    assert (s.n, s.unanswerable, s.refused, s.correct_refusals) == (6, 3, 3, 2)
+    assert s.precision == pytest.approx(2 / 3) and s.recall == pytest.approx(2 / 3)
+    assert s.accuracy == pytest.approx(4 / 6)
+    # nothing refused: precision undefined; no unanswerable question: recall undefined
+    none = refusal_accuracy([False, False], [False, False])
+    assert none.precision is None and none.recall is None and none.accuracy == 1.0
+    with pytest.raises(ValueError):
+        refusal_accuracy([True], [True, False])
+
+
+def test_summary_reports_refusal_where_questions_are_marked(tmp_path):
+    """evaluate() marks each result with its question's `unanswerable`; summarize() then reports REFUSE's precision
+    and recall. Two demo-style questions: q1 unanswerable and refused, q2 answerable and refused ->
+    precision 1/2, recall 1/1, accuracy 1/2. compare_results bootstraps the per-question right call."""
+    from evorag_core.evaluation.runner import compare_results, evaluate
+    from evorag_core.methods.base import QuestionResult
+    from evorag_core.types import Question
+
+    qs = [Question("q1", "t", "?", ("a",), type="unanswerable"), Question("q2", "t", "?", ("a",), type="bridge")]
+
+    class Refuser:
+        name = label = "refuser"
+
+        def run_question(self, q):
+            return QuestionResult(q.id, "t", "?", None, q.answers, 0.0, 0.0, 1, (), None, True)
+
+    summary, results = evaluate(Refuser(), qs, out_path=tmp_path / "r.jsonl")
+    assert [r.unanswerable for r in results] == [True, False]
+    assert (summary["refusal_precision"], summary["refusal_recall"], summary["refusal_accuracy"]) == (0.5, 1.0, 0.5)
+    assert summary["unanswerable"] == 1
+    cmp = compare_results(results, results, resamples=100)
+    assert cmp["refusal_accuracy"]["diff"] == 0.0

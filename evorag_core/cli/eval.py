@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evorag_core.evaluation.runner import SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
+from evorag_core.evaluation.runner import REFUSAL_KEYS, SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
 from evorag_core.methods.registry import METHODS, MethodOptions, build_method
 from evorag_core.cli.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
 
@@ -83,9 +83,10 @@ def main(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print(f"method: {summary['label']}")
-        for key in (*SUMMARY_KEYS, *extra_metric_keys(results)):
+        for key in (*SUMMARY_KEYS, *[k for k in REFUSAL_KEYS if k in summary], *extra_metric_keys(results)):
             val = summary[key]
-            print(f"  {key:<15} {val:.4f}" if isinstance(val, float) else f"  {key:<15} {val}")
+            shown = f"{val:.4f}" if isinstance(val, float) else ("n/a" if val is None else val)
+            print(f"  {key:<17} {shown}")
         if args.out:
             print(f"  results written to {args.out}")
         if recorder is not None:

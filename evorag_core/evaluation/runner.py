@@ -4,17 +4,20 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence, TextIO
 
-from evorag_core.metrics import mean, paired_bootstrap
+from evorag_core.metrics import mean, paired_bootstrap, refusal_accuracy
 from evorag_core.methods.base import QuestionResult
 from evorag_core.types import Question
 
 __all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "Progress",
-           "SUMMARY_KEYS"]
+           "SUMMARY_KEYS", "REFUSAL_KEYS", "refusal_summary"]
 
 SUMMARY_KEYS = ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds")
+# present in a summary when the results know which questions are unanswerable (evaluate() marks them)
+REFUSAL_KEYS = ("refusal_precision", "refusal_recall", "refusal_accuracy", "unanswerable")
 
 
 class Method(Protocol):
@@ -44,8 +47,20 @@ def summarize(results: Sequence[QuestionResult], seconds: float | None = None) -
         "format_valid": mean(float(r.format_valid) for r in results),
         "fallback_rate": (sum(r.fallback for r in results) / steps) if steps else 0.0,
         "seconds": seconds if seconds is not None else sum(r.seconds for r in results),
+        **refusal_summary(results),
         **extra,
     }
+
+
+def refusal_summary(results: Sequence[QuestionResult]) -> dict[str, Any]:
+    """REFUSAL_KEYS over the results whose question is marked answerable or not ({} when none is): precision and
+    recall of REFUSE on the unanswerable questions, the share of right calls, and how many were unanswerable."""
+    known = [r for r in results if r.unanswerable is not None]
+    if not known:
+        return {}
+    s = refusal_accuracy([r.refused for r in known], [bool(r.unanswerable) for r in known])
+    return {"refusal_precision": s.precision, "refusal_recall": s.recall, "refusal_accuracy": s.accuracy,
+            "unanswerable": s.unanswerable}
 
 
 def load_results(path: Path) -> list[QuestionResult]:
@@ -104,8 +119,7 @@ def evaluate(
                 continue
             t0 = time.perf_counter()
             res = method.run_question(q)
-            if not res.seconds:
-                res = QuestionResult(**{**res.__dict__, "seconds": time.perf_counter() - t0})
+            res = replace(res, seconds=res.seconds or time.perf_counter() - t0, unanswerable=q.unanswerable)
             results.append(res)
             if fh is not None:
                 fh.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
@@ -134,6 +148,9 @@ def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], re
             [float(getattr(x, metric)) for x, _ in common], [float(getattr(y, metric)) for _, y in common], resamples, seed
         )
         out[metric] = res.__dict__
+    if all(x.unanswerable is not None and y.unanswerable is not None for x, y in common):
+        right = [(float(x.refused == x.unanswerable), float(y.refused == y.unanswerable)) for x, y in common]
+        out["refusal_accuracy"] = paired_bootstrap([u for u, _ in right], [v for _, v in right], resamples, seed).__dict__
     for metric in extra_metric_keys([r for pair in common for r in pair]):
         pairs = [((x.extras.get("metrics") or {}).get(metric), (y.extras.get("metrics") or {}).get(metric)) for x, y in common]
         if all(u is not None and v is not None for u, v in pairs):

@@ -57,6 +57,7 @@ class QuestionResult:
     fallback: int = 0  # number of policy fallbacks used
     seconds: float = 0.0
     extras: Mapping[str, Any] = field(default_factory=dict)
+    unanswerable: bool | None = None  # the question is marked unanswerable (set by evaluation.runner.evaluate)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
