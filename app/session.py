@@ -23,7 +23,7 @@ from evorag_core.env.episode import EpisodeRecord, StepRecord, apply_override
 from evorag_core.errors import ConfigError, EnvStateError, StoreError
 from evorag_core.env.judges import GoldCoverageJudge, OverrideJudge, Verdict
 from evorag_core.runtime import Runtime
-from evorag_core.env.scheduler import PRESETS, SCHEDULES, STAGES
+from evorag_core.env.scheduler import PRESETS, SCHEDULES, STAGES, WeightTable
 from evorag_core.types import Passage, Question
 
 from app.human import Correction, Proposal, completion_of, correction_of
@@ -354,4 +354,4 @@ def _make_env(runtime: Runtime, question: Question, judge: OverrideJudge, free: 
         return runtime.make_env(question, judge)
     corpus = runtime.pooled_corpus  # a typed question searches the file's whole (pooled) corpus
     return RagEnv(corpus, runtime.retrieval.retriever_for(corpus), runtime.embed, judge, runtime.cfg.env,
-                  runtime.cfg.reward)
+                  runtime.cfg.reward, WeightTable.from_config(runtime.cfg.weights))

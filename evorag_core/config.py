@@ -35,6 +35,7 @@ __all__ = [
     "TRAIN_DTYPES",
     "EnvConfig",
     "RewardConfig",
+    "WeightsConfig",
     "CurriculumConfig",
     "RetrievalConfig",
     "PolicyConfig",
@@ -175,6 +176,37 @@ class RewardConfig(_Checked):
         "redundancy_threshold": within(-1, 1),  # compared with a cosine similarity
         "act_progress": PROBABILITY,  # compared with p(t) in [0, 1]
     }
+
+
+@dataclass(frozen=True)
+class WeightsConfig(_Checked):
+    """The scheduler's Start / Mid / End weight columns (SPEC §3, Table 2): `<weight>_<column>`, e.g. `beta_start`.
+    Discovery interpolates Start -> Mid, Refinement Mid -> End. `evorag tune-weights` writes a [weights] table."""
+
+    beta_start: float = 2.0  # retrieval bonus
+    beta_mid: float = 1.0
+    beta_end: float = 0.5
+    lambda_start: float = 1.5  # retrieval action penalty
+    lambda_mid: float = 0.8
+    lambda_end: float = 0.4
+    gamma_start: float = 0.1  # overlap penalty
+    gamma_mid: float = 0.5
+    gamma_end: float = 1.2
+    delta_start: float = 0.3  # backtrack penalty
+    delta_mid: float = 0.5
+    delta_end: float = 1.0
+    rho_start: float = 0.5  # refusal reward
+    rho_mid: float = 0.5
+    rho_end: float = 0.5
+    eta_start: float = 0.02  # step penalty
+    eta_mid: float = 0.05
+    eta_end: float = 0.10
+    kappa_start: float = 0.05  # answer correctness
+    kappa_mid: float = 0.10
+    kappa_end: float = 1.00
+
+    RULES: ClassVar[Rules] = {f"{w}_{c}": NON_NEGATIVE for w in ("beta", "lambda", "gamma", "delta", "rho", "eta",
+                                                               "kappa") for c in ("start", "mid", "end")}
 
 
 @dataclass(frozen=True)
@@ -596,6 +628,7 @@ class ArenaSettings(_Checked):
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

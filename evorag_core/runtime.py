@@ -12,6 +12,7 @@ import numpy as np
 from evorag_core.config import Config
 from evorag_core.data.corpus import build_corpus
 from evorag_core.env.env import RagEnv
+from evorag_core.env.scheduler import WeightTable
 from evorag_core.env.judges import GoldCoverageJudge, SufficiencyJudge
 from evorag_core.types import Corpus, Dataset, Question
 
@@ -59,4 +60,5 @@ class Runtime:
             judge or GoldCoverageJudge(),
             self.cfg.env,
             self.cfg.reward,
+            WeightTable.from_config(self.cfg.weights),
         )

@@ -12,7 +12,7 @@ from evorag_core.config import EnvConfig, RewardConfig
 from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.errors import EnvStateError
 from evorag_core.env.judges import JudgeRequest, SufficiencyJudge, Verdict
-from evorag_core.env.scheduler import step_reward, weights_at
+from evorag_core.env.scheduler import PAPER_TABLE, WeightTable, step_reward, weights_at
 from evorag_core.env.signals import StepContext, compute_signals
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Corpus, Passage, Question
@@ -74,6 +74,7 @@ class RagEnv:
         judge: SufficiencyJudge,
         env_cfg: EnvConfig = EnvConfig(),
         reward_cfg: RewardConfig = RewardConfig(),
+        table: WeightTable = PAPER_TABLE,
     ):
         self.corpus = corpus
         self.retriever = retriever
@@ -81,6 +82,7 @@ class RagEnv:
         self.judge = judge
         self.env_cfg = env_cfg
         self.reward_cfg = reward_cfg
+        self.table = table  # the Start / Mid / End weight columns (config [weights])
         self._by_pid: Mapping[str, Passage] = {p.pid: p for p in corpus.passages}
         self._record: EpisodeRecord | None = None
         self._question: Question | None = None
@@ -155,7 +157,7 @@ class RagEnv:
             act_progress=self.reward_cfg.act_progress,
         )
         signals = compute_signals(ctx)
-        weights = weights_at(rec.stage, t, rec.t_max, schedule=rec.schedule, preset=rec.preset)
+        weights = weights_at(rec.stage, t, rec.t_max, schedule=rec.schedule, preset=rec.preset, table=self.table)
         reward = step_reward(signals, weights)
 
         if isinstance(action, Search):

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from evorag_core.config import WeightsConfig
 from evorag_core.errors import ConfigError
 from evorag_core.env.signals import SIGNAL_NAMES, progress
 
@@ -61,12 +62,20 @@ class WeightTable:
             return self.mid, self.end
         raise ConfigError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
 
+    @classmethod
+    def from_config(cls, cfg: WeightsConfig) -> "WeightTable":
+        """The table a config's [weights] section holds (`beta_start`, `beta_mid`, ... `kappa_end`)."""
+        return cls(*(_frozen({w: float(getattr(cfg, f"{w}_{col}")) for w in WEIGHT_NAMES})
+                     for col in ("start", "mid", "end")))
 
-PAPER_TABLE = WeightTable(
-    start=_frozen({"beta": 2.0, "lambda": 1.5, "gamma": 0.1, "delta": 0.3, "rho": 0.5, "eta": 0.02, "kappa": 0.05}),
-    mid=_frozen({"beta": 1.0, "lambda": 0.8, "gamma": 0.5, "delta": 0.5, "rho": 0.5, "eta": 0.05, "kappa": 0.10}),
-    end=_frozen({"beta": 0.5, "lambda": 0.4, "gamma": 1.2, "delta": 1.0, "rho": 0.5, "eta": 0.10, "kappa": 1.00}),
-)
+    def to_config(self) -> WeightsConfig:
+        """The [weights] section that `from_config` turns back into this table."""
+        cols = {"start": self.start, "mid": self.mid, "end": self.end}
+        return WeightsConfig(**{f"{w}_{c}": float(col[w]) for c, col in cols.items() for w in WEIGHT_NAMES})
+
+
+# The paper's Table 2; its numbers live in one place, the [weights] section's defaults (config.py / default.toml).
+PAPER_TABLE = WeightTable.from_config(WeightsConfig())
 
 
 def weights_at(

@@ -1,6 +1,9 @@
 """What a rollout leaves in the store: the main episode with its steps and sampled siblings (`store_steps`), then the
 pairs the `PairSelector` lets through, each with its metadata (`pair_metadata`); `save_rollout` writes one episode
-and its pairs in two short transactions and returns a `SavedRollout`.
+and its pairs in two short transactions and returns a `SavedRollout`. `load_rollout` reads a stored episode back as
+the `EpisodeRollout` it was saved from (its config JSON keeps the main record, the K raw samples of each branch state
+and every branch with its per-step raw signals), which pairs/rescore.py scores again under another schedule.
+No schema change: all of it lives in the episode's existing `config` JSON column.
 """
 from __future__ import annotations
 
@@ -9,13 +12,17 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from evorag_core.config import RolloutConfig
 from evorag_core.env.actions import Action, action_to_dict
-from evorag_core.pairs.branches import EpisodeRollout, RolloutPair
-from evorag_core.pairs.selection import PairSelector
+from evorag_core.env.actions import parse_action
+from evorag_core.env.episode import EpisodeRecord
+from evorag_core.pairs.branches import Branch, BranchState, EpisodeRollout, RolloutPair
+from evorag_core.errors import ConfigError
+from evorag_core.pairs.selection import PairSelector, build_pairs
+from evorag_core.types import Question
 
 if TYPE_CHECKING:
-    from evorag_core.store import Step, Store
+    from evorag_core.store import Episode, Step, Store
 
-__all__ = ["pair_metadata", "store_steps", "SavedRollout", "save_rollout"]
+__all__ = ["pair_metadata", "store_steps", "SavedRollout", "save_rollout", "load_rollout"]
 
 
 def pair_metadata(pair: RolloutPair, rollout: EpisodeRollout, episode_db_id: int | None,
@@ -102,6 +109,8 @@ def save_rollout(store: Store, rollout: EpisodeRollout, selector: PairSelector, 
         "episode_key": rec.episode_id, "answer": rec.answer, "decisions": rollout.decisions,
         "branches": {str(s.t): [b.summary() for b in s.branches] for s in rollout.states},
         "prompts": {str(s.t): s.prompt for s in rollout.states},  # the annotation queue's items train on these
+        "sampled": {str(s.t): [[action_to_dict(a), c, lp] for a, c, lp in s.sampled] for s in rollout.states},
+        "record": rec.to_dict(),  # lossless: load_rollout rebuilds the rollout from it to re-score it
     }
     steps = store_steps(rollout)
     episode_id = store.add_episode(
@@ -133,3 +142,26 @@ def _grade(answer: str | None, golds: Sequence[str], em, f1) -> tuple[float | No
     if not golds:
         return None, None
     return (0.0, 0.0) if answer is None else (em(answer, golds), f1(answer, golds))
+
+
+def load_rollout(episode: Episode) -> EpisodeRollout:
+    """The `EpisodeRollout` a stored rollout episode was saved from (see the module docstring), its pairs rebuilt
+    over the rollout's own margin. The question carries what the record knows (id, text, gold answers and pids)."""
+    config = episode.config or {}
+    if "record" not in config or "sampled" not in config:
+        raise ConfigError(f"episode {episode.id} is not a rollout stored with its records (source "
+                          f"{episode.source!r}); roll it out again with `evorag rollout` to re-score it")
+    record = EpisodeRecord.from_dict(config["record"])
+    question = Question(record.question_id, record.dataset, record.question, tuple(record.gold_answers),
+                        gold_pids=frozenset(record.gold_pids))
+    states = tuple(
+        BranchState(int(t), config["prompts"][t],
+                    tuple((parse_action(a), c, float(lp)) for a, c, lp in config["sampled"][t]),
+                    tuple(Branch.from_summary(b) for b in config["branches"][t]))
+        for t in sorted(config["branches"], key=int)
+    )
+    rollout_cfg = config.get("rollout") or {}
+    margin = min(float(rollout_cfg.get("policy_margin", RolloutConfig.policy_margin)),
+                 float(rollout_cfg.get("preference_margin", RolloutConfig.preference_margin)))
+    pairs = tuple(p for s in states for p in build_pairs(s, margin))
+    return EpisodeRollout(question, record, states, pairs, int(config.get("decisions", 0)))

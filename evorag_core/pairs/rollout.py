@@ -40,7 +40,7 @@ from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.env.scheduler import SIGNAL_WEIGHT
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.env.state import AgentView
-from evorag_core.pairs.branches import Branch, BranchState, EpisodeRollout
+from evorag_core.pairs.branches import Branch, BranchState, BranchStep, EpisodeRollout
 from evorag_core.pairs.persist import SavedRollout, save_rollout
 from evorag_core.pairs.selection import PairSelector, RolloutStats, build_pairs
 from evorag_core.types import Question
@@ -143,10 +143,11 @@ def _observation(env: RagEnv, view: AgentView, step: StepRecord, passage_chars: 
 def _branch(decision: _Decision, samples: int, greedy: bool, steps: Sequence[StepRecord], record: EpisodeRecord,
             cut: bool, observation: str) -> Branch:
     by_signal = signal_returns(steps)
+    trace = tuple(BranchStep(s.t, record.t_max, record.stage, dict(s.signals)) for s in steps)
     return Branch(
         completion=decision.completion, action=decision.action, logprob=float(decision.logprob), greedy=greedy,
         samples=samples, ret=float(sum(s.reward for s in steps)), signals=by_signal, steps=len(steps),
-        complete=not cut, outcome=_outcome(record, cut), observation=observation,
+        complete=not cut, outcome=_outcome(record, cut), observation=observation, trace=trace,
     )
 
 
