@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "pairs": "pairs",
     "users": "users",
     "annotate": "annotate",
+    "ablate": "ablate",
+    "tune-weights": "tune_weights",
 }
 
 

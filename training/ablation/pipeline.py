@@ -1,0 +1,281 @@
+"""One rollout set, many reward variants: re-score -> pairs -> one training round -> evaluation, resumable.
+
+    rollouts  the base policy's sibling-branch rollouts of the training questions, stored once (<out>/rollouts.db,
+              or the rollout episodes of an existing store: `rollouts_from`);
+    per variant (<out>/variants/<name>/):
+      store   every stored rollout re-scored under the variant (`load_rollout` -> `rescore_rollout`) and saved into
+              the variant's own store with a fresh `PairSelector` (same margins, same balance): only the weights,
+              returns, winners and pairs differ between variants;
+      round   one training round of `objective` (dpo | grpo | ppo) on that store, reference = the base model, the
+              same seed and step budget for every variant (the worker's `process_one`, in this process);
+      eval    the adapter's greedy episodes on the evaluation questions (disjoint from training), JSON lines;
+    base      the base policy on the same evaluation questions.
+
+Every finished phase is written to <out>/state.json at once; a rerun with the same plan skips what is done (an
+evaluation resumes question by question; a variant whose round did not finish has its store rebuilt and its round
+run again). A different plan in the same folder is refused. `report.py` turns the state into the table and figure.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from evorag_core.config import Config, apply_overrides
+from evorag_core.errors import ConfigError
+from evorag_core.pairs.rescore import Variant
+
+__all__ = ["AblationPlan", "AblationRun", "run_ablation", "load_state"]
+
+log = logging.getLogger("evorag.ablate")
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    """What an ablation run compares, and on what (the fingerprint a resumed run must match)."""
+
+    name: str  # schedules | presets | a tuning run's name
+    variants: tuple[Variant, ...]
+    reference: str  # the variant the table compares every row with
+    data: Path  # the data file; its questions [train) and [eval) slices, disjoint
+    train: tuple[int, int]
+    eval: tuple[int, int]
+    out: Path
+    objective: str = "dpo"
+    max_steps: int = 2  # optimiser steps per round at most (the same budget for every variant)
+    seed: int = 0
+    eval_t_max: int = 8  # T_max of the evaluation episodes
+    rollouts_from: str | None = None  # a store URL whose rollout episodes of the training questions are used
+
+    def __post_init__(self) -> None:
+        (tl, th), (el, eh) = self.train, self.eval
+        if not (0 <= tl < th and 0 <= el < eh):
+            raise ConfigError(f"empty or negative slices: train {tl}:{th}, eval {el}:{eh}")
+        if max(tl, el) < min(th, eh):
+            raise ConfigError(f"the training slice {tl}:{th} and the evaluation slice {el}:{eh} overlap")
+        if self.reference not in {v.name for v in self.variants}:
+            raise ConfigError(f"reference {self.reference!r} is not one of the variants")
+
+    def fingerprint(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "variants"}
+        d["variants"] = [{"name": v.name, "schedule": v.schedule, "preset": v.preset,
+                          "table": [dict(v.table.start), dict(v.table.mid), dict(v.table.end)]} for v in self.variants]
+        d["data"], d["out"] = str(self.data), str(self.out)
+        return json.loads(json.dumps(d, default=list))  # as state.json holds it
+
+
+def load_state(out: Path) -> dict[str, Any]:
+    path = Path(out) / "state.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class _State:
+    def __init__(self, plan: AblationPlan):
+        self.path = plan.out / "state.json"
+        self.data = load_state(plan.out)
+        fp = plan.fingerprint()
+        if self.data and self.data.get("plan") != fp:
+            raise ConfigError(f"{plan.out} holds another ablation (its state.json has a different plan); "
+                              "use a new --out folder")
+        self.data["plan"] = fp
+        self.data.setdefault("variants", {})
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.replace(self.path)  # a kill mid-write never leaves a torn state file
+
+
+class AblationRun:
+    """The shared parts of a run (config, model, runtimes, state) and its phases; `variant(v)` runs one variant
+    (store -> round -> eval) unless the state has it, so a tuning search can add variants one trial at a time."""
+
+    def __init__(self, plan: AblationPlan, cfg: Config, home: Path):
+        from evorag_core.data.datasets import load_dataset
+        from evorag_core.lm.loading import resolve_model
+        from evorag_core.runtime import Runtime
+
+        plan.out.mkdir(parents=True, exist_ok=True)
+        self.plan, self.home = plan, home
+        self.state = _State(plan)
+        # one model folder for every phase and variant home (the embedded model is converted once, in `home`)
+        self.cfg = apply_overrides(cfg, {"policy.model": str(resolve_model(cfg.policy.model, home)),
+                                         "train.seed": plan.seed, "train.objective": plan.objective})
+        self.dataset = load_dataset(plan.data)
+        self.train_qs = self.dataset.questions[plan.train[0]:plan.train[1]]
+        self.eval_qs = self.dataset.questions[plan.eval[0]:plan.eval[1]]
+        c = self.cfg
+        self.rollout_cfg = replace(c, env=replace(c.env, t_max=c.rollout.t_max or c.env.t_max))
+        self.eval_rt = Runtime(replace(c, env=replace(c.env, t_max=plan.eval_t_max)), home, self.dataset)
+        self.backend = _backend(c, home)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.state.data
+
+    def prepare(self) -> None:
+        """The rollouts and the base model's evaluation (each once)."""
+        from evorag_core.runtime import Runtime
+
+        if "rollouts" not in self.data:
+            rt = Runtime(self.rollout_cfg, self.home, self.dataset)
+            self.data["rollouts"] = _rollouts(self.plan, self.rollout_cfg, rt, self.backend, self.train_qs)
+            self.state.save()
+        if "base" not in self.data:
+            self.data["base"] = _evaluate(self.plan, self.eval_rt, self.backend, "base", None, self.eval_qs)
+            self.state.save()
+
+    def variant(self, variant: Variant, seed: int | None = None) -> dict[str, Any]:
+        """Re-score, train (seed: the plan's unless given) and evaluate `variant`; returns its record."""
+        record = self.data["variants"].get(variant.name, {})
+        if "eval" in record:
+            return record
+        if record.get("round", {}).get("status") != "succeeded":
+            record = {"store": _variant_store(self.plan, self.cfg, variant, self.data["rollouts"])}
+            self.data["variants"][variant.name] = record
+            self.state.save()
+            record["round"] = _round(self.plan, self.cfg, variant, self.plan.seed if seed is None else seed)
+            self.state.save()
+        if record["round"].get("status") == "succeeded":
+            record["eval"] = _evaluate(self.plan, self.eval_rt, self.backend, variant.name,
+                                       record["round"]["adapter_path"], self.eval_qs)
+        else:
+            record["eval"] = None  # no adapter: the row says why (its round's error)
+        self.state.save()
+        return record
+
+
+def run_ablation(plan: AblationPlan, cfg: Config, home: Path,
+                 on_variant: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run (or continue) the ablation; returns the state. `on_variant(name, record)` is called after each variant
+    is done (the CLI prints it; a test interrupts there)."""
+    run = AblationRun(plan, cfg, home)
+    run.prepare()
+    for variant in plan.variants:
+        record = run.variant(variant)
+        if on_variant is not None:
+            on_variant(variant.name, record)
+    return run.data
+
+
+# -- phases ---------------------------------------------------------------------------------------------------------
+
+def _backend(cfg: Config, home: Path):
+    from evorag_core.lm.backends import policy_backend
+
+    return policy_backend(cfg.policy, home)
+
+
+def _rollouts(plan: AblationPlan, cfg: Config, runtime, backend, questions) -> dict[str, Any]:
+    """The rollout episodes of the training questions: rolled out into <out>/rollouts.db (questions already there
+    are skipped, so an interrupted phase continues), or found in `plan.rollouts_from`."""
+    from evorag_core.pairs.rollout import run_rollouts
+    from evorag_core.pairs.selection import PairSelector
+    from evorag_core.policy.agent import LMPolicy
+    from evorag_core.store import open_store
+
+    wanted = [q.id for q in questions]
+    url = plan.rollouts_from or f"sqlite:///{plan.out / 'rollouts.db'}"
+    started = time.perf_counter()
+    with open_store(url) as store:
+        if plan.rollouts_from is None:
+            name = f"lm:{backend.model_id}"
+            todo = [q for q in questions if not store.list_episodes(question_id=q.id, policy=name, limit=1)]
+            backend.activate(None)
+            selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
+            run_rollouts(todo, runtime.make_env, LMPolicy(backend, cfg.policy, cfg.answer), store, cfg.rollout,
+                         selector, policy_name=name, stage=cfg.reward.stage, data_path=str(plan.data),
+                         on_episode=lambda q, s: log.info("rollout %s: %d steps, %d pairs", q.id, s.steps,
+                                                          len(s.pair_ids)))
+            selector.finish()
+        found: dict[str, int] = {}
+        for e in store.list_episodes(limit=None):
+            if e.source == "rollout" and e.question_id in wanted:
+                found.setdefault(e.question_id, e.id)
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise ConfigError(f"{url} has no rollout episode of {len(missing)} training question(s): "
+                          f"{', '.join(missing[:5])}")
+    return {"store": url, "episode_ids": [found[q] for q in wanted], "minutes": (time.perf_counter() - started) / 60}
+
+
+def _variant_store(plan: AblationPlan, cfg: Config, variant: Variant, rollouts: dict[str, Any]) -> dict[str, Any]:
+    """The rollouts re-scored under `variant` in a fresh store of its own (rebuilt if an earlier attempt left one)."""
+    from evorag_core.pairs.persist import load_rollout, save_rollout
+    from evorag_core.pairs.rescore import rescore_rollout
+    from evorag_core.pairs.selection import PairSelector
+    from evorag_core.store import open_store
+
+    folder = plan.out / "variants" / variant.name
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    margin = min(cfg.rollout.policy_margin, cfg.rollout.preference_margin)
+    selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
+    winners_changed = states = 0
+    with open_store(rollouts["store"]) as source, open_store(_store_url(plan, variant)) as target:
+        for episode_id in rollouts["episode_ids"]:
+            original = load_rollout(source.get_episode(episode_id))
+            scored = rescore_rollout(original, variant, margin)
+            for a, b in zip(original.states, scored.states):
+                states += 1
+                winners_changed += _winner(a) != _winner(b)
+            save_rollout(target, scored, selector, cfg.rollout, f"ablate:{variant.name}",
+                         run=f"ablate-{plan.name}-{variant.name}", data_path=str(plan.data))
+        selector.finish()
+    stats = selector.stats
+    return {"episodes": stats.episodes, "pairs_built": stats.pairs_built, "pairs": stats.pairs_kept,
+            "branch_states": states, "winner_changed_vs_stored": winners_changed}
+
+
+def _winner(state) -> str:
+    return max(state.branches, key=lambda b: b.ret).completion
+
+
+def _store_url(plan: AblationPlan, variant: Variant) -> str:
+    return f"sqlite:///{plan.out / 'variants' / variant.name / 'store.db'}"
+
+
+def _round(plan: AblationPlan, cfg: Config, variant: Variant, seed: int) -> dict[str, Any]:
+    """One round of `plan.objective` on the variant's store, in this process through the worker's `process_one`
+    (claim, train, register, finish); the adapter lands in <out>/variants/<name>/adapters/."""
+    from evorag_core.store import open_store
+    from training.job import job_config
+    from training.worker import WorkerOptions, new_worker_id, process_one
+
+    values: dict[str, Any] = {"reference": "base", "seed": seed, "max_steps": plan.max_steps or None}
+    with open_store(_store_url(plan, variant)) as store:
+        if plan.objective == "dpo":
+            values["pairs"] = 100_000  # every pair the variant's scoring produced
+        else:
+            values.update(episode_ids=[e.id for e in store.list_episodes(limit=None)], data=str(plan.data))
+        rid = store.enqueue_round(plan.objective, job_config(plan.objective, **values))
+        started = time.perf_counter()
+        done = process_one(store, cfg, plan.out / "variants" / variant.name, new_worker_id(),
+                           WorkerOptions(lease_s=max(600.0, cfg.train.lease_seconds), once=True))
+        r = store.get_round(rid) if done is None else done
+    m = r.metrics or {}
+    keep = ("adapter", "adapter_path", "steps", "pairs", "n_train", "episodes", "first_loss", "final_loss", "wall_s")
+    return {"round_id": rid, "status": r.status, "error": r.error, "minutes": (time.perf_counter() - started) / 60,
+            **{k: m[k] for k in keep if k in m}}
+
+
+def _evaluate(plan: AblationPlan, runtime, backend, name: str, adapter_path: str | None, questions) -> dict[str, Any]:
+    """Greedy episodes of the base model or one adapter on the evaluation questions (<out>/eval/<name>.jsonl,
+    resumed question by question); returns the summary and the results file."""
+    from evorag_core.evaluation.runner import evaluate
+    from evorag_core.methods.agent import agent_on
+
+    adapter = None
+    if adapter_path:
+        adapter = f"ablate-{name}"
+        backend.load_adapter(adapter, adapter_path)
+    path = plan.out / "eval" / f"{name}.jsonl"
+    summary, _ = evaluate(agent_on(backend, runtime, adapter), questions, out_path=path, resume=True,
+                          on_result=lambda r, rs: log.info("eval %s %d/%d %s em=%s steps=%d", name, len(rs),
+                                                           len(questions), r.question_id, r.em, r.steps))
+    return {"results": str(path), **{k: v for k, v in summary.items() if k not in ("method", "label")}}
