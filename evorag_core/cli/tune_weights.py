@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     snippet = toml_snippet(best, f"evorag tune-weights --method {args.method}: best dev F1 "
                                  f"{summary['best_dev_f1']:.4f} ({summary['best']}); use with --config")
     (plan.out / "best_weights.toml").write_text(snippet)
-    summary.update(snippet=str(plan.out / "best_weights.toml"), hand_dev_f1=_f1(run.data["variants"].get("hand")))
+    summary["snippet"] = str(plan.out / "best_weights.toml")
     if args.heldout:
         summary["heldout"] = _heldout(args, cfg, home, settings, hand, best, run)
     (plan.out / "tune.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -82,10 +82,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _params(table) -> dict[str, float]:
     return dict(table.to_config().__dict__)
-
-
-def _f1(record) -> float | None:
-    return record["eval"]["f1"] if record and record.get("eval") else None
 
 
 def _heldout(args, cfg, home, settings, hand, best, run) -> dict:

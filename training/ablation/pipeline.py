@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 from dataclasses import dataclass, fields, replace
@@ -272,7 +273,7 @@ def _evaluate(plan: AblationPlan, runtime, backend, name: str, adapter_path: str
 
     adapter = None
     if adapter_path:
-        adapter = f"ablate-{name}"
+        adapter = re.sub(r"[^A-Za-z0-9_-]", "_", f"ablate-{name}")[:64]  # the backend's adapter-name rule
         backend.load_adapter(adapter, adapter_path)
     path = plan.out / "eval" / f"{name}.jsonl"
     summary, _ = evaluate(agent_on(backend, runtime, adapter), questions, out_path=path, resume=True,
