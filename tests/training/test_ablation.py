@@ -89,3 +89,6 @@ def test_ablate_writes_table_json_figure_and_resumes(tiny, tmp_path, capsys):
     assert md.split("\n", 2)[2] in printed
     assert (out / "ablation.html").stat().st_size > 10_000
     assert (out / "ablation.png").is_file() or "png_error" in report["files"]
+    # the same folder with another setting is refused, not mixed
+    assert cli_main([*argv, "--set", "rollout.siblings=2"]) == 2
+    assert "different config" in capsys.readouterr().err

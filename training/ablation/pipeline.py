@@ -13,7 +13,8 @@
 
 Every finished phase is written to <out>/state.json at once; a rerun with the same plan skips what is done (an
 evaluation resumes question by question; a variant whose round did not finish has its store rebuilt and its round
-run again). A different plan in the same folder is refused. `report.py` turns the state into the table and figure.
+run again). A different plan or config in the same folder is refused. `report.py` turns the state into the table
+and figure.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from evorag_core.config import Config, apply_overrides
+from evorag_core.config import Config, apply_overrides, to_dict
 from evorag_core.errors import ConfigError
 from evorag_core.pairs.rescore import Variant
 
@@ -74,15 +75,24 @@ def load_state(out: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _config_fingerprint(cfg: Config) -> dict[str, Any]:
+    """The settings that shape the results (all of them but the thread count and the device)."""
+    d = to_dict(cfg)
+    for key in ("threads", "device"):
+        d["policy"].pop(key, None)
+    return json.loads(json.dumps(d, default=str))
+
+
 class _State:
-    def __init__(self, plan: AblationPlan):
+    def __init__(self, plan: AblationPlan, cfg: Config):
         self.path = plan.out / "state.json"
         self.data = load_state(plan.out)
-        fp = plan.fingerprint()
-        if self.data and self.data.get("plan") != fp:
-            raise ConfigError(f"{plan.out} holds another ablation (its state.json has a different plan); "
+        fp, config = plan.fingerprint(), _config_fingerprint(cfg)
+        if self.data and (self.data.get("plan"), self.data.get("config")) != (fp, config):
+            what = "plan" if self.data.get("plan") != fp else "config (--config / --set values)"
+            raise ConfigError(f"{plan.out} holds another ablation (its state.json has a different {what}); "
                               "use a new --out folder")
-        self.data["plan"] = fp
+        self.data["plan"], self.data["config"] = fp, config
         self.data.setdefault("variants", {})
 
     def save(self) -> None:
@@ -102,7 +112,7 @@ class AblationRun:
 
         plan.out.mkdir(parents=True, exist_ok=True)
         self.plan, self.home = plan, home
-        self.state = _State(plan)
+        self.state = _State(plan, cfg)
         # one model folder for every phase and variant home (the embedded model is converted once, in `home`)
         self.cfg = apply_overrides(cfg, {"policy.model": str(resolve_model(cfg.policy.model, home)),
                                          "train.seed": plan.seed, "train.objective": plan.objective})
