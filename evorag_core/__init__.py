@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Passage", "Question", "Dataset", "Corpus"), "evorag_core.types"),
     **dict.fromkeys(("Config", "load_config", "apply_overrides", "home_dir"), "evorag_core.config"),
     **dict.fromkeys(("EvoRagError", "ConfigError", "AdapterError", "StoreError"), "evorag_core.errors"),
-    **dict.fromkeys(("exact_match", "f1_score", "support_recall"), "evorag_core.metrics"),
+    **dict.fromkeys(("exact_match", "f1_score", "support_recall", "refusal_accuracy"), "evorag_core.metrics"),
     **dict.fromkeys(("OBJECTIVES", "Objective"), "evorag_core.objectives"),
     "Runtime": "evorag_core.runtime",
     # data and retrieval
@@ -37,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "Reader": "evorag_core.reader.answers",
     # pairs, preference, adapters
     "run_rollouts": "evorag_core.pairs.rollout",
+    "load_rollout": "evorag_core.pairs.persist",
+    **dict.fromkeys(("Variant", "rescore", "rescore_rollout"), "evorag_core.pairs.rescore"),
     **dict.fromkeys(("train_preference_model", "RankedPolicy"), "evorag_core.preference"),
     "activate": "evorag_core.adapters.registry",
     "verify_adapter": "evorag_core.adapters.files",
