@@ -57,6 +57,7 @@ class CurriculumPlan:
     dev: int = 8  # dev questions (the data file's first ones; training uses the rest)
     single_stage: str | None = None  # every round in this stage, for the whole budget (no switch): the baseline
     corpus_from: tuple[Path, ...] = ()  # retrieve from the pooled passages of these files instead of data's own
+    max_steps: int | None = None  # optimiser steps per policy round at most (None: the round's epochs)
     decisions: list[dict[str, Any]] = field(default_factory=list, compare=False)
 
 
@@ -224,7 +225,8 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         objective = cfg.train.objective
         values = ({"stage": stage, "pairs": 10_000} if objective == "dpo"
                   else {"episode_ids": episodes, "data": str(plan.data)})
-        done = _policy_round(store, cfg, home, objective, {**values, "reference": "previous"})
+        done = _policy_round(store, cfg, home, objective,
+                             {**values, "reference": "previous", "max_steps": plan.max_steps})
         record["policy_round"] = {"id": done.id, "status": done.status, "error": done.error,
                                   "adapter": (done.metrics or {}).get("adapter"),
                                   "final_loss": (done.metrics or {}).get("final_loss")}
@@ -260,7 +262,7 @@ def run_curriculum_command(args, cfg: Config, home: Path, db_url: str) -> int:
     plan = CurriculumPlan(data=Path(args.data) if args.data else DEFAULT_DATA,
                           rounds=args.rounds or cfg.curriculum.max_rounds, train_per_round=args.train_questions,
                           dev=args.dev, single_stage=args.single_stage,
-                          corpus_from=tuple(Path(p) for p in args.corpus_from))
+                          corpus_from=tuple(Path(p) for p in args.corpus_from), max_steps=args.max_steps)
     state: Path | None = Path(args.state) if args.state else None
     done = read_state(state) if state is not None else []
 
