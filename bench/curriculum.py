@@ -287,13 +287,14 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(json.dumps({"settings": settings, "config": _settings(args), **state}, indent=2,
                                        default=str))
 
-    if "curriculum" not in state:
-        write_slice(args.data, args.home / "curriculum_data.jsonl", *dev, train)
-        state["curriculum"] = phase_arm(args, "curriculum", args.rounds)
-        save()
-    if "single" not in state:
-        state["single"] = phase_arm(args, "single", state["curriculum"]["summary"]["rounds"])
-        save()
+    for arm in ARMS:
+        if arm not in state:
+            write_slice(args.data, args.home / "curriculum_data.jsonl", *dev, train)
+            rounds = args.rounds if arm == "curriculum" else state["curriculum"]["summary"]["rounds"]
+            state[arm] = phase_arm(args, arm, rounds)
+            state.pop("eval", None)  # an arm (re)run: its adapter may be another; evaluate it again
+            (args.home / f"curriculum_eval_{arm}.jsonl").unlink(missing_ok=True)
+            save()
     if "eval" not in state or not {a for a in ARMS if state[a]["adapter_path"]} <= set(state["eval"]):
         write_slice(args.data, args.eval_file, *ev)
         state["eval"] = phase_eval(args, state)

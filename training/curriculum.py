@@ -9,7 +9,7 @@ Each round:
 2. preference model: the multi-head model is fitted on the stored pairs (`evorag_core.preference`) and its held-out
    accuracy logged (too few pairs: logged and skipped);
 3. policy update: a round of `train.objective` is queued (DPO: this stage's pairs; GRPO/PPO: this round's episodes;
-   reference = the previous round's adapter) and run by the worker code (`training.worker.process_one`; if an
+   reference = the adapter the round rolled out with) and run by the worker code (`training.worker.process_one`; if an
    external worker takes it first, its end is awaited); its adapter is activated (verified);
 4. dev evaluation: greedy episodes on the dev questions with the stage's weights; the mean return goes to the
    controller, whose decision (stage, EMA, improvement, stale count) is logged.
@@ -93,10 +93,11 @@ def curriculum_summary(records: Sequence[dict[str, Any]], cfg: Config,
                        single_stage: str | None = None) -> dict[str, Any]:
     """What a run measured: the controller's settings, when the stage switch fired (the round after whose dev
     evaluation it fired, with that round's EMA, improvement over the best EMA before it and stale count; None when it
-    did not), the dev-return curve per round and the final adapter (the last round's that trained)."""
+    did not), the dev-return curve per round and the final adapter (the one live after the last round)."""
     switch = next((r for r in records if r.get("switched")), None)
     trained = [r["policy_round"]["adapter"] for r in records
                if r.get("policy_round", {}).get("status") == "succeeded" and r["policy_round"].get("adapter")]
+    final = _adapter_out(records[-1]) if records else None
     return {
         "controller": {"ema_alpha": cfg.curriculum.ema_alpha, "epsilon": cfg.curriculum.epsilon,
                        "patience": cfg.curriculum.patience},
@@ -111,7 +112,7 @@ def curriculum_summary(records: Sequence[dict[str, Any]], cfg: Config,
                        "ema": r["controller"]["ema"], "improvement": r["controller"]["improvement"],
                        "stale": r["controller"]["stale"], "em": r["dev"].get("em"), "f1": r["dev"].get("f1"),
                        "avg_steps": r["dev"].get("avg_steps"), "seconds": r.get("seconds")} for r in records],
-        "final_adapter": trained[-1] if trained else None,
+        "final_adapter": final,
         "all_rounds_trained": len(trained) == len(records),
     }
 
@@ -154,6 +155,12 @@ def _policy_round(store: Store, cfg: Config, home: Path, objective: str, values:
             process_one(store, cfg, home, worker_id, WorkerOptions(lease_s=float(cfg.train.lease_seconds)))
         else:
             time.sleep(poll_s)
+
+
+def _adapter_out(record: dict[str, Any]) -> str | None:
+    """The adapter live after a round: the one it trained (when it did), else the one it started with."""
+    trained = record.get("policy_round", {})
+    return trained.get("adapter") if trained.get("status") == "succeeded" else record.get("adapter_in")
 
 
 def _finished(records: Sequence[dict[str, Any]], plan: CurriculumPlan) -> bool:
@@ -199,6 +206,12 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
     lm = LMPolicy(backend, cfg.policy, cfg.answer)
     stage = out[-1]["next_stage"] if out else (plan.single_stage or controller.stage)
+    if out:  # resume: the policy the finished rounds left live (a cut-off round may have activated its own)
+        left = _adapter_out(out[-1])
+        if left is None:
+            store.deactivate_adapters()
+        else:
+            activate(store, left, backend.model_id)
     for r in range(len(out) + 1, plan.rounds + 1):
         started = time.perf_counter()
         watcher.poll(force=True)
@@ -225,8 +238,10 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         objective = cfg.train.objective
         values = ({"stage": stage, "pairs": 10_000} if objective == "dpo"
                   else {"episode_ids": episodes, "data": str(plan.data)})
+        # reference: the policy this round rolled out with (in an unbroken run the newest adapter, `previous`; named,
+        # so that a resumed round does not start from the adapter a cut-off attempt registered)
         done = _policy_round(store, cfg, home, objective,
-                             {**values, "reference": "previous", "max_steps": plan.max_steps})
+                             {**values, "reference": watcher.current or "base", "max_steps": plan.max_steps})
         record["policy_round"] = {"id": done.id, "status": done.status, "error": done.error,
                                   "adapter": (done.metrics or {}).get("adapter"),
                                   "final_loss": (done.metrics or {}).get("final_loss")}
