@@ -189,15 +189,20 @@ def curve_figure(state: dict[str, Any], single_stage: str):
                                  line={"color": color, "dash": "dash"}), row=1, col=1)
         fig.add_trace(go.Scatter(x=x, y=[p["f1"] for p in curve], mode="lines+markers", name=f"{label}: F1",
                                  line={"color": color}, showlegend=False), row=2, col=1)
-    switch = state.get("curriculum", {}).get("summary", {}).get("switch")
-    controller = state.get("curriculum", {}).get("summary", {}).get("controller", {})
+    summary = state.get("curriculum", {}).get("summary", {})
+    switch, controller = summary.get("switch"), summary.get("controller", {})
+    title = "EVO-RAG curriculum: dev return per round"
     if switch:
         fig.add_vline(x=switch["round"] + 0.5, line={"dash": "dot", "color": "gray"})
-        fig.add_annotation(x=switch["round"] + 0.5, y=1.0, yref="paper", showarrow=False, xanchor="left",
-                           text=(f"switch after round {switch['round']}: EMA {switch['ema']:.3f}, "
-                                 f"ε {controller.get('epsilon')}, patience {controller.get('patience')}"))
-    fig.update_xaxes(title_text="round", dtick=1, row=2, col=1)
-    fig.update_layout(title="EVO-RAG curriculum: dev return per round", template="plotly_white")
+        title += (f"<br><sup>stage switch after round {switch['round']}: EMA {switch['ema']:.3f}, "
+                  f"ε {controller.get('epsilon')}, patience {controller.get('patience')}, "
+                  f"α {controller.get('ema_alpha')}</sup>")
+    elif summary:
+        title += "<br><sup>no stage switch within the round budget</sup>"
+    last = max([p["round"] for arm in ARMS if arm in state for p in state[arm]["summary"]["dev_curve"]] or [1])
+    fig.update_xaxes(range=[0.5, last + 0.5], dtick=1)
+    fig.update_xaxes(title_text="round", row=2, col=1)
+    fig.update_layout(title=title, template="plotly_white", margin={"t": 110})
     return fig
 
 
