@@ -42,16 +42,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.adapter_eval import evaluate_adapter, parse_slice as _slice, run_processes, summarize_against, write_slice
+
 ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"dpo_heldout_accuracy_min": 0.65, "steps_p_max": 0.05, "round_minutes_max": 15.0}
 OBJECTIVES = ("dpo", "grpo", "ppo")
-
-
-def _slice(text: str) -> tuple[int, int]:
-    start, _, stop = text.partition(":")
-    return int(start or 0), int(stop)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,12 +74,7 @@ def _set_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _write_slice(path: Path, lo: int, hi: int) -> Path:
-    from evorag_core.data.datasets import load_dataset, write_jsonl
-    from evorag_core.types import Dataset
-
-    dataset = load_dataset(DATA)
-    write_jsonl(Dataset(dataset.name, str(path), dataset.questions[lo:hi]), path)
-    return path
+    return write_slice(DATA, path, lo, hi)
 
 
 def _corpus_source(args: argparse.Namespace, dataset):
@@ -291,74 +283,29 @@ def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: 
 
 # -- phase 5: evaluation --------------------------------------------------------------------------------------------
 
-class _FixedAdapter:
-    """Greedy LMPolicy on one adapter (None: the base model) as an episode policy."""
-
-    name = "agent"
-
-    def __init__(self, lm: Any, adapter: str | None):
-        self.lm, self.adapter = lm, adapter
-        self.label = adapter or "base"
-
-    def begin(self, question: Any) -> None:
-        self.lm.backend.activate(self.adapter)
-
-    def act(self, view: Any):
-        d = self.lm.act(view)
-        return d.action, {"completion": d.completion, "logprob": d.logprob, **({"fallback": d.fallback} if d.fallback else {})}
-
-
 def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> None:
     """Child process: greedy episodes of one policy on the eval slice; results appended to JSON lines (resumable)."""
     import torch
 
     from evorag_core.data.datasets import load_dataset
-    from evorag_core.evaluation.runner import evaluate
-    from evorag_core.methods.base import EpisodeMethod
-    from evorag_core.policy.agent import LMPolicy
-    from evorag_core.lm.hf_backend import TransformersBackend
-    from evorag_core.runtime import Runtime
 
     cfg = _config(args, **{"env.t_max": args.eval_t_max})
     torch.set_num_threads(args.threads)
-    dataset = load_dataset(args.eval_file)
-    runtime = Runtime(cfg, args.home, _corpus_source(args, dataset))
-    backend = TransformersBackend(cfg.policy, args.home)
-    adapter = None
-    if adapter_path:
-        backend.load_adapter(name, adapter_path)
-        adapter = name
-    method = EpisodeMethod(_FixedAdapter(LMPolicy(backend, cfg.policy, cfg.answer), adapter), runtime.make_env)
-    evaluate(method, dataset.questions, out_path=args.home / f"learning_eval_{name}.jsonl", resume=True,
-             on_result=lambda r, rs: print(f"{len(rs)}/{len(dataset.questions)} {r.question_id} em={r.em} "
-                                           f"steps={r.steps}", flush=True))
+    evaluate_adapter(cfg, args.home, args.eval_file, _corpus_source(args, load_dataset(args.eval_file)), name,
+                     adapter_path, args.home / f"learning_eval_{name}.jsonl")
 
 
 def phase_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, Any]:
-    from evorag_core.evaluation.runner import compare_results, load_results, summarize
+    from evorag_core.evaluation.runner import load_results
 
     policies = [("base", None)] + [(o, r["adapter_path"]) for o, r in rounds.items() if r.get("status") == "succeeded"]
     started = time.perf_counter()
-    queue = list(policies)
-    running: list[tuple[subprocess.Popen, Path]] = []
-    while queue or running:
-        while queue and len(running) < args.workers:
-            name, path = queue.pop(0)
-            log = args.home / f"learning_eval_{name}.log"
-            running.append((_spawn(args, ["--eval-part", name, "--adapter-path", path or ""], log), log))
-        time.sleep(2)
-        for item in [r for r in running if r[0].poll() is not None]:
-            running.remove(item)
-            if item[0].returncode != 0:
-                raise SystemExit(f"evaluation process failed; see {item[1]}")
+    run_processes([(lambda log, name=name, path=path: _spawn(args, ["--eval-part", name, "--adapter-path", path or ""],
+                                                            log), args.home / f"learning_eval_{name}.log")
+                   for name, path in policies], args.workers)
     results = {name: load_results(args.home / f"learning_eval_{name}.jsonl") for name, _ in policies}
     out: dict[str, Any] = {"minutes": (time.perf_counter() - started) / 60, "t_max": args.eval_t_max}
-    for name, rs in results.items():
-        s = summarize(rs)
-        out[name] = {k: s[k] for k in ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate",
-                                       "fallback_rate", "seconds")}
-        if name != "base":
-            out[name]["vs_base"] = compare_results(rs, results["base"], resamples=10_000, seed=0)
+    out.update(summarize_against(results, [(name, "base") for name in results if name != "base"]))
     return out
 
 

@@ -2,7 +2,8 @@
 
     evorag train --objective dpo|grpo|ppo|arena-grpo|r2ag-grpo [--pairs N] [--epochs E] [--lr LR] [--kl k2|k3] [--wait]
     evorag train --objective dynakrag [--data FILE]       (fitted in this process; the studio queues it instead)
-    evorag train --curriculum [--rounds N] [--episodes M] [--dev D]
+    evorag train --curriculum [--rounds N] [--train-questions M] [--dev D] [--single-stage STAGE] [--state FILE]
+                 [--corpus-from FILE ...]
 
 A queued round runs in `evorag worker` (a separate process); `--wait` follows it to the end with a progress bar on
 stderr and exits 0 when it succeeded, 1 when it failed or was cancelled. A round whose worker died is queued again
@@ -56,6 +57,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--rounds", type=int, default=None, help="curriculum: round budget (default [curriculum] max_rounds)")
     p.add_argument("--train-questions", type=int, default=8, help="curriculum: rollout questions per round")
     p.add_argument("--dev", type=int, default=8, help="curriculum: dev questions evaluated after each round")
+    p.add_argument("--single-stage", choices=["discovery", "refinement"], default=None,
+                   help="curriculum: every round in this stage for the whole --rounds budget (no switch; the "
+                        "single-stage baseline)")
+    p.add_argument("--state", type=Path, default=None, metavar="FILE",
+                   help="curriculum: append each finished round's record to FILE (JSON lines) and resume from it")
+    p.add_argument("--corpus-from", dest="corpus_from", type=Path, action="append", default=[], metavar="FILE",
+                   help="curriculum: retrieve from the pooled passages of these data files instead of --data's own "
+                        "(repeatable)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between progress polls with --wait")
     return p
 
