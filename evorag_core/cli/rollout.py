@@ -1,7 +1,8 @@
 """`evorag rollout`: sibling-branch rollouts of the LM policy; episodes, candidates and pairs go to the store.
 
-Each episode is written as soon as it is finished (episode, then its pairs); Ctrl-C keeps every finished episode
-and its pairs (a write in progress is completed before the interrupt takes effect).
+Each episode is written as soon as it and the episodes before it are finished (episode, then its pairs); Ctrl-C
+keeps every stored episode and its pairs (a write in progress is completed before the interrupt takes effect).
+`--executor local --workers N` runs N worker processes, `--executor ray` Ray actors (pairs/executors.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from typing import Iterator
 
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 from evorag_core.cli.worker import db_url_from_args
+from evorag_core.errors import ConfigError
+from evorag_core.pairs.executors import EXECUTORS
 
 __all__ = ["add_parser", "main", "deferred_interrupt"]
 
@@ -38,6 +41,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--adapter", type=Path, default=None, help="LoRA adapter folder to roll out with (default: base model)")
     p.add_argument("--db", default=None, metavar="URL",
                    help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
+    p.add_argument("--executor", choices=list(EXECUTORS), default="local",
+                   help="local: this process (--workers 1) or a process pool; ray: Ray actors (pip extra [ray])")
+    p.add_argument("--workers", type=int, default=1, help="rollout workers, each with its own model and index")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's choice)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join: auto or ray://HOST:10001 (default: start a local Ray for this run)")
     return p
 
 
@@ -60,46 +69,49 @@ def deferred_interrupt() -> Iterator[None]:
 def main(args: argparse.Namespace) -> int:
     from evorag_core.data.datasets import load_dataset
     from evorag_core.evaluation.traces import run_name
-    from evorag_core.policy.agent import LMPolicy
-    from evorag_core.lm.hf_backend import TransformersBackend
-    from evorag_core.pairs.rollout import run_rollouts
+    from evorag_core.lm.loading import base_model_id
+    from evorag_core.pairs.executors import (RolloutWorker, WorkerSpec, local_results, policy_name, results_for,
+                                             store_rollouts, warm)
     from evorag_core.pairs.selection import PairSelector
-    from evorag_core.runtime import Runtime
     from evorag_core.store import open_store
 
     cfg = config_from_args(args, {"reward.stage": args.stage, "rollout.siblings": args.siblings,
                                   "rollout.t_max": args.t_max, "rollout.max_states": args.max_states})
     if cfg.rollout.t_max > 0:
         cfg = replace(cfg, env=replace(cfg.env, t_max=cfg.rollout.t_max))
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
     home = home_from_args(args)
     dataset = load_dataset(args.data)
-    questions = dataset.questions[args.offset:]
-    questions = questions[: args.limit] if args.limit is not None else questions
-    runtime = Runtime(cfg, home, dataset)
-    backend = TransformersBackend(cfg.policy, home)
-    policy_name = f"lm:{backend.model_id}"
-    if args.adapter is not None:
-        backend.load_adapter("rollout", args.adapter)
-        backend.activate("rollout")
-        policy_name += f"+{args.adapter.name}"
-    policy = LMPolicy(backend, cfg.policy, cfg.answer)
+    spec = WorkerSpec(cfg, str(home), str(dataset.path), tuple(str(p) for p in args.corpus_from),
+                      str(args.adapter) if args.adapter is not None else None, cfg.reward.stage, args.threads)
+    indices = list(range(len(dataset.questions)))[args.offset:]
+    indices = indices[: args.limit] if args.limit is not None else indices
+    in_process = args.executor == "local" and args.workers == 1
+    worker = RolloutWorker(spec) if in_process else None  # loaded here: the policy name comes from its backend
+    name = worker.policy_name if worker else policy_name(base_model_id(cfg.policy.model, home), spec.adapter)
     store = open_store(db_url_from_args(args, home))
     if args.resume:
-        questions = [q for q in questions if not store.list_episodes(question_id=q.id, policy=policy_name, limit=1)]
+        indices = [i for i in indices
+                   if not store.list_episodes(question_id=dataset.questions[i].id, policy=name, limit=1)]
     selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
     stats = selector.stats
     start, interrupted = time.perf_counter(), False
 
     def progress(question, saved) -> None:
         log.info("%d/%d %s: episode %d, %d steps, %d candidates, %d pairs (%.0f s so far)", stats.episodes,
-                 len(questions), question.id, saved.episode_id, saved.steps, saved.candidates, len(saved.pair_ids),
+                 len(indices), question.id, saved.episode_id, saved.steps, saved.candidates, len(saved.pair_ids),
                  time.perf_counter() - start)
 
     try:
-        run_rollouts(questions, runtime.make_env, policy, store, cfg.rollout, selector, policy_name=policy_name,
-                     stage=cfg.reward.stage, write_guard=deferred_interrupt, on_episode=progress,
-                     run=run_name("rollout", dataset.name), adapter=args.adapter.name if args.adapter else None,
-                     data_path=str(dataset.path))
+        if worker is not None:
+            results = local_results(spec, indices, worker=worker)
+        else:
+            if indices:
+                warm(spec)
+            results = results_for(args.executor, spec, indices, args.workers, args.address)
+        store_rollouts(results, indices, store, selector, spec, name, write_guard=deferred_interrupt,
+                       on_episode=progress, run=run_name("rollout", dataset.name))
     except KeyboardInterrupt:
         interrupted = True
         print("evorag rollout: interrupted; finished episodes are stored", file=sys.stderr)
@@ -110,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
     out = {**stats.as_dict(), "pairs": stats.pairs_kept, "minutes": round(minutes, 3),
            "pairs_per_minute": round(stats.pairs_kept / minutes, 2) if minutes > 0 else None,
            "interrupted": interrupted, "db": store.url, "siblings": cfg.rollout.siblings, "t_max": cfg.env.t_max,
-           "stage": cfg.reward.stage}
+           "stage": cfg.reward.stage, "executor": args.executor, "workers": args.workers}
     if args.json:
         print_json(out)
     else:
