@@ -355,6 +355,11 @@ def phase_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, An
     from evorag_core.evaluation.runner import compare_results, load_results, summarize
 
     policies = [("base", None)] + [(o, r["adapter_path"]) for o, r in rounds.items() if r.get("status") == "succeeded"]
+    base_file = args.home / "learning_eval_base.jsonl"
+    if args.base_eval_from and not base_file.exists():
+        # Another run's base-policy episodes on the same slice with the same settings (the base policy does not
+        # depend on the pairs): copied as they are; the resumable evaluation runs whatever questions they lack.
+        base_file.write_bytes(Path(args.base_eval_from).read_bytes())
     started = time.perf_counter()
     queue = list(policies)
     running: list[tuple[subprocess.Popen, Path]] = []
@@ -441,6 +446,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--siblings", type=int, default=4)
     ap.add_argument("--max-states", type=int, default=3)
     ap.add_argument("--heldout", type=float, default=0.25, help="share of training questions whose pairs are held out")
+    ap.add_argument("--base-eval-from", default=None, metavar="JSONL",
+                    help="reuse another run's base-policy evaluation lines (same eval slice and settings)")
     ap.add_argument("--pair-filter", choices=["all", "ans-better"], default="all",
                     help="train on all pairs, or only on those whose chosen branch has the higher answer score G^ans "
                          "(held-out pairs are kept whole either way)")
