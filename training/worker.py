@@ -18,7 +18,11 @@ Each round's log lines (this module's and the objectives' INFO+ records while th
 step lines with the loss, warnings, a failure's traceback, the outcome) also go to the store's `round_logs`
 (training/round_log.py), where the studio's Training tab and `evorag rounds log ID` read them.
 
+Under `accelerate launch` with several processes (one per GPU; training/README.md, "Rounds on several processes")
+every process runs this loop: the main process claims, heartbeats and finishes; all train the round together.
+
     python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
+    accelerate launch --config_file training/accelerate/ddp.yaml --num_processes N -m training.worker ...
 """
 from __future__ import annotations
 
