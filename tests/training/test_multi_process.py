@@ -192,6 +192,47 @@ def test_a_round_that_fails_on_every_process_fails_once_with_a_readable_error(tm
     assert queued == {"queued": 6}
 
 
+@pytest.mark.slow
+def test_a_cancel_stops_every_process_at_the_same_step(tmp_path, tiny):
+    """A long 2-process DPO round (8 pairs, batch 2, 40 epochs: 160 steps) is cancelled once the store shows a
+    training step: the main process's heartbeat sees the request at its next report, the verdict is broadcast, both
+    processes stop there (none waits in a collective), the round ends `cancelled` with its pairs queued again and
+    no adapter, and the launch exits 0. The test waits on the round's progress and status in the store."""
+    import time
+
+    url = f"sqlite:///{tmp_path / 'evorag.db'}"
+    store = open_store(url)
+    try:
+        store.add_pairs([NewPair(PROMPT.format(f"town {i}"), f"SEARCH: town {i}", f"ANSWER: {i}") for i in range(8)])
+        rid = store.enqueue_round("dpo", {"pairs": 8})
+        args = ["--home", str(tmp_path), "--db", url, "--model", str(tiny), "--once"]
+        for key, value in {**SETTINGS, "train.batch_size": 2, "train.epochs": 40}.items():
+            args += ["--set", f"{key}={value}"]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
+                   OMP_NUM_THREADS="1")
+        log = (tmp_path / "launch.log").open("w")
+        proc = subprocess.Popen([*LAUNCH_2, "--main_process_port", _free_port(), "-m", "training.worker", *args],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 600
+            while (store.get_round(rid).progress or {}).get("step", 0) < 1:
+                assert proc.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, "no training step within 600 s"
+                time.sleep(0.2)  # a poll of the store
+            store.cancel_round(rid)
+            assert proc.wait(300) == 0, (tmp_path / "launch.log").read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        row = store.get_round(rid)
+        assert row.status == "cancelled" and row.progress["step"] < 160, (row.status, row.progress, row.error)
+        assert store.count_pairs("status") == {"queued": 8}
+        assert not store.list_adapters()
+    finally:
+        store.close()
+
+
 # -- fast: how a step's batch is split ----------------------------------------------------------------------------
 
 def test_dpo_splits_the_global_batch_over_the_processes():
