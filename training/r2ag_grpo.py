@@ -296,7 +296,9 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         return done
     started = time.perf_counter()
     cfg = r2ag_config_from_job(job)
-    questions, corpus, retriever = _load(job, cfg)
+    built: list = []  # the main process builds (and persists) the retrieval index first; the others then load it
+    job.processes.on_main(lambda: built.append(_load(job, cfg)))
+    questions, corpus, retriever = built[0] if built else _load(job, cfg)
     train = job.train
     with RssSampler() as rss:
         phase(on_progress, "load")

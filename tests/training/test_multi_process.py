@@ -16,8 +16,8 @@ The sums run in another order and each process pads its own rows, so the results
 bit for bit. Stated tolerance: every logged step loss within 1e-4 (absolute), and every adapter weight within 1e-4
 of the other's (absolute). One Adam step at lr 5e-3 moves a LoRA B weight by ~5e-3, and the test first checks that
 every B matrix moved by more than 10x the tolerance, so a wrong shard, a missing or doubled gradient sum would show.
-Measured on 2026-11-27 (2 shared cores), largest differences: DPO loss 1.2e-7, weights 5.6e-8; GRPO 1.5e-7, 5.8e-7
-(the other objectives: the tests print theirs).
+Measured on 2026-11-27 (2 shared cores), largest differences: DPO loss 1.2e-7, weights 5.6e-8; GRPO 1.5e-7, 5.8e-7;
+PPO 1.6e-7, 6.6e-7; ARENA GRPO 0, 1.9e-7 (R²AG GRPO: tests/methods/test_r2ag.py, 0 and 0).
 """
 from __future__ import annotations
 
