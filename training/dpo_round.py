@@ -87,7 +87,8 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         return done
     started = time.perf_counter()
     with RssSampler() as rss:
-        claimed = store.claim_pairs(job.round_id, claim_size(job), source=job.source, stage=job.stage)
+        claimed = job.processes.on_main(store.claim_pairs, job.round_id, claim_size(job), source=job.source,
+                                        stage=job.stage)  # the main process claims, every process trains on them
         if not claimed:
             raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}); "
                                 "add pairs by rollouts or annotation first")
@@ -100,13 +101,13 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
             raise TrainingError(f"none of the {len(claimed)} claimed pairs is trainable (empty or identical sides)")
         train, heldout = split_pairs(examples, job.holdout, job.train.seed) if job.holdout > 0 else (examples, [])
         reference = resolve_reference(store, job, base_id)
-        out_dir = prepare_adapter_dir(job.adapter_dir)
+        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
         setup_s = time.perf_counter() - started
         pair_ids = [p.id for p in claimed]
         result = train_dpo(
             train, model, tokenizer, job.train, out_dir, reference.path if reference is not None else None,
             _forward_progress(on_progress), heldout=heldout, base_model_id=base_id,
-            meta={"round_id": job.round_id, "objective": "dpo", "pair_ids": pair_ids},
+            meta={"round_id": job.round_id, "objective": "dpo", "pair_ids": pair_ids}, processes=job.processes,
         )
     steps = [h for h in result.history if "loss" in h]
     metrics: dict[str, Any] = {
@@ -124,7 +125,7 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
                                             ("accuracy", h.get("rewards/accuracies"))) if v is not None} for h in steps],
         "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
         "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
-        "config": job.raw, "train_config": dataclasses.asdict(job.train),
+        "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
     }
     metrics = {k: v for k, v in metrics.items() if v is not None}
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)

@@ -26,6 +26,7 @@ from evorag_core.errors import TrainingError
 from training.grpo import group_advantages, grpo_loss
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.lora import save_adapter
+from training.processes import SINGLE, Processes
 from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
 from training.rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
 from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
@@ -75,24 +76,26 @@ def _reference_logps(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samp
 
 @torch.no_grad()
 def evaluate_grpo(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[GrpoSample],
-                  old: Sequence[torch.Tensor], cfg: TrainConfig) -> dict[str, float]:
+                  old: Sequence[torch.Tensor], cfg: TrainConfig, processes: Processes = SINGLE) -> dict[str, float]:
     """The GRPO terms over `samples` under the current policy (no update): policy_loss (the clipped surrogate,
-    −mean A at the start: 0 when every group is whole) and kl to the reference."""
+    −mean A at the start: 0 when every group is whole) and kl to the reference. Under several processes each
+    scores its shard of the samples and the weighted terms are summed."""
     device = next(policy.parameters()).device
     policy.eval()
     totals = {"policy_loss": 0.0, "kl": 0.0}
+    rows = processes.shard(range(len(samples)))
     with autocast(cfg, device):
-        for i in range(0, len(samples), cfg.batch_size):
-            chunk = samples[i : i + cfg.batch_size]
+        for i in range(0, len(rows), cfg.batch_size):
+            chunk = [samples[j] for j in rows[i : i + cfg.batch_size]]
             batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
             logp_new, _ = completion_token_logps(policy, batch)
-            logp_old = _stack(old[i : i + cfg.batch_size], batch.completion_mask.shape[1]).to(device)
+            logp_old = _stack([old[j] for j in rows[i : i + cfg.batch_size]], batch.completion_mask.shape[1]).to(device)
             advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
             _, stats = grpo_loss(logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
                                  clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl=cfg.kl)
             for key in totals:
                 totals[key] += stats[key] * len(chunk) / len(samples)
-    return totals
+    return processes.sum_values(totals)
 
 
 def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
@@ -102,13 +105,20 @@ def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+_STEP_KEYS = ("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")
+
+
 def train_grpo(
     policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[GrpoSample], cfg: TrainConfig,
-    on_progress: ProgressFn | None = None, *, max_steps: int = 0,
+    on_progress: ProgressFn | None = None, *, max_steps: int = 0, processes: Processes = SINGLE,
 ) -> tuple[StepLog, dict[str, float]]:
     """Optimise `policy` (a PeftModel, modified in place) on `samples`; returns the per-step log and the GRPO terms
     over the samples it trained on, before (surrogate_start) and after training (`evaluate_grpo`). With
-    `max_steps`, only the samples of the minibatches those steps use are scored (π_old) and trained on."""
+    `max_steps`, only the samples of the minibatches those steps use are scored (π_old) and trained on.
+
+    Under several processes (`training.processes`) each takes its shard of every minibatch; its loss is weighted by
+    the shard's share of the minibatch and the gradients are summed once per optimiser step, so the step is the one
+    a single process takes on the whole minibatch (equal up to float rounding: padding differs per shard)."""
     device = next(policy.parameters()).device
     batches = minibatches(len(samples), cfg.batch_size, cfg.epochs, cfg.seed)
     total = math.ceil(len(batches) / cfg.grad_accum)
@@ -116,33 +126,38 @@ def train_grpo(
     batches = batches[: total * cfg.grad_accum]
     used = sorted({j for index in batches for j in index})
     subset = [samples[j] for j in used]
-    old = dict(zip(used, _reference_logps(policy, tokenizer, subset, cfg)))
+    mine = processes.shard(used)  # π_old of each process's share of the samples, then everyone's
+    old = dict(processes.gather(list(zip(mine, _reference_logps(policy, tokenizer, [samples[j] for j in mine], cfg)))))
     log = StepLog(total, on_progress)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     train_mode(policy, cfg)
-    acc: dict[str, float] = {}
+    acc = dict.fromkeys(_STEP_KEYS, 0.0)
     for i, index in enumerate(batches):
-        chunk = [samples[j] for j in index]
-        batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
-        logp_old = _stack([old[j] for j in index], batch.completion_mask.shape[1]).to(device)
-        advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
-        with autocast(cfg, device):
-            logp_new, _ = completion_token_logps(policy, batch)
-        loss, stats = grpo_loss(
-            logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
-            clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef, kl=cfg.kl,
-        )
-        (loss / cfg.grad_accum).backward()
-        for key, value in {"loss": float(loss.detach()), **stats}.items():
-            acc[key] = acc.get(key, 0.0) + value / cfg.grad_accum
+        local = processes.shard(index)
+        if local:
+            share = len(local) / len(index)  # this process's part of the minibatch mean
+            chunk = [samples[j] for j in local]
+            batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
+            logp_old = _stack([old[j] for j in local], batch.completion_mask.shape[1]).to(device)
+            advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+            with autocast(cfg, device):
+                logp_new, _ = completion_token_logps(policy, batch)
+            loss, stats = grpo_loss(
+                logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
+                clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef, kl=cfg.kl,
+            )
+            (loss * share / cfg.grad_accum).backward()
+            for key, value in {"loss": float(loss.detach()), **stats}.items():
+                acc[key] = acc.get(key, 0.0) + value * share / cfg.grad_accum
         if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
+            processes.sum_gradients(params)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            log.add(**acc, grad_norm=float(grad_norm))
-            acc = {}
-    after = evaluate_grpo(policy, tokenizer, subset, [old[j] for j in used], cfg)
+            log.add(**processes.sum_values(acc), grad_norm=float(grad_norm))
+            acc = dict.fromkeys(_STEP_KEYS, 0.0)
+    after = evaluate_grpo(policy, tokenizer, subset, [old[j] for j in used], cfg, processes)
     return log, {"samples_used": len(used), "surrogate_start": -sum(s.advantage for s in subset) / len(subset),
                  "surrogate_end": after["policy_loss"], "kl_end": after["kl"]}
 
@@ -169,9 +184,10 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
             )
         reference = resolve_reference(store, job, base_id)
         policy = start_policy(model, job.train, reference, base_id)
-        out_dir = prepare_adapter_dir(job.adapter_dir)
+        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
         setup_s = time.perf_counter() - started
-        log, after = train_grpo(policy, tokenizer, samples, job.train, on_progress, max_steps=job.max_steps)
+        log, after = train_grpo(policy, tokenizer, samples, job.train, on_progress, max_steps=job.max_steps,
+                                processes=job.processes)
         metrics = {
             "objective": "grpo", "kl_estimator": job.train.kl, "kl_coef": job.train.kl_coef,
             **log.summary(("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")),
@@ -180,12 +196,12 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
             **after,
             "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
             "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw, "train_config": dataclasses.asdict(job.train),
+            "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
         }
         meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": base_id,
                 "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
                 "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
         phase(on_progress, "save")
-        checksum = save_adapter(policy, out_dir, meta)
+        checksum = job.processes.on_main(save_adapter, policy, out_dir, meta)
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
     return register(store, job, out_dir, checksum, base_id, metrics, on_progress)

@@ -27,6 +27,8 @@ from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_override
 from evorag_core.errors import ConfigError
 from evorag_core.objectives import WORKER_OBJECTIVES
 
+from training.processes import SINGLE, Processes
+
 __all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "ControllerRef", "RoundResult",
            "RoundLost", "RoundCancelled", "job_config", "phase"]
 
@@ -76,6 +78,7 @@ class RoundJob:
     data: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the row's config as stored
     config: Config | None = field(default=None, repr=False, compare=False)  # all sections merged (DynaKrag reads them)
+    processes: Processes = field(default=SINGLE, repr=False, compare=False)  # this process's place in a launch
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -91,7 +94,8 @@ class RoundJob:
 
     @classmethod
     def from_config(
-        cls, round_id: int, objective: str, raw: Mapping[str, Any], cfg: Config, home: Path
+        cls, round_id: int, objective: str, raw: Mapping[str, Any], cfg: Config, home: Path,
+        processes: Processes = SINGLE,
     ) -> "RoundJob":
         """The job of round `round_id` from its stored JSON `raw` over the config `cfg` (see the module docstring)."""
         unknown = sorted(set(raw) - set(JOB_KEYS))
@@ -114,7 +118,7 @@ class RoundJob:
                 source=raw.get("source") or None, stage=raw.get("stage") or None,
                 episode_ids=tuple(int(i) for i in raw.get("episode_ids") or ()),
                 reference=str(raw.get("reference") or "previous"), data=raw.get("data") or None,
-                raw=dict(raw), config=merged, **{k: (float(v) if k in ("holdout", "vf_coef") else int(v)) for k, v in options.items()},
+                raw=dict(raw), config=merged, processes=processes, **{k: (float(v) if k in ("holdout", "vf_coef") else int(v)) for k, v in options.items()},
             )
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"round {round_id}: bad job value ({exc})") from None

@@ -32,6 +32,7 @@ from training.kl import kl_k3
 from training.lora import save_adapter
 from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
 from training.ppo import ValueHead, gae, ppo_losses
+from training.processes import SINGLE, Processes
 from training.reduce import sequence_mean
 from training.rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
 from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
@@ -77,25 +78,30 @@ def _forward(policy, head: ValueHead, tokenizer, prompts, completions, cfg: Trai
     return batch, logps, values
 
 
-def _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg) -> tuple[list[torch.Tensor], torch.Tensor, list[float]]:
-    """π_old per-token log-probs, V_old per step, and each episode's bootstrap value (0 when it terminated)."""
-    logps: list[torch.Tensor] = []
-    values: list[float] = []
+def _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg,
+                   processes: Processes = SINGLE) -> tuple[list[torch.Tensor], torch.Tensor, list[float]]:
+    """π_old per-token log-probs, V_old per step, and each episode's bootstrap value (0 when it terminated). Under
+    several processes each computes its shard of the steps and episodes, then every process gets all of them."""
+    mine: list[tuple[int, torch.Tensor, float]] = []
+    mine_last: list[tuple[int, float]] = []
+    rows = processes.shard(range(len(steps)))
     device = next(policy.parameters()).device
     with torch.no_grad(), autocast(cfg, device):
-        for i in range(0, len(steps), cfg.batch_size):
-            chunk = steps[i : i + cfg.batch_size]
+        for i in range(0, len(rows), cfg.batch_size):
+            index = rows[i : i + cfg.batch_size]
+            chunk = [steps[j] for j in index]
             batch, lp, v = _forward(policy, head, tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg)
-            logps += [lp[b, :n].cpu() for b, n in enumerate(batch.lengths)]
-            values += v.float().cpu().tolist()
-        last: list[float] = []
-        for prompt in bootstrap:
-            if prompt is None:
-                last.append(0.0)
+            mine += [(j, lp[b, :n].cpu(), value) for b, (j, n, value) in
+                     enumerate(zip(index, batch.lengths, v.float().cpu().tolist()))]
+        for e in processes.shard(range(len(bootstrap))):
+            if bootstrap[e] is None:
+                mine_last.append((e, 0.0))
                 continue
-            _, _, v = _forward(policy, head, tokenizer, [prompt], [_PLACEHOLDER], cfg)
-            last.append(float(v[0]))
-    return logps, torch.tensor(values), last
+            _, _, v = _forward(policy, head, tokenizer, [bootstrap[e]], [_PLACEHOLDER], cfg)
+            mine_last.append((e, float(v[0])))
+    scored = sorted(processes.gather(mine), key=lambda row: row[0])
+    last = dict(processes.gather(mine_last))
+    return [lp for _, lp, _ in scored], torch.tensor([v for _, _, v in scored]), [last[e] for e in range(len(bootstrap))]
 
 
 def _advantages(steps: Sequence[PpoStep], values: torch.Tensor, last: list[float], cfg: TrainConfig):
@@ -123,16 +129,21 @@ def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+_STEP_KEYS = ("loss", "policy_loss", "value_loss", "kl", "clip_frac", "ratio_mean", "approx_kl", "value_clip_frac")
+
+
 def train_ppo(
     policy: PeftModel, head: ValueHead, tokenizer: PreTrainedTokenizerBase, steps: Sequence[PpoStep],
     bootstrap: Sequence[str | None], cfg: TrainConfig, on_progress: ProgressFn | None = None, *, vf_coef: float = 0.5,
-    max_steps: int = 0,
+    max_steps: int = 0, processes: Processes = SINGLE,
 ) -> StepLog:
     """Optimise `policy` (PeftModel) and `head` in place on `steps`. `bootstrap[e]` is the prompt after episode e's
-    last step when it was truncated (its value bootstraps GAE), None when it terminated."""
+    last step when it was truncated (its value bootstraps GAE), None when it terminated. Under several processes each
+    takes its shard of every minibatch, weighted by its share, and the gradients (LoRA and value head) are summed
+    once per optimiser step (as `grpo_round.train_grpo`)."""
     device = next(policy.parameters()).device
     head.to(device)
-    old_logps, old_values, last = _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg)
+    old_logps, old_values, last = _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg, processes)
     advantages, returns = _advantages(steps, old_values, last, cfg)
     batches = minibatches(len(steps), cfg.batch_size, cfg.epochs, cfg.seed)
     total = math.ceil(len(batches) / cfg.grad_accum)
@@ -141,32 +152,36 @@ def train_ppo(
     params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     train_mode(policy, cfg)
-    acc: dict[str, float] = {}
+    acc = dict.fromkeys(_STEP_KEYS, 0.0)
     for i, index in enumerate(batches):
-        chunk = [steps[j] for j in index]
-        with autocast(cfg, device):
-            batch, logp_new, values = _forward(policy, head, tokenizer, [s.prompt for s in chunk],
-                                               [s.completion for s in chunk], cfg)
-        mask = batch.completion_mask.to(device)
-        logp_old = _stack([old_logps[j] for j in index], mask.shape[1]).to(device)
-        policy_loss, value_loss, stats = ppo_losses(
-            logp_new, logp_old, advantages[index].to(device), values.float(), old_values[index].to(device),
-            returns[index].to(device), mask=mask, clip_eps=cfg.clip_eps, value_clip=cfg.value_clip,
-        )
-        loss = policy_loss + vf_coef * value_loss
-        (loss / cfg.grad_accum).backward()
-        kl_ref = float(sequence_mean(kl_k3(logp_new.detach(), logp_old), mask))  # π_ref = π_old (module docstring)
-        step = {"loss": float(loss.detach()), "policy_loss": float(policy_loss.detach()),
-                "value_loss": float(value_loss.detach()),
-                "kl": kl_ref, **stats}
-        for key, value in step.items():
-            acc[key] = acc.get(key, 0.0) + value / cfg.grad_accum
+        local = processes.shard(index)
+        if local:
+            share = len(local) / len(index)  # this process's part of the minibatch mean
+            chunk = [steps[j] for j in local]
+            with autocast(cfg, device):
+                batch, logp_new, values = _forward(policy, head, tokenizer, [s.prompt for s in chunk],
+                                                   [s.completion for s in chunk], cfg)
+            mask = batch.completion_mask.to(device)
+            logp_old = _stack([old_logps[j] for j in local], mask.shape[1]).to(device)
+            policy_loss, value_loss, stats = ppo_losses(
+                logp_new, logp_old, advantages[local].to(device), values.float(), old_values[local].to(device),
+                returns[local].to(device), mask=mask, clip_eps=cfg.clip_eps, value_clip=cfg.value_clip,
+            )
+            loss = policy_loss + vf_coef * value_loss
+            (loss * share / cfg.grad_accum).backward()
+            kl_ref = float(sequence_mean(kl_k3(logp_new.detach(), logp_old), mask))  # π_ref = π_old (module docstring)
+            step = {"loss": float(loss.detach()), "policy_loss": float(policy_loss.detach()),
+                    "value_loss": float(value_loss.detach()),
+                    "kl": kl_ref, **stats}
+            for key, value in step.items():
+                acc[key] = acc.get(key, 0.0) + value * share / cfg.grad_accum
         if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
+            processes.sum_gradients(params)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            log.add(**acc, grad_norm=float(grad_norm))
-            acc = {}
+            log.add(**processes.sum_values(acc), grad_norm=float(grad_norm))
+            acc = dict.fromkeys(_STEP_KEYS, 0.0)
             if len(log.history) >= total:
                 break
     policy.eval()
@@ -181,6 +196,13 @@ def _value_head(policy: PeftModel, reference: Adapter | None) -> ValueHead:
         if state.get("linear.weight") is not None and state["linear.weight"].shape == head.linear.weight.shape:
             head.load_state_dict(state)
     return head
+
+
+def _save(policy: PeftModel, head: ValueHead, out_dir: Path, meta: dict) -> str:
+    """The adapter (its checksum returned) and the value head beside it."""
+    checksum = save_adapter(policy, out_dir, meta)
+    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
+    return checksum
 
 
 def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
@@ -204,10 +226,10 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         reference = resolve_reference(store, job, base_id)
         policy = start_policy(model, job.train, reference, base_id)
         head = _value_head(policy, reference)
-        out_dir = prepare_adapter_dir(job.adapter_dir)
+        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
         setup_s = time.perf_counter() - started
         log = train_ppo(policy, head, tokenizer, steps, bootstrap, job.train, on_progress,
-                        vf_coef=job.vf_coef, max_steps=job.max_steps)
+                        vf_coef=job.vf_coef, max_steps=job.max_steps, processes=job.processes)
         metrics = {
             "objective": "ppo", "gamma": job.train.gamma, "gae_lambda": job.train.gae_lambda, "vf_coef": job.vf_coef,
             **log.summary(("loss", "policy_loss", "value_loss", "kl", "approx_kl", "clip_frac", "value_clip_frac")),
@@ -216,13 +238,12 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
             "mean_step_reward": sum(s.reward for s in steps) / len(steps),
             "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
             "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw, "train_config": dataclasses.asdict(job.train),
+            "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
         }
         meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": base_id,
                 "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
                 "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
         phase(on_progress, "save")
-        checksum = save_adapter(policy, out_dir, meta)
-        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(out_dir / VALUE_HEAD_FILE))
+        checksum = job.processes.on_main(_save, policy, head, out_dir, meta)
     metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
     return register(store, job, out_dir, checksum, base_id, metrics, on_progress)

@@ -43,6 +43,7 @@ from training.completion_grpo import encode_group, epoch_order, micro_step, rows
 from training.grpo import group_advantages
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import MAX_GRAD_NORM, StepLog, train_mode
+from training.processes import SINGLE, Processes
 from training.seqlogp import base_lm
 
 if TYPE_CHECKING:
@@ -155,10 +156,13 @@ def train_r2ag_grpo(
     max_steps: int = 0,
     ref_adapter: str | None = None,
     model_id: str = "policy",
+    processes: Processes = SINGLE,
 ) -> tuple[StepLog, list[dict[str, Any]]]:
     """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place); `gold_for(question)`
     gives a question's gold pids in the corpus of `retriever` / `passages`. Returns the per-step log (loss, kl,
-    reward, its parts, forest size, ...) and a sample of replies (the first of each group) for inspection."""
+    reward, its parts, forest size, ...) and a sample of replies (the first of each group) for inspection. Under
+    several processes each samples and trains on its share of a step's states; the groups are gathered (every
+    process builds the same next forest), the gradients summed once per step."""
     from evorag_core.lm.hf_backend import TransformersBackend
 
     forest = [TreeState(q, frozenset(gold_for(q)), ()) for q in questions]
@@ -184,13 +188,15 @@ def train_r2ag_grpo(
             policy.eval()
             backend.reset_cache()  # the weights changed: cached prompt keys/values are stale
             step = len(log.history)
-            groups = [sample_group(steering, retriever, passages, forest[j], cfg, train.seed + 1000 * step + k)
-                      for k, j in enumerate(chunk)]
+            mine = processes.shard(list(enumerate(chunk)))  # (k, state): this process's groups of the step
+            sampled = [(k, sample_group(steering, retriever, passages, forest[j], cfg, train.seed + 1000 * step + k))
+                       for k, j in mine]
+            groups = [g for _, g in sorted(processes.gather(sampled), key=lambda row: row[0])]  # every group, in order
             for g in groups:
                 for child in g.children:
                     following.setdefault(child.key, child)
-            acc = _update(policy, tokenizer, [g for g in groups if not g.flat], train, cfg, ref_adapter, params,
-                          optimizer)
+            acc = _update(policy, tokenizer, [g for g in groups if not g.flat], [g for _, g in sampled if not g.flat],
+                          train, cfg, ref_adapter, params, optimizer, processes)
             log.add(**acc, **_reward_stats(groups), iteration=float(iteration + 1), forest=float(len(forest)))
             samples += [{"step": step + 1, "iteration": iteration + 1, "question_id": g.state.question.id,
                          "context": list(g.state.context), "text": g.outputs[0].text,
@@ -206,16 +212,21 @@ def _done(policy: PeftModel, log: StepLog, samples: list) -> tuple[StepLog, list
     return log, samples
 
 
-def _update(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, groups: Sequence[R2agGroup], train: TrainConfig,
-            cfg: R2agGrpoConfig, ref_adapter: str | None, params: list,
-            optimizer: torch.optim.Optimizer) -> dict[str, float]:
-    """One optimiser step over the groups with reward spread (every reply weighs the same); zeros without any."""
+_UPDATE_KEYS = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "clip_frac", "ratio_mean")
+
+
+def _update(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, groups: Sequence[R2agGroup],
+            mine: Sequence[R2agGroup], train: TrainConfig, cfg: R2agGrpoConfig, ref_adapter: str | None, params: list,
+            optimizer: torch.optim.Optimizer, processes: Processes = SINGLE) -> dict[str, float]:
+    """One optimiser step over the groups with reward spread (every reply weighs the same); zeros without any.
+    `groups`: all of the step's groups with spread (every process's), `mine`: those this process sampled and trains
+    on (all of them on one process); the gradients and logged terms are summed over the processes."""
     if not groups:
         return {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "updated": 0.0, "grad_norm": 0.0}
     train_mode(policy, train)
-    acc: dict[str, float] = {}
+    acc = dict.fromkeys(_UPDATE_KEYS, 0.0)
     total = sum(len(g.outputs) for g in groups)
-    for group in groups:
+    for group in mine:
         full = encode_group(tokenizer, group)
         for start in range(0, len(group.outputs), cfg.micro_batch):
             batch = rows(full, start, start + cfg.micro_batch)
@@ -224,11 +235,12 @@ def _update(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, groups: Seque
                                 share)
             for key, value in stats.items():
                 acc[key] = acc.get(key, 0.0) + value * share
+    processes.sum_gradients(params)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     policy.eval()
-    return {**acc, "updated": float(len(groups)), "grad_norm": float(grad_norm)}
+    return {**processes.sum_values(acc), "updated": float(len(groups)), "grad_norm": float(grad_norm)}
 
 
 def _reward_stats(groups: Sequence[R2agGroup]) -> dict[str, float]:
@@ -284,7 +296,9 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         return done
     started = time.perf_counter()
     cfg = r2ag_config_from_job(job)
-    questions, corpus, retriever = _load(job, cfg)
+    built: list = []  # the main process builds (and persists) the retrieval index first; the others then load it
+    job.processes.on_main(lambda: built.append(_load(job, cfg)))
+    questions, corpus, retriever = built[0] if built else _load(job, cfg)
     train = job.train
     with RssSampler() as rss:
         phase(on_progress, "load")
@@ -292,11 +306,12 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         phase(on_progress, "prepare")
         reference = resolve_reference(store, job, base_id)
         policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
-        out_dir = prepare_adapter_dir(job.adapter_dir)
+        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
         setup_s = time.perf_counter() - started
         log, samples = train_r2ag_grpo(policy, tokenizer, questions, corpus.gold_for, retriever,
                                        {p.pid: p for p in corpus.passages}, train, cfg, on_progress,
-                                       max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id)
+                                       max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
+                                       processes=job.processes)
         keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
                 "forest")
         phase(on_progress, "save")

@@ -17,6 +17,7 @@ from evorag_core.lm.loading import base_model_id
 from evorag_core.errors import AdapterError, ConfigError
 
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.processes import SINGLE, Processes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -76,9 +77,12 @@ def registered(store: Store, job: RoundJob) -> AdapterRef | None:
     return AdapterRef(row.name, Path(row.path), job.round_id, job.objective, row.base_model, row.checksum or "", metrics)
 
 
-def prepare_adapter_dir(path: Path) -> Path:
-    """Remove leftovers of a killed attempt at `path` (temporary folders, an unregistered folder); returns `path`."""
+def prepare_adapter_dir(path: Path, processes: Processes = SINGLE) -> Path:
+    """Remove leftovers of a killed attempt at `path` (temporary folders, an unregistered folder); returns `path`.
+    Under several processes only the main one touches the folder (it alone writes the adapter)."""
     path = Path(path)
+    if not processes.main:
+        return path
     if path.parent.is_dir():
         for pattern in (f".{path.name}.tmp-*", f".{path.name}.old-*"):
             for leftover in path.parent.glob(pattern):
@@ -96,11 +100,12 @@ def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float | int | str | 
 def register(store: Store, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any],
              on_progress: ProgressFn | None = None) -> AdapterRef:
     """Record the saved adapter in the store under `job.adapter_name`, after the phase report "register" (where the
-    worker checks a last time for a cancel request: a cancelled round registers nothing)."""
+    worker checks a last time for a cancel request: a cancelled round registers nothing). Under several processes
+    the main one records it; every process returns the same AdapterRef."""
     phase(on_progress, "register")
-    store.register_adapter(
-        job.adapter_name, str(path), base_model=base_id, round_id=job.round_id, objective=job.objective,
-        checksum=checksum, metrics=scalar_metrics(metrics),
+    job.processes.on_main(
+        store.register_adapter, job.adapter_name, str(path), base_model=base_id, round_id=job.round_id,
+        objective=job.objective, checksum=checksum, metrics=scalar_metrics(metrics),
     )
     return AdapterRef(job.adapter_name, Path(path), job.round_id, job.objective, base_id, checksum, dict(metrics))
 

@@ -18,7 +18,11 @@ Each round's log lines (this module's and the objectives' INFO+ records while th
 step lines with the loss, warnings, a failure's traceback, the outcome) also go to the store's `round_logs`
 (training/round_log.py), where the studio's Training tab and `evorag rounds log ID` read them.
 
+Under `accelerate launch` with several processes (one per GPU; training/README.md, "Rounds on several processes")
+every process runs this loop: the main process claims, heartbeats and finishes; all train the round together.
+
     python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
+    accelerate launch --config_file training/accelerate/ddp.yaml --num_processes N -m training.worker ...
 """
 from __future__ import annotations
 
@@ -36,27 +40,29 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from evorag_core.config import Config
-from evorag_core.errors import StoreError
+from evorag_core.errors import StoreError, TrainingError
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost, RoundResult
+from training.processes import SINGLE, Processes, round_processes
 from training.round_log import RoundLogHandler, capture_round_log
 
 if TYPE_CHECKING:
     from evorag_core.store import Round, Store
 
-__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "serve", "run_worker", "quiet_progress_bars",
+__all__ = ["WorkerOptions", "Heartbeat", "new_worker_id", "process_one", "agreed_progress", "serve", "run_worker", "quiet_progress_bars",
            "tame_malloc", "release_memory", "main"]
 
 log = logging.getLogger("evorag.worker")
 _NOT_METRICS = frozenset({"step", "total", "elapsed_s", "epoch", "phase"})  # step reports' bookkeeping keys
 
 RunFn = Callable[[RoundJob, Any, ProgressFn], RoundResult]
+MULTI_PROCESS_OBJECTIVES = ("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo")  # dynakrag's fit runs in one process
 
 
 PROGRESS_EVERY_S = 2.0  # the heartbeat writes progress (and extends the lease) at least this often
@@ -188,33 +194,109 @@ def _readable(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}{where}"[:2000]
 
 
-def process_one(
-    store: Store, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None = None
-) -> Round | None:
-    """Reap expired leases, then claim and run one round; returns the round as finished (None if none was queued)."""
+def _reap_and_claim(store: Store, worker_id: str, opts: WorkerOptions) -> Round | None:
+    """Reap expired leases, then claim the oldest queued round (None if none is queued)."""
     report = store.expire_leases()
     if report.failed or report.requeued:
         log.info("expired leases: failed %s, requeued %s, %d pair(s) released",
                  list(report.failed), list(report.requeued), report.released_pairs)
-    claimed = store.claim_round(worker_id, opts.lease_s)
+    return store.claim_round(worker_id, opts.lease_s)
+
+
+def process_one(
+    store: Store, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None = None,
+    processes: Processes = SINGLE,
+) -> Round | None:
+    """Reap expired leases, then claim and run one round; returns the round as finished (None if none was queued).
+
+    Under an `accelerate launch` of several processes (`processes`) every process calls this: the main one reaps,
+    claims and tells the others which round; all of them run it (each its shard: training/processes.py); the main
+    one alone heartbeats, logs to the store and finishes the round. A cancel request or a lost lease is agreed on by
+    every process at the same progress report, so all stop there."""
+    claimed = processes.on_main(_reap_and_claim, store, worker_id, opts)
     if claimed is None:
         return None
+    if not processes.main:
+        return _run_beside_main(store, cfg, home, run, claimed, processes)
     with capture_round_log(store, claimed.id) as round_log:  # this thread's and the heartbeat's lines
-        return _run_claimed(store, cfg, home, worker_id, opts, run, claimed, round_log)
+        return _run_claimed(store, cfg, home, worker_id, opts, run, claimed, round_log, processes)
+
+
+def agreed_progress(report: ProgressFn | None, processes: Processes) -> ProgressFn | None:
+    """The rounds' `on_progress` under several processes: the main process reports (its heartbeat may raise
+    RoundCancelled or RoundLost), and every process raises what it raised, at the same report; one process: `report`."""
+    if not processes.several:
+        return report
+
+    def forward(entry: dict[str, Any]) -> None:
+        verdict: Exception | None = None
+        if processes.main and report is not None:
+            try:
+                report(entry)
+            except (RoundCancelled, RoundLost) as exc:
+                verdict = exc
+        verdict = processes.broadcast(verdict)
+        if verdict is not None:
+            raise verdict
+
+    return forward
+
+
+def _run_agreed(run: RunFn, make_job: Callable[[], RoundJob], store: Any, report: ProgressFn | None,
+                processes: Processes) -> RoundResult:
+    """run(job, store, progress) on this process; under several processes their outcomes are gathered, so a round
+    that failed on any process raises on every one (the main process then fails it with that process's error)."""
+    if not processes.several:
+        return run(make_job(), store, report)
+    failure: Exception | None = None
+    ref: RoundResult | None = None
+    try:
+        job = make_job()
+        if job.objective not in MULTI_PROCESS_OBJECTIVES:
+            raise TrainingError(f"{job.objective} rounds run in one process; start this worker without a "
+                                f"multi-process launch (objectives that run on several: {', '.join(MULTI_PROCESS_OBJECTIVES)})")
+        ref = run(job, store, agreed_progress(report, processes))
+    except (RoundCancelled, RoundLost):
+        raise  # agreed on by every process at the same report
+    except Exception as exc:
+        failure = exc
+    errors = [e for e in processes.gather([None if failure is None else
+                                           f"process {processes.index}: {_readable(failure)}"]) if e]
+    if failure is not None:
+        raise failure
+    if errors:
+        raise TrainingError("; ".join(errors))
+    return cast(RoundResult, ref)  # run returned on every process
+
+
+def _run_beside_main(store: Any, cfg: Config, home: Path, run: RunFn | None, claimed: Any,
+                     processes: Processes) -> Any:
+    """A process other than the main one runs the round the main one claimed: no heartbeat, no store writes, no
+    finishing (the main process does those); returns the round as claimed."""
+    if run is None:
+        from training.rounds import run_round as run
+    try:
+        _run_agreed(run, lambda: RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home,
+                                                      processes), store, None, processes)
+    except (RoundCancelled, RoundLost) as exc:
+        log.info("process %d: %s: stopping", processes.index, exc)
+    except Exception as exc:  # the main process records the failure
+        log.error("process %d: round %s failed: %s", processes.index, claimed.id, _readable(exc))
+    return claimed
 
 
 def _run_claimed(store: Any, cfg: Config, home: Path, worker_id: str, opts: WorkerOptions, run: RunFn | None,
-                 claimed: Any, round_log: RoundLogHandler) -> Any | None:
+                 claimed: Any, round_log: RoundLogHandler, processes: Processes = SINGLE) -> Any | None:
     """Run the claimed round and finish it: succeeded, failed or cancelled (see the module docstring)."""
-    log.info("round %s (%s, attempt %d/%d) claimed by %s", claimed.id, claimed.objective, claimed.attempts,
-             claimed.max_attempts, worker_id)
+    log.info("round %s (%s, attempt %d/%d) claimed by %s%s", claimed.id, claimed.objective, claimed.attempts,
+             claimed.max_attempts, worker_id, f" ({processes.count} processes)" if processes.several else "")
     if run is None:
         from training.rounds import run_round as run
     heartbeat = Heartbeat(store, claimed.id, worker_id, opts.lease_s).start()
     round_log.watch_thread(heartbeat.thread_ident)
     try:
-        job = RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home)
-        ref = run(job, store, heartbeat.report)
+        ref = _run_agreed(run, lambda: RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home,
+                                                            processes), store, heartbeat.report, processes)
     except RoundLost as exc:
         log.warning("%s; leaving the round as the store has it", exc)
         return store.get_round(claimed.id)
@@ -281,15 +363,17 @@ def _fail(store: Store, round_id: int, worker_id: str, error: str) -> Round | No
 
 
 def serve(store: Store, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id: str | None = None,
-          stop: threading.Event | None = None, run: RunFn | None = None) -> int:
+          stop: threading.Event | None = None, run: RunFn | None = None, processes: Processes = SINGLE) -> int:
     """Process rounds until `stop` is set (or, with opts.once, after one poll); returns how many rounds ran."""
     worker_id = worker_id or new_worker_id()
     stop = stop or threading.Event()
-    log.info("worker %s polling %s every %.1f s (lease %.0f s)", worker_id, store.url, opts.poll_s, opts.lease_s)
+    if processes.main:
+        log.info("worker %s polling %s every %.1f s (lease %.0f s)%s", worker_id, store.url, opts.poll_s,
+                 opts.lease_s, f", {processes.count} processes per round" if processes.several else "")
     count = 0
     while not stop.is_set():
         try:
-            done = process_one(store, cfg, home, worker_id, opts, run)
+            done = process_one(store, cfg, home, worker_id, opts, run, processes)
         except (StoreError, SQLAlchemyError) as exc:  # the database is unreachable or locked: retry after a poll
             log.error("worker %s: database error, retrying in %.1f s: %s", worker_id, opts.poll_s, exc)
             done = None
@@ -327,9 +411,10 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
     quiet_progress_bars()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     stop = threading.Event()
+    processes = round_processes(cfg.policy.device)  # SINGLE unless started by a multi-process accelerate launch
     try:
         with open_store(db_url) as store:
-            return serve(store, cfg, home, opts, stop=stop)
+            return serve(store, cfg, home, opts, stop=stop, processes=processes)
     except KeyboardInterrupt:
         log.info("worker stopped")
         return 0
