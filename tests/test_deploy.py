@@ -119,15 +119,11 @@ def _doc_commands() -> list[list[str]]:
 
 
 def test_the_deploy_docs_commands_parse_with_the_cli():
-    """Every studio/worker/users/train/accelerate line; `rollout --executor ray` only once this branch's CLI has
-    the Ray executor (issue 28 item 1 is built on its own branch)."""
+    """Every studio/worker/users/train/rollout/accelerate command line of docs/deploy.md parses."""
     commands = _doc_commands()
     kinds = {argv[1] for argv in commands}
     assert {"studio", "users", "launch", "rollout"} <= kinds, kinds
-    has_executor = "--executor" in build_parser()._subparsers._group_actions[0].choices["rollout"].format_help()
     for argv in commands:
-        if argv[:2] == ["evorag", "rollout"] and "--executor" in argv and not has_executor:
-            continue
         _check(argv)
     assert "not run" in DOC.read_text(encoding="utf-8")
 
