@@ -178,9 +178,13 @@ class OpenAIBackend:
         return out
 
     def _tail(self, logprobs: dict[str, Any], text: str, generated: int) -> list[float]:
-        """Log-probs of the echoed tokens that spell the last `len(text)` characters of the prompt (text mode)."""
+        """Log-probs of the echoed tokens that spell `text` at the end of the prompt (text mode). Special tokens
+        (e.g. an end-of-turn mark ending a choice) may be echoed as empty strings, so they are compared without."""
         tokens = logprobs["tokens"][: len(logprobs["tokens"]) - generated]
         values = logprobs["token_logprobs"][: len(tokens)]
+        if "".join(tokens).endswith(text) is False:
+            for special in self.tokenizer.all_special_tokens:
+                text = text.replace(special, "")
         spelled, picked = "", []
         for tok, lp in zip(reversed(tokens), reversed(values)):
             if len(spelled) >= len(text):
