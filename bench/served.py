@@ -10,7 +10,9 @@ where the CPU has it). Both get `--threads` threads.
 
 - agent steps: greedy episodes of the first `--questions` demo questions with each backend (`env.t_max` 4, top-3
   passages of 200 characters); seconds per decision (label scoring, the argument, the reader's answer), and whether
-  the two backends chose the same actions.
+  the two backends chose the same actions. Both run `policy.query_mode = "free"` and `answer.mode = "free"`: the
+  grounded queries and the span reader score dozens of candidates per step, which through llama-cpp-python's
+  server costs a request (~1 s of its Python log-prob code) per candidate token (docs/serving.md).
 - decode: one greedy generation of `--tokens` tokens (ignore_eos) after an agent prompt, three runs, median; for the
   server both as the backend asks (`logprobs=1`: llama-cpp-python then sorts the vocabulary in Python for every
   token) and as a plain completion without log-probs (llama.cpp's own decode speed).
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     home = home_dir()
     cfg = apply_overrides(Config(), {"env.t_max": 4, "env.top_k": 3, "policy.max_answer_tokens": 12,
                                      "policy.max_query_tokens": 16, "policy.passage_chars": 200,
-                                     "policy.threads": args.threads})
+                                     "policy.threads": args.threads, "policy.query_mode": "free",
+                                     "answer.mode": "free"})
     runtime = Runtime(cfg, home, load_dataset(DEMO))
     questions = runtime.dataset.questions[: args.questions]
     out: dict[str, Any] = {"questions": [q.id for q in questions], "threads": args.threads,

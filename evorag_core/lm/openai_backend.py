@@ -2,19 +2,24 @@
 server), so the policy can run on a GPU box while the agent, the studio and the store stay on a CPU box
 (`policy.backend = "openai"`, `policy.base_url`; docs/serving.md).
 
-Everything goes through the legacy `/completions` endpoint (a chat endpoint cannot score a given continuation):
-- scoring (`score_choices`, `sequence_logprob(s)`): `echo=true, logprobs=1, max_tokens=1` over prompt + choice; the
-  choice's log-prob is the sum of the echoed prompt log-probs of its tokens; the one generated token is ignored.
-  (`max_tokens=0` is never sent: llama-cpp-python's server reads it as "until the context is full".)
-- generation: `max_tokens`, `temperature`, `seed`, `stop`, `logprobs=1`; `n` samples are n requests with seeds
-  seed, seed+1, ... sent at once (llama-cpp-python's server ignores `n`); `ignore_eos` is sent as `min_tokens`.
-Prompts travel as token ids where the server takes them (vLLM, SGLang; probed once at start): the boundary rule of
-`base.encode_pair` then holds exactly and all choices of a call go in one request. llama-cpp-python's server takes
-text only: one request per choice, the choice's tokens found by walking back over the echoed token strings; a server
-token that straddles the prompt/choice boundary is counted with the choice (`boundary_merges` counts them).
-A generation's `token_ids` are the local tokenizer's encoding of the returned text; when that does not line up with
-the server's token strings (another tokenization, a stop string inside a token), the text is re-scored by echo, so
-`logprob` is always log P(text | prompt) under the server's model.
+Everything goes through the legacy `/completions` endpoint (a chat endpoint cannot score a given continuation).
+Prompts travel as token ids where the server takes them (vLLM, SGLang; probed once at start), else as text
+(llama-cpp-python's server). How a choice is scored (`score_choices`, `sequence_logprob(s)`) follows from that:
+- token ids: `echo=true, logprobs=1, max_tokens=1` over prompt + choice ids, all choices in one request; the choice's
+  log-prob is the sum of the echoed prompt log-probs of its tokens (the generated token is ignored; `max_tokens=0`
+  is never sent: llama-cpp-python reads it as "until the context is full"). The boundary rule of `base.encode_pair`
+  holds exactly.
+- text: llama-cpp-python 0.3's server echoes prompt log-probs, but it sorts the whole vocabulary in Python for every
+  prompt token (~1 s per token on the 2-core machine: hundreds of seconds for one agent prompt), and llama.cpp's own
+  server refuses `echo`. So each choice token's log-prob is read from the top-`_TOP_K` next-token log-probs after
+  the prompt and the choice's earlier tokens (`max_tokens=1, logprobs=K`, one request per distinct context; the four
+  labels' first tokens share one). A choice with a token outside the top-K or a special token (echoed as an empty,
+  ambiguous string) falls back to echo (`echo_fallbacks`).
+- generation: `max_tokens`, `temperature`, `seed`, `stop`, `logprobs=1`, `top_p=1` (and for llama-cpp-python, whose
+  defaults truncate and penalize, `top_k=0, min_p=0, repeat_penalty=1`: plain softmax sampling); `n` samples are n
+  requests with seeds seed, seed+1, ... in flight together (llama-cpp-python ignores `n`); `ignore_eos` is sent as
+  `min_tokens`. A generation's `token_ids` are the local tokenizer's encoding of the returned text; when they do not
+  line up with the server's token strings, the text is re-scored, so `logprob` is log P(text | prompt) on the server.
 The tokenizer is local (`policy.model`: "embedded" = the converted folder under home/models, else a folder or hub
 id whose tokenizer files are read): the chat template, the boundary rule and token counts need it.
 
@@ -44,6 +49,10 @@ from evorag_core.lm.loading import base_model_id, resolve_model
 
 __all__ = ["OpenAIBackend", "ServerError"]
 
+# llama-cpp-python's server (the text-only one) defaults to top_k 40, min_p 0.05, repeat_penalty 1.1: sampling and
+# greedy text would differ from the in-process backend's plain softmax; these make it plain
+_PLAIN_SAMPLING = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+_TOP_K = 100  # text mode: next-token log-probs asked for per scored position
 _PARALLEL = 8  # requests in flight at once for n samples / a batch (the server batches or queues them)
 
 
@@ -81,6 +90,7 @@ class OpenAIBackend:
         self.prompt_tokens = 0
         self.requests = 0
         self.boundary_merges = 0  # text mode: a server token crossed the prompt/choice boundary
+        self.echo_fallbacks = 0  # text mode: choices scored by echo (a token not in the top-K next tokens)
         self.rescored_generations = 0  # generations whose tokens did not line up with the server's
         self.cache_epoch = 0  # +1 at every adapter swap (the agent keys prepared decisions on it)
         self._adapters: dict[str, ServedAdapter] = {}
@@ -169,6 +179,47 @@ class OpenAIBackend:
                 out[i] = [float(x) for x in lps[n_prompt:len(ids)]]
                 self.prompt_tokens += len(ids)
             return out
+        return self._next_token_logprobs(prompt, completions, todo, out)
+
+    def _next_token_logprobs(self, prompt: str, completions: Sequence[str], todo: list[int],
+                             out: list[list[float]]) -> list[list[float]]:
+        """Text mode: each choice token's log-prob read from the top-`_TOP_K` next-token log-probs after the prompt
+        and the choice's earlier tokens (one request per distinct context; all first tokens share the prompt's).
+        A token missing from the top-K, or a special token (echoed as an empty string, ambiguous), makes that choice
+        fall back to echo scoring (`echo_fallbacks`)."""
+        ids = {i: encode_pair(self.tokenizer, "", completions[i])[1] for i in todo}
+        contexts = {prompt + self.tokenizer.decode(ids[i][:j]) for i in todo for j in range(len(ids[i]))}
+        tops = dict(zip(sorted(contexts), self._parallel(self._top_next, sorted(contexts))))
+        specials = set(self.tokenizer.all_special_ids)
+        fallback = []
+        for i in todo:
+            row = []
+            for j, tok in enumerate(ids[i]):
+                key = self.tokenizer.decode([tok])
+                top = tops[prompt + self.tokenizer.decode(ids[i][:j])]
+                if tok in specials or not key or key not in top:
+                    break
+                row.append(float(top[key]))
+            if len(row) == len(ids[i]):
+                out[i] = row
+            else:
+                fallback.append(i)
+        self.echo_fallbacks += len(fallback)
+        return self._echo_text(prompt, completions, fallback, out)
+
+    def _top_next(self, context: str) -> dict[str, float]:
+        # min_tokens: an end-of-turn argmax would end the reply before any token, and with it the log-probs
+        reply = self._completions({"prompt": context, "max_tokens": 1, "min_tokens": 1, "temperature": 0.0,
+                                   "logprobs": _TOP_K, **_PLAIN_SAMPLING})
+        self.prompt_tokens += int(reply.get("usage", {}).get("prompt_tokens", 0))
+        top = (reply["choices"][0].get("logprobs") or {}).get("top_logprobs") or [None]
+        return dict(top[0] or {})
+
+    def _echo_text(self, prompt: str, completions: Sequence[str], todo: list[int],
+                   out: list[list[float]]) -> list[list[float]]:
+        """Text mode, echo scoring: one request per choice (correct, but llama-cpp-python spends ~1 s per prompt
+        token on it: docs/serving.md)."""
+        echo = {"echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0.0}
         for i in todo:
             reply = self._completions({"prompt": prompt + completions[i], **echo})
             choice = reply["choices"][0]
@@ -238,7 +289,9 @@ class OpenAIBackend:
         def one(job: tuple[int, str, int]) -> Generation:
             i, prompt, limit = job
             payload: dict[str, Any] = {"prompt": self._prompt(prompt), "max_tokens": limit,
-                                       "temperature": max(temperature, 0.0), "logprobs": 1}
+                                       "temperature": max(temperature, 0.0), "logprobs": 1, "top_p": 1.0}
+            if not self.token_prompts:  # llama-cpp-python samples with top-k 40, min-p 0.05 and a repeat penalty
+                payload.update(_PLAIN_SAMPLING)
             if seed is not None:
                 payload["seed"] = seed + i
             if stop:
@@ -249,15 +302,19 @@ class OpenAIBackend:
             self.prompt_tokens += int(reply.get("usage", {}).get("prompt_tokens", 0))
             return self._generation(prompt, reply["choices"][0], limit)
 
-        if len(jobs) == 1:
-            done = [one(jobs[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(jobs) or 1)) as pool:
-                done = list(pool.map(one, jobs))
+        done = self._parallel(one, jobs)
         for (i, _, _), generation in zip(jobs, done):
             results[i] = generation
         self.tokens_generated += sum(len(g.token_ids) for g in done)
         return results
+
+    @staticmethod
+    def _parallel(fn, items: list) -> list:
+        """`[fn(x) for x in items]`, up to `_PARALLEL` requests in flight (the server batches or queues them)."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(_PARALLEL, len(items))) as pool:
+            return list(pool.map(fn, items))
 
     def _generation(self, prompt: str, choice: dict[str, Any], limit: int) -> Generation:
         """A `Generation` from a completion choice: local token ids, the server's log-probs where they line up."""
