@@ -52,7 +52,7 @@ __all__ = ["OpenAIBackend", "ServerError"]
 # llama-cpp-python's server (the text-only one) defaults to top_k 40, min_p 0.05, repeat_penalty 1.1: sampling and
 # greedy text would differ from the in-process backend's plain softmax; these make it plain
 _PLAIN_SAMPLING = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
-_TOP_K = 100  # text mode: next-token log-probs asked for per scored position
+_TOP_K = 49152  # text mode: next-token log-probs asked for per scored position (SmolLM2: the whole vocabulary)
 _PARALLEL = 8  # requests in flight at once for n samples / a batch (the server batches or queues them)
 
 
