@@ -10,11 +10,11 @@ Prompts travel as token ids where the server takes them (vLLM, SGLang; probed on
   is never sent: llama-cpp-python reads it as "until the context is full"). The boundary rule of `base.encode_pair`
   holds exactly.
 - text: llama-cpp-python 0.3's server echoes prompt log-probs, but it sorts the whole vocabulary in Python for every
-  prompt token (~1 s per token on the 2-core machine: hundreds of seconds for one agent prompt), and llama.cpp's own
-  server refuses `echo`. So each choice token's log-prob is read from the top-`_TOP_K` next-token log-probs after
-  the prompt and the choice's earlier tokens (`max_tokens=1, logprobs=K`, one request per distinct context; the four
-  labels' first tokens share one). A choice with a token outside the top-K or a special token (echoed as an empty,
-  ambiguous string) falls back to echo (`echo_fallbacks`).
+  echoed token (~0.2 s per token measured on the 2-core machine: over a minute for one agent prompt), and llama.cpp's
+  own server refuses `echo`. So each choice token's log-prob is read from the next-token log-probs after the prompt
+  and the choice's earlier tokens (`max_tokens=1, logprobs=_TOP_K`, the whole vocabulary; one request per distinct
+  context, the four labels' first tokens share one). A choice with a token missing from the list or a special token
+  (rendered as an empty, ambiguous string) falls back to echo (`echo_fallbacks`).
 - generation: `max_tokens`, `temperature`, `seed`, `stop`, `logprobs=1`, `top_p=1` (and for llama-cpp-python, whose
   defaults truncate and penalize, `top_k=0, min_p=0, repeat_penalty=1`: plain softmax sampling); `n` samples are n
   requests with seeds seed, seed+1, ... in flight together (llama-cpp-python ignores `n`); `ignore_eos` is sent as
@@ -183,7 +183,7 @@ class OpenAIBackend:
 
     def _next_token_logprobs(self, prompt: str, completions: Sequence[str], todo: list[int],
                              out: list[list[float]]) -> list[list[float]]:
-        """Text mode: each choice token's log-prob read from the top-`_TOP_K` next-token log-probs after the prompt
+        """Text mode: each choice token's log-prob read from the `_TOP_K` next-token log-probs after the prompt
         and the choice's earlier tokens (one request per distinct context; all first tokens share the prompt's).
         A token missing from the top-K, or a special token (echoed as an empty string, ambiguous), makes that choice
         fall back to echo scoring (`echo_fallbacks`)."""
