@@ -32,6 +32,7 @@ __all__ = [
     "Allowed",
     "check_section",
     "PREFILL_DTYPES",
+    "POLICY_BACKENDS",
     "TRAIN_DTYPES",
     "EnvConfig",
     "RewardConfig",
@@ -247,6 +248,9 @@ class RetrievalConfig(_Checked):
     }
 
 
+# PolicyConfig.backend: where the policy LM runs - in process (transformers), vLLM's offline engine in process, or an
+# OpenAI-compatible completions server reached over HTTP (vLLM / SGLang / llama.cpp's server; docs/serving.md)
+POLICY_BACKENDS: tuple[str, ...] = ("transformers", "vllm", "openai")
 # PolicyConfig.answer_with: who writes the LM agent's ANSWER text - the reader prompt over the chain's passages,
 # the agent prompt's own continuation, or ARENA's cited reply
 ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
@@ -275,7 +279,7 @@ RETRIEVERS: tuple[str, ...] = ("bm25", "dense", "rrf")
 
 @dataclass(frozen=True)
 class PolicyConfig(_Checked):
-    backend: str = "transformers"  # transformers | vllm
+    backend: str = "transformers"  # one of POLICY_BACKENDS (lm/backends.py)
     model: str = "embedded"  # "embedded" (SmolLM2-135M-Instruct from PyPI) or a local path / HF id
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "float32"
@@ -297,9 +301,14 @@ class PolicyConfig(_Checked):
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)
+    # backend = "openai" (lm/openai_backend.py, docs/serving.md): an OpenAI-compatible completions server
+    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, llama.cpp's server)
+    served_model: str = ""  # the server's name of the base model ("" = the first model its /models lists)
+    api_key_env: str = "EVORAG_POLICY_API_KEY"  # environment variable holding the server's API key (unset: none)
+    request_timeout_s: float = 120.0  # every HTTP request's timeout
 
     RULES: ClassVar[Rules] = {
-        "backend": one_of(("transformers", "vllm")),
+        "backend": one_of(POLICY_BACKENDS),
         "model": TEXT,
         "device": matching(r"auto|cpu|mps|cuda(:\d+)?", "auto, cpu, mps, cuda or cuda:N"),
         "dtype": one_of(("float32", "bfloat16", "float16")),
@@ -321,6 +330,10 @@ class PolicyConfig(_Checked):
         "shared_prefix_siblings": FLAG,
         "query_mode": one_of(QUERY_MODES),
         "query_score": one_of(QUERY_SCORES),
+        "base_url": matching(r"(https?://\S+)?", "empty or an http(s):// URL"),
+        "served_model": Allowed("a string", lambda v: True),
+        "api_key_env": matching(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name"),
+        "request_timeout_s": above(0),
     }
 
 

@@ -4,7 +4,9 @@
 names another adapter than the backend runs, the watcher verifies the folder (files, checksum, base model), injects
 it next to the adapters already loaded (`backend.load_adapter`) and activates it; no active row means the base
 model. A corrupt or incompatible adapter is refused: the backend keeps the adapter it had, and the refusal is
-remembered (and logged once) until the active row changes again.
+remembered (and logged once) until the active row changes again. A served backend (lm/openai_backend.py) also
+refuses at the switch when the server cannot be shown to serve the adapter (adapters/served.py); it then serves no
+call until the adapter it had is proved again (the next `activate`, e.g. `PinnedPolicy.act`'s).
 
 Episodes in flight finish on the adapter they started with: `PinnedPolicy.begin()` polls the watcher and pins the
 adapter live at that moment, and every decision of the episode re-activates the pinned adapter first (under a lock
@@ -81,11 +83,11 @@ class AdapterWatcher:
                     self.backend.unload_adapter(row.name)
                 self.backend.load_adapter(row.name, row.path)
                 self._loaded[row.name] = str(row.path)
+            self._switch(row.name)  # a served backend proves here that the server serves it (adapters/served.py)
         except AdapterError as exc:
             self.refused[key] = str(exc)
             log.error("active adapter %s refused, keeping %s: %s", row.name, self.current or "the base model", exc)
             return
-        self._switch(row.name)
         log.info("hot swap: adapter %s is live (%s)", row.name, row.path)
 
     def _switch(self, name: str | None) -> None:

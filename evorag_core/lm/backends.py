@@ -1,4 +1,4 @@
-"""The policy backend the settings name (transformers or vLLM), optionally with an adapter loaded: the one place
+"""The policy backend the settings name (transformers, vLLM in process, or a served model), optionally with an adapter loaded: the one place
 every method, command and the studio build their language model from."""
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ __all__ = ["policy_backend", "load_backend"]
 
 
 def policy_backend(cfg: PolicyConfig, home: Path) -> PolicyBackend:
-    """The backend `cfg.backend` names (a PolicyConfig): transformers (default) or vLLM."""
+    """The backend `cfg.backend` names (a PolicyConfig): transformers (default), vLLM, or "openai" (an
+    OpenAI-compatible server at `cfg.base_url`, lm/openai_backend.py)."""
+    if cfg.backend == "openai":
+        from evorag_core.lm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(cfg, home)
     if cfg.backend == "vllm":
         from evorag_core.lm.vllm_backend import VLLMBackend
 

@@ -1,0 +1,93 @@
+"""Serving the embedded GGUF (or any GGUF) with llama.cpp's OpenAI-compatible server, the CPU serving path of
+`policy.backend = "openai"` (docs/serving.md): `llama-cpp-python[server]`, optional extra `[served]`.
+
+`LlamaServer(gguf, threads=1).start()` runs `python -m llama_cpp.server` on a free loopback port as a child process
+and returns once `/v1/models` answers (polled while the process lives; it raises with the server's log tail if the
+process exits or the deadline passes). `logits_all` is on: the server needs every position's logits to echo prompt
+log-probs. `stop()` terminates it (and kills it if it does not exit). Also a context manager.
+"""
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from evorag_core.errors import ModelLoadError
+
+__all__ = ["LlamaServer", "llama_cpp_available"]
+
+
+def llama_cpp_available() -> bool:
+    """Whether llama-cpp-python with its server is installed (the `[served]` extra)."""
+    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LlamaServer:
+    def __init__(self, gguf: Path | str, *, threads: int = 1, n_ctx: int = 4096, alias: str = "policy",
+                 timeout_s: float = 300.0) -> None:
+        self.gguf, self.threads, self.n_ctx, self.alias, self.timeout_s = Path(gguf), threads, n_ctx, alias, timeout_s
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self._log = tempfile.TemporaryFile()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.alias,
+                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--logits_all", "true"]
+
+    def start(self) -> "LlamaServer":
+        if not llama_cpp_available():
+            raise ModelLoadError("llama.cpp's server needs the [served] extra: pip install 'evorag-studio[served]'")
+        self.port = _free_port()
+        self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            try:  # wait on the process itself: returns at once if it died, else after 0.25 s
+                self.process.wait(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                continue
+            raise ModelLoadError(f"llama.cpp's server exited with {self.process.returncode}: {self.log_tail()}")
+        self.stop()
+        raise ModelLoadError(f"llama.cpp's server did not answer within {self.timeout_s:.0f} s: {self.log_tail()}")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._log.close()
