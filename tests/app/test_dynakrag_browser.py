@@ -80,8 +80,8 @@ def test_uniform_valid_episode_then_a_stopped_run(page):
     page.wait_for_function(f"{text_of('evo-dk-status')}.includes('running compress_answer_evidence')",
                            timeout=900_000)
     before = page.locator("#evo-dk-state").inner_text()
+    page.click("#evo-dk-stop")  # at once: the operation's window is short (a screenshot first lost the race under load)
     shot(page, "dynakrag_03_running")
-    page.click("#evo-dk-stop")
     page.wait_for_function(f"{text_of('evo-dk-status')}.includes('Stopped')")
     assert "interrupted and discarded" in page.locator("#evo-dk-status").inner_text()
     assert page.locator("#evo-dk-final #dk-answer").count() == 0  # no answer: nothing of the stopped step is kept
