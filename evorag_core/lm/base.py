@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Generation", "PolicyBackend", "encode_pair", "interruptible"]
+__all__ = ["Generation", "PolicyBackend", "encode_pair", "interruptible", "chat_prompt", "grouped_sequence_logprobs"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -98,3 +98,26 @@ def interruptible(backend: object, event: threading.Event) -> AbstractContextMan
     its next token once `event` is set, raising GenerationInterrupted); otherwise nothing, and calls run to their end."""
     enter = getattr(backend, "interruptible", None)
     return enter(event) if callable(enter) else nullcontext()
+
+
+def chat_prompt(tokenizer, system: str, user: str, examples: Sequence[tuple[str, str]] = ()) -> str:
+    """The chat template's prompt for a system message, few-shot (question, reply) turns and the user turn: the one
+    body of every backend's `chat_prompt`."""
+    messages = [{"role": "system", "content": system}]
+    for question, reply in examples:
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+    messages.append({"role": "user", "content": user})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def grouped_sequence_logprobs(score_choices, pairs: Sequence[tuple[str, str]]) -> list[float]:
+    """log P(completion | prompt) for each pair through `score_choices(prompt, completions)`; pairs sharing a prompt
+    are scored together (the body of a backend's `sequence_logprobs`)."""
+    out: list[float] = [0.0] * len(pairs)
+    by_prompt: dict[str, list[int]] = {}
+    for i, (prompt, _) in enumerate(pairs):
+        by_prompt.setdefault(prompt, []).append(i)
+    for prompt, idx in by_prompt.items():
+        for i, s in zip(idx, score_choices(prompt, [pairs[i][1] for i in idx])):
+            out[i] = s
+    return out

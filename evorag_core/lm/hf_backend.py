@@ -30,7 +30,7 @@ import torch
 
 from evorag_core.config import PolicyConfig, home_dir
 from evorag_core.errors import ConfigError, GenerationInterrupted
-from evorag_core.lm.base import Generation, encode_pair
+from evorag_core.lm.base import grouped_sequence_logprobs, Generation, encode_pair
 from evorag_core.lm.half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
 from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
 from evorag_core.lm.kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, cache_kwargs, common_prefix_length, fork_cache,
@@ -235,14 +235,7 @@ class TransformersBackend:
 
     def sequence_logprobs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """log P(completion | prompt) for each pair; pairs sharing a prompt are scored together."""
-        out: list[float] = [0.0] * len(pairs)
-        by_prompt: dict[str, list[int]] = {}
-        for i, (prompt, _) in enumerate(pairs):
-            by_prompt.setdefault(prompt, []).append(i)
-        for prompt, idx in by_prompt.items():
-            for i, s in zip(idx, self.score_choices(prompt, [pairs[i][1] for i in idx])):
-                out[i] = s
-        return out
+        return grouped_sequence_logprobs(self.score_choices, pairs)
 
     # -- generation ------------------------------------------------------------------------------------------
 

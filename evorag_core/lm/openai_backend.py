@@ -44,7 +44,7 @@ from evorag_core.adapters.served import ServedAdapter, WeightsHash, prove_served
 from evorag_core.adapters.weights import read_adapter_config, read_adapter_weights
 from evorag_core.config import PolicyConfig, home_dir
 from evorag_core.errors import AdapterError, ConfigError, ModelLoadError
-from evorag_core.lm.base import Generation, encode_pair
+from evorag_core.lm.base import chat_prompt, grouped_sequence_logprobs, Generation, encode_pair
 from evorag_core.lm.loading import base_model_id, resolve_model
 
 __all__ = ["OpenAIBackend", "ServerError"]
@@ -141,11 +141,7 @@ class OpenAIBackend:
     # -- prompts ---------------------------------------------------------------------------------------------
 
     def chat_prompt(self, system: str, user: str, examples: Sequence[tuple[str, str]] = ()) -> str:
-        messages = [{"role": "system", "content": system}]
-        for question, reply in examples:
-            messages += [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
-        messages.append({"role": "user", "content": user})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return chat_prompt(self.tokenizer, system, user, examples)
 
     def encode(self, text: str) -> list[int]:
         return encode_pair(self.tokenizer, text, "")[0]
@@ -258,14 +254,7 @@ class OpenAIBackend:
         return self.score_choices(prompt, [completion])[0]
 
     def sequence_logprobs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        out = [0.0] * len(pairs)
-        by_prompt: dict[str, list[int]] = {}
-        for i, (prompt, _) in enumerate(pairs):
-            by_prompt.setdefault(prompt, []).append(i)
-        for prompt, idx in by_prompt.items():
-            for i, s in zip(idx, self.score_choices(prompt, [pairs[i][1] for i in idx])):
-                out[i] = s
-        return out
+        return grouped_sequence_logprobs(self.score_choices, pairs)
 
     # -- generation ------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from evorag_core.config import PolicyConfig, home_dir
 from evorag_core.errors import AdapterError, ModelLoadError
-from evorag_core.lm.base import Generation, encode_pair
+from evorag_core.lm.base import chat_prompt, Generation, encode_pair
 from evorag_core.lm.loading import resolve_model
 from evorag_core.adapters.weights import read_adapter_config, read_adapter_weights
 
@@ -47,11 +47,7 @@ class VLLMBackend:
         self._end_ids = frozenset(self.tokenizer.all_special_ids) | {self.tokenizer.eos_token_id}
 
     def chat_prompt(self, system: str, user: str, examples: Sequence[tuple[str, str]] = ()) -> str:
-        messages = [{"role": "system", "content": system}]
-        for question, reply in examples:
-            messages += [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
-        messages.append({"role": "user", "content": user})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return chat_prompt(self.tokenizer, system, user, examples)
 
     def _lora(self):
         return self._adapters[self._active] if self._active is not None else None
