@@ -42,11 +42,16 @@ def add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollouts-from", default=None, metavar="URL",
                    help="use the rollout episodes of the training questions in this store instead of rolling out")
     p.add_argument("--out", type=Path, required=True, help="folder for the state, stores, adapters and report")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes for the rollouts and the evaluations, each loading the model once (default 1: "
+                        "in this process); the rounds run in this process. One thread each unless policy.threads")
 
 
 def plan_settings(args: argparse.Namespace) -> dict:
     if args.corpus_from:
         raise ConfigError("--corpus-from is not supported here: the corpus is --data's passages (env.corpus)")
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
     return {"data": args.data.resolve(), "train": parse_slice(args.train), "eval": parse_slice(args.eval),
             "out": args.out.resolve(), "objective": args.objective, "max_steps": args.max_steps, "seed": args.seed,
             "eval_t_max": args.eval_t_max, "rollouts_from": args.rollouts_from}
@@ -81,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
                 else f"no adapter: {record['round'].get('error')}")
         print(f"evorag ablate: {name}: {record['store']['pairs']} pairs, {line}", file=sys.stderr)
 
-    state = run_ablation(plan, cfg, home_from_args(args), on_variant=show)
+    state = run_ablation(plan, cfg, home_from_args(args), on_variant=show, workers=args.workers)
     report = write_report(state, plan.out, args.resamples)
     if args.json:
         print_json(report)

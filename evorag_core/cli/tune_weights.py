@@ -36,7 +36,6 @@ def main(args: argparse.Namespace) -> int:
     from evorag_core.env.scheduler import WeightTable
     from evorag_core.pairs.rescore import Variant
     from training.ablation.pipeline import AblationPlan, AblationRun
-    from training.ablation.tune import bo_search, table_from_params, toml_snippet, ucb1, weight_grid
 
     cfg = config_from_args(args)
     hand = WeightTable.from_config(cfg.weights)
@@ -44,7 +43,17 @@ def main(args: argparse.Namespace) -> int:
     settings = plan_settings(args)
     plan = AblationPlan(name=f"tune-{args.method}", variants=(Variant("hand", table=hand),), reference="hand",
                         **settings)
-    run = AblationRun(plan, cfg, home)
+    run = AblationRun(plan, cfg, home, args.workers)
+    try:
+        return _tune(args, cfg, home, settings, plan, hand, run)
+    finally:
+        run.close()
+
+
+def _tune(args, cfg, home, settings, plan, hand, run) -> int:
+    from evorag_core.pairs.rescore import Variant
+    from training.ablation.tune import bo_search, table_from_params, toml_snippet, ucb1, weight_grid
+
     run.prepare()
 
     def score(label: str, table: WeightTable, seed: int) -> float:
@@ -94,6 +103,6 @@ def _heldout(args, cfg, home, settings, hand, best, run) -> dict:
     plan = AblationPlan(name="tuned-vs-hand", variants=(Variant("hand", table=hand), Variant("tuned", table=best)),
                         reference="hand", **{**settings, "out": out, "eval": parse_slice(args.heldout),
                                              "rollouts_from": run.data["rollouts"]["store"]})
-    state = run_ablation(plan, cfg, home)
+    state = run_ablation(plan, cfg, home, workers=args.workers)
     report = write_report(state, out)
     return {"table": str(out / "ablation.md"), "rows": report["rows"]}

@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TextIO
 
 from evorag_core.metrics import mean, paired_bootstrap, refusal_accuracy
 from evorag_core.methods.base import QuestionResult
@@ -95,10 +95,12 @@ def evaluate(
     out_path: Path | None = None,
     resume: bool = False,
     on_result: Callable[[QuestionResult, list[QuestionResult]], None] | None = None,
+    run: Callable[[list[Question]], Iterable[QuestionResult]] | None = None,
 ) -> tuple[dict[str, Any], list[QuestionResult]]:
     """Run `method` on each question. Each result is appended and flushed as soon as it is done, so an
     interrupted run keeps the finished questions; with `resume`, questions already in `out_path` are skipped
-    (and included in the summary)."""
+    (and included in the summary). `run`: runs the questions still to do elsewhere (e.g. `EvalPool.runner`, a
+    process pool) and yields their results in question order; default `method.run_question` one by one here."""
     questions = list(questions)
     results: list[QuestionResult] = []
     done: set[str] = set()
@@ -113,13 +115,12 @@ def evaluate(
             out_path.unlink()
     start = time.perf_counter()
     fh = out_path.open("a", encoding="utf-8") if out_path is not None else None
+    todo = [q for q in questions if q.id not in done]
     try:
-        for q in questions:
-            if q.id in done:
-                continue
-            t0 = time.perf_counter()
-            res = method.run_question(q)
-            res = replace(res, seconds=res.seconds or time.perf_counter() - t0, unanswerable=q.unanswerable)
+        for q, res in zip(todo, (run or _one_by_one(method))(todo), strict=True):
+            if res.question_id != q.id:
+                raise RuntimeError(f"the runner returned {res.question_id!r} where {q.id!r} was due")
+            res = replace(res, unanswerable=q.unanswerable)
             results.append(res)
             if fh is not None:
                 fh.write(json.dumps(res.to_dict(), ensure_ascii=False) + "\n")
@@ -133,6 +134,15 @@ def evaluate(
     summary["method"] = method.name
     summary["label"] = method.label
     return summary, results
+
+
+def _one_by_one(method: Method) -> Callable[[list[Question]], Iterator[QuestionResult]]:
+    def run(questions: list[Question]) -> Iterator[QuestionResult]:
+        for q in questions:
+            t0 = time.perf_counter()
+            res = method.run_question(q)
+            yield replace(res, seconds=res.seconds or time.perf_counter() - t0)
+    return run
 
 
 def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:

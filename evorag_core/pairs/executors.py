@@ -23,7 +23,7 @@ import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
@@ -39,6 +39,7 @@ __all__ = ["EXECUTORS", "WorkerSpec", "RolloutWorker", "policy_name", "warm", "i
            "ray_results", "results_for", "store_rollouts"]
 
 EXECUTORS: tuple[str, ...] = ("local", "ray")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -185,9 +186,10 @@ def results_for(executor: str, spec: WorkerSpec, indices: Sequence[int], workers
     raise ConfigError(f"unknown executor {executor!r}; one of {', '.join(EXECUTORS)}")
 
 
-def in_order(results: Iterable[tuple[int, EpisodeRollout]], order: Sequence[int]) -> Iterator[EpisodeRollout]:
-    """The rollouts in `order`, each as soon as it and every one before it have arrived (a reorder buffer)."""
-    waiting: dict[int, EpisodeRollout] = {}
+def in_order(results: Iterable[tuple[int, T]], order: Sequence[int]) -> Iterator[T]:
+    """The results in `order`, each as soon as it and every one before it have arrived (a reorder buffer; also
+    used by the evaluation pool, evaluation/pool.py)."""
+    waiting: dict[int, T] = {}
     position = 0
     for index, rollout in results:
         waiting[index] = rollout
@@ -196,7 +198,7 @@ def in_order(results: Iterable[tuple[int, EpisodeRollout]], order: Sequence[int]
             position += 1
     if position < len(order):
         missing = [i for i in order[position:] if i not in waiting]
-        raise RuntimeError(f"the executor ended without rollouts for question indices {missing[:10]}")
+        raise RuntimeError(f"the executor ended without results for question indices {missing[:10]}")
 
 
 def store_rollouts(results: Iterable[tuple[int, EpisodeRollout]], order: Sequence[int], store: Store,

@@ -92,3 +92,33 @@ def test_ablate_writes_table_json_figure_and_resumes(tiny, tmp_path, capsys):
     # the same folder with another setting is refused, not mixed
     assert cli_main([*argv, "--set", "rollout.siblings=2"]) == 2
     assert "different config" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ablate_on_two_worker_processes_stores_and_evaluates_as_one_process(tiny, tmp_path):
+    """`workers=2`: the rollouts on the executors' process pool, the evaluations on an `EvalPool` (one model load per
+    worker for the base and the adapter): the same stored episodes and pairs, the same per-question results in the
+    same order as in this process, and the same table row."""
+    torch.set_num_threads(1)
+    cfg = apply_overrides(load_config(), {**SETTINGS, "policy.model": str(tiny)})
+    chosen = ablation("schedules", PAPER_TABLE).only(())
+    runs = {}
+    for workers in (1, 2):
+        out = (tmp_path / f"out{workers}").resolve()
+        plan = AblationPlan(name="schedules", variants=chosen.variants, reference="time-dynamic",
+                            data=DEMO.resolve(), train=(0, 3), eval=(40, 44), out=out, max_steps=1, eval_t_max=4)
+        state = run_ablation(plan, cfg, tmp_path / "home", workers=workers)
+        with open_store(state["rollouts"]["store"]) as store:
+            episodes = [store.get_episode(e.id) for e in sorted(store.list_episodes(limit=None), key=lambda e: e.id)]
+            stored = ([(e.question_id, e.total_return, e.answer, [(s.action, s.argument) for s in e.steps])
+                       for e in episodes],
+                      [(p.prompt, p.chosen, p.rejected, round(p.margin, 9))
+                       for p in sorted(store.list_pairs(limit=None), key=lambda p: p.id)])
+        evals = {name: [(r["question_id"], r["prediction"], r["steps"], r["trace"])
+                        for r in map(json.loads, (out / "eval" / f"{name}.jsonl").read_text().splitlines())]
+                 for name in ("base", "time-dynamic")}
+        summary = {k: state["variants"]["time-dynamic"]["eval"][k] for k in ("n", "em", "f1", "avg_steps")}
+        runs[workers] = stored, evals, summary
+    assert len(runs[1][0][0]) == 3 and runs[1][0][1]  # three rollout episodes, some pairs
+    assert [q for q, *_ in runs[1][1]["base"]] == [q for q, *_ in runs[2][1]["base"]] and len(runs[1][1]["base"]) == 4
+    assert runs[2] == runs[1]

@@ -11,6 +11,10 @@
       eval    the adapter's greedy episodes on the evaluation questions (disjoint from training), JSON lines;
     base      the base policy on the same evaluation questions.
 
+`workers` > 1 runs the rollouts on a process pool (pairs/executors.py: the same episodes and pairs as one process)
+and the evaluations on another (evaluation/pool.py: each worker loads the model once for the base and every
+adapter); the rounds run in this process. The worker count is not part of the plan: a run may resume with another.
+
 Every finished phase is written to <out>/state.json at once; a rerun with the same plan skips what is done (an
 evaluation resumes question by question; a variant whose round did not finish has its store rebuilt and its round
 run again). A different plan or config in the same folder is refused. `report.py` turns the state into the table
@@ -105,7 +109,7 @@ class AblationRun:
     """The shared parts of a run (config, model, runtimes, state) and its phases; `variant(v)` runs one variant
     (store -> round -> eval) unless the state has it, so a tuning search can add variants one trial at a time."""
 
-    def __init__(self, plan: AblationPlan, cfg: Config, home: Path):
+    def __init__(self, plan: AblationPlan, cfg: Config, home: Path, workers: int = 1):
         from evorag_core.data.datasets import load_dataset
         from evorag_core.lm.loading import resolve_model
         from evorag_core.runtime import Runtime
@@ -123,6 +127,23 @@ class AblationRun:
         self.rollout_cfg = replace(c, env=replace(c.env, t_max=c.rollout.t_max or c.env.t_max))
         self.eval_rt = Runtime(replace(c, env=replace(c.env, t_max=plan.eval_t_max)), home, self.dataset)
         self.backend = _backend(c, home)
+        self.workers = workers
+        self._pool = None  # the evaluation pool (workers > 1), started on first use
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _eval_pool(self):
+        if self.workers <= 1:
+            return None
+        if self._pool is None:
+            from evorag_core.evaluation.pool import EvalPool, EvalSpec
+
+            self._pool = EvalPool(EvalSpec(self.eval_rt.cfg, str(self.home), str(self.plan.data),
+                                           threads=self.cfg.policy.threads or 1), self.workers)
+        return self._pool
 
     @property
     def data(self) -> dict[str, Any]:
@@ -134,10 +155,12 @@ class AblationRun:
 
         if "rollouts" not in self.data:
             rt = Runtime(self.rollout_cfg, self.home, self.dataset)
-            self.data["rollouts"] = _rollouts(self.plan, self.rollout_cfg, rt, self.backend, self.train_qs)
+            self.data["rollouts"] = _rollouts(self.plan, self.rollout_cfg, rt, self.backend, self.train_qs,
+                                              self.home, self.workers)
             self.state.save()
         if "base" not in self.data:
-            self.data["base"] = _evaluate(self.plan, self.eval_rt, self.backend, "base", None, self.eval_qs)
+            self.data["base"] = _evaluate(self.plan, self.eval_rt, self.backend, "base", None, self.eval_qs,
+                                          self._eval_pool())
             self.state.save()
 
     def variant(self, variant: Variant, seed: int | None = None) -> dict[str, Any]:
@@ -153,7 +176,7 @@ class AblationRun:
             self.state.save()
         if record["round"].get("status") == "succeeded":
             record["eval"] = _evaluate(self.plan, self.eval_rt, self.backend, variant.name,
-                                       record["round"]["adapter_path"], self.eval_qs)
+                                       record["round"]["adapter_path"], self.eval_qs, self._eval_pool())
         else:
             record["eval"] = None  # no adapter: the row says why (its round's error)
         self.state.save()
@@ -161,15 +184,18 @@ class AblationRun:
 
 
 def run_ablation(plan: AblationPlan, cfg: Config, home: Path,
-                 on_variant: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                 on_variant: Callable[[str, dict[str, Any]], None] | None = None, workers: int = 1) -> dict[str, Any]:
     """Run (or continue) the ablation; returns the state. `on_variant(name, record)` is called after each variant
-    is done (the CLI prints it; a test interrupts there)."""
-    run = AblationRun(plan, cfg, home)
-    run.prepare()
-    for variant in plan.variants:
-        record = run.variant(variant)
-        if on_variant is not None:
-            on_variant(variant.name, record)
+    is done (the CLI prints it; a test interrupts there). `workers`: processes for the rollouts and evaluations."""
+    run = AblationRun(plan, cfg, home, workers)
+    try:
+        run.prepare()
+        for variant in plan.variants:
+            record = run.variant(variant)
+            if on_variant is not None:
+                on_variant(variant.name, record)
+    finally:
+        run.close()
     return run.data
 
 
@@ -181,9 +207,11 @@ def _backend(cfg: Config, home: Path):
     return policy_backend(cfg.policy, home)
 
 
-def _rollouts(plan: AblationPlan, cfg: Config, runtime, backend, questions) -> dict[str, Any]:
+def _rollouts(plan: AblationPlan, cfg: Config, runtime, backend, questions, home: Path,
+              workers: int = 1) -> dict[str, Any]:
     """The rollout episodes of the training questions: rolled out into <out>/rollouts.db (questions already there
-    are skipped, so an interrupted phase continues), or found in `plan.rollouts_from`."""
+    are skipped, so an interrupted phase continues; `workers` > 1: on a process pool, stored in question order),
+    or found in `plan.rollouts_from`."""
     from evorag_core.pairs.rollout import run_rollouts
     from evorag_core.pairs.selection import PairSelector
     from evorag_core.policy.agent import LMPolicy
@@ -196,12 +224,24 @@ def _rollouts(plan: AblationPlan, cfg: Config, runtime, backend, questions) -> d
         if plan.rollouts_from is None:
             name = f"lm:{backend.model_id}"
             todo = [q for q in questions if not store.list_episodes(question_id=q.id, policy=name, limit=1)]
-            backend.activate(None)
             selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
-            run_rollouts(todo, runtime.make_env, LMPolicy(backend, cfg.policy, cfg.answer), store, cfg.rollout,
-                         selector, policy_name=name, stage=cfg.reward.stage, data_path=str(plan.data),
-                         on_episode=lambda q, s: log.info("rollout %s: %d steps, %d pairs", q.id, s.steps,
-                                                          len(s.pair_ids)))
+            on_episode = lambda q, s: log.info("rollout %s: %d steps, %d pairs", q.id, s.steps,  # noqa: E731
+                                               len(s.pair_ids))
+            if workers > 1 and todo:
+                from evorag_core.pairs.executors import WorkerSpec, local_results, store_rollouts, warm
+
+                spec = WorkerSpec(cfg, str(home), str(plan.data), stage=cfg.reward.stage,
+                                  threads=cfg.policy.threads or 1)
+                warm(spec)
+                index = {q.id: i for i, q in enumerate(runtime.dataset.questions)}
+                order = [index[q.id] for q in todo]
+                store_rollouts(local_results(spec, order, workers), order, store, selector, spec, name,
+                               on_episode=on_episode)
+            else:
+                backend.activate(None)
+                run_rollouts(todo, runtime.make_env, LMPolicy(backend, cfg.policy, cfg.answer), store, cfg.rollout,
+                             selector, policy_name=name, stage=cfg.reward.stage, data_path=str(plan.data),
+                             on_episode=on_episode)
             selector.finish()
         found: dict[str, int] = {}
         for e in store.list_episodes(limit=None):
@@ -275,18 +315,20 @@ def _round(plan: AblationPlan, cfg: Config, variant: Variant, seed: int) -> dict
             **{k: m[k] for k in keep if k in m}}
 
 
-def _evaluate(plan: AblationPlan, runtime, backend, name: str, adapter_path: str | None, questions) -> dict[str, Any]:
+def _evaluate(plan: AblationPlan, runtime, backend, name: str, adapter_path: str | None, questions,
+              pool=None) -> dict[str, Any]:
     """Greedy episodes of the base model or one adapter on the evaluation questions (<out>/eval/<name>.jsonl,
-    resumed question by question); returns the summary and the results file."""
+    resumed question by question; on `pool`'s processes when given); returns the summary and the results file."""
     from evorag_core.evaluation.runner import evaluate
     from evorag_core.methods.agent import agent_on
 
     adapter = None
-    if adapter_path:
+    run = pool.runner(adapter_path or None) if pool is not None else None
+    if adapter_path and run is None:
         adapter = re.sub(r"[^A-Za-z0-9_-]", "_", f"ablate-{name}")[:64]  # the backend's adapter-name rule
         backend.load_adapter(adapter, adapter_path)
     path = plan.out / "eval" / f"{name}.jsonl"
-    summary, _ = evaluate(agent_on(backend, runtime, adapter), questions, out_path=path, resume=True,
+    summary, _ = evaluate(agent_on(backend, runtime, adapter), questions, out_path=path, resume=True, run=run,
                           on_result=lambda r, rs: log.info("eval %s %d/%d %s em=%s steps=%d", name, len(rs),
                                                            len(questions), r.question_id, r.em, r.steps))
     return {"results": str(path), **{k: v for k, v in summary.items() if k not in ("method", "label")}}
