@@ -86,6 +86,11 @@ def test_ablate_writes_table_json_figure_and_resumes(tiny, tmp_path, capsys):
     assert set(base["p"]) == {"em", "f1", "avg_steps", "support_recall", "refusal_accuracy"}
     md = (out / "ablation.md").read_text()
     assert "| **time-dynamic** (reference) |" in md and "Refusal acc." in md and "| base (no training) |" in md
+    minutes = report["minutes"]
+    assert set(minutes["rounds"]) == {"time-dynamic", "two-stage"} and set(minutes["evaluations"]) == \
+        {"base", "time-dynamic", "two-stage"}
+    assert all(v > 0 for v in [*minutes["rounds"].values(), *minutes["evaluations"].values()])
+    assert "Minutes: rollouts" in md and minutes["total"] >= sum(minutes["rounds"].values())
     assert md.split("\n", 2)[2] in printed
     assert (out / "ablation.html").stat().st_size > 10_000
     assert (out / "ablation.png").is_file() or "png_error" in report["files"]

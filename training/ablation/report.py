@@ -16,7 +16,7 @@ from typing import Any
 from evorag_core.evaluation.runner import compare_results, load_results
 from evorag_core.metrics import paired_bootstrap
 
-__all__ = ["METRICS", "rows", "markdown", "figure", "write_report"]
+__all__ = ["METRICS", "rows", "markdown", "timing", "figure", "write_report"]
 
 # (key in a row, column title, per-question field compared by the bootstrap)
 METRICS: tuple[tuple[str, str], ...] = (
@@ -93,6 +93,31 @@ def markdown(table: list[dict[str, Any]], reference: str, resamples: int = 10_00
     return "\n".join(lines) + "\n"
 
 
+def timing(state: dict[str, Any]) -> dict[str, Any]:
+    """Minutes per phase, as the state recorded them: the rollouts, each variant's round and every evaluation
+    (a phase resumed after an interruption counts only its last attempt), and their sum."""
+    evals = {"base": (state.get("base") or {}).get("seconds")}
+    rounds = {}
+    for name, record in state.get("variants", {}).items():
+        rounds[name] = (record.get("round") or {}).get("minutes")
+        evals[name] = (record.get("eval") or {}).get("seconds")
+    minutes = {"rollouts": (state.get("rollouts") or {}).get("minutes"),
+               "rounds": rounds, "evaluations": {k: None if v is None else v / 60 for k, v in evals.items()}}
+    parts = [minutes["rollouts"], *rounds.values(), *minutes["evaluations"].values()]
+    minutes["total"] = sum(v for v in parts if v is not None)
+    return minutes
+
+
+def _timing_line(t: dict[str, Any]) -> str:
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0f}"
+
+    rounds = ", ".join(f"{k} {fmt(v)}" for k, v in t["rounds"].items())
+    evals = ", ".join(f"{k} {fmt(v)}" for k, v in t["evaluations"].items())
+    return (f"Minutes: rollouts {fmt(t['rollouts'])}; rounds: {rounds}; evaluations: {evals}; total "
+            f"{t['total']:.0f} (each phase's last attempt).")
+
+
 def figure(table: list[dict[str, Any]], title: str):
     """Grouped bars of EM, F1, support recall and refusal accuracy per row, and avg steps beside them."""
     import plotly.graph_objects as go
@@ -117,9 +142,10 @@ def write_report(state: dict[str, Any], out: Path, resamples: int = 10_000) -> d
     table = rows(state, resamples)
     md = markdown(table, plan["reference"], resamples)
     title = f"evorag ablate {plan['name']} ({plan['objective']}, {Path(plan['data']).name})"
-    report: dict[str, Any] = {"plan": plan, "rows": table, "rollouts": state.get("rollouts"),
+    minutes = timing(state)
+    report: dict[str, Any] = {"plan": plan, "rows": table, "rollouts": state.get("rollouts"), "minutes": minutes,
                               "files": {"markdown": str(out / "ablation.md"), "html": str(out / "ablation.html")}}
-    (out / "ablation.md").write_text(f"# {title}\n\n{md}")
+    (out / "ablation.md").write_text(f"# {title}\n\n{md}\n{_timing_line(minutes)}\n")
     fig = figure(table, title)
     fig.write_html(out / "ablation.html", include_plotlyjs=True)
     for name in ("kaleido", "choreographer"):  # they log every browser tab at INFO
