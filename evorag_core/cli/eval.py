@@ -7,6 +7,7 @@ from pathlib import Path
 from evorag_core.evaluation.runner import REFUSAL_KEYS, SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
 from evorag_core.methods.registry import METHODS, MethodOptions, build_method
 from evorag_core.cli.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
+from evorag_core.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
 
@@ -25,6 +26,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
                    help="--method agent: best-of-K by this saved preference model (K = policy.siblings)")
     p.add_argument("--out", type=Path, default=None, help="per-question results (JSON lines)")
     p.add_argument("--resume", action="store_true", help="skip questions already in --out")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run the questions on N processes, each loading the method once (one torch thread each "
+                        "unless policy.threads); results are written in question order, as with one")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar on stderr (questions done / total, running EM/F1, ETA)")
     p.add_argument("--db", default=None, metavar="URL",
@@ -49,12 +53,25 @@ def _recorder(args: argparse.Namespace, cfg, rt, method):
                         adapter=str(args.adapter) if args.adapter else None)
 
 
+def _pool(args: argparse.Namespace, cfg, rt):
+    from evorag_core.evaluation.pool import EvalPool, EvalSpec
+    from evorag_core.methods.base import MethodOptions
+
+    options = MethodOptions(adapter=args.adapter, script=args.script, rank_with_rm=args.rank_with_rm)
+    spec = EvalSpec(cfg, str(rt.home), str(args.data), threads=cfg.policy.threads or 1, method=args.method,
+                    options=options, corpus_from=tuple(str(f) for f in args.corpus_from))
+    return EvalPool(spec, args.workers)
+
+
 def main(args: argparse.Namespace) -> int:
     cfg = config_from_args(args, {"env.corpus": args.corpus, "env.top_k": args.k, "reward.stage": args.stage})
     rt = runtime_from_args(args, cfg)
     method = build_method(args.method, rt, MethodOptions(adapter=args.adapter, script=args.script,
                                                           rank_with_rm=args.rank_with_rm))
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    pool = _pool(args, cfg, rt) if args.workers > 1 else None
     recorder = _recorder(args, cfg, rt, method)
     try:
         with Progress(len(questions), desc=f"eval {args.method}", disable=not args.progress) as show:
@@ -64,8 +81,11 @@ def main(args: argparse.Namespace) -> int:
                 if recorder is not None:
                     recorder(res, done)
 
-            summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=on_result)
+            summary, results = evaluate(method, questions, out_path=args.out, resume=args.resume, on_result=on_result,
+                                        run=pool.runner() if pool is not None else None)
     finally:
+        if pool is not None:
+            pool.close()
         if recorder is not None:
             recorder.store.close()
     if recorder is not None:
@@ -75,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
         if recorder.failed:
             summary["store_errors"] = recorder.failed
     backend = getattr(method, "backend", None)
-    if backend is not None and hasattr(backend, "tokens_generated"):
+    if pool is None and backend is not None and hasattr(backend, "tokens_generated"):
         summary["tokens_per_second"] = backend.tokens_generated / summary["seconds"] if summary["seconds"] else 0.0
     summary["data"] = str(args.data)
     summary["corpus"] = cfg.env.corpus

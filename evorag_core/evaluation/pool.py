@@ -1,15 +1,16 @@
-"""Evaluation episodes on a pool of processes: the greedy agent episodes `evaluate` runs, several at a time.
+"""Evaluation episodes on a pool of processes: what `evaluate` runs, several questions at a time.
 
-Each worker process loads the data file, the retrieval runtime and the policy LM once (`EvalSpec`), and a LoRA
-adapter the first time a job names it; a job is (adapter folder or None, question index in the data file) and
-returns that question's `QuestionResult`. `EvalPool.runner(adapter)` gives `evaluate(..., run=...)` a runner that
-sends the questions still to do to the pool and yields their results in question order (the rollout executors'
-reorder buffer), so the results file reads as a serial run's does and resumes the same way: `evaluate` keeps the
-one home for writing, resuming and summarising. One pool serves many policies (an ablation's base model and
-every adapter): the model is loaded once per worker, not once per policy.
+Each worker process loads the data file, the retrieval runtime and the method once (`EvalSpec`: any method of the
+registry, with its options); for the agent, one policy LM per worker serves the base model and every LoRA adapter a
+job names (loaded when first named). A job is (adapter folder or None, question index in the data file) and returns
+that question's `QuestionResult`. `EvalPool.runner(adapter)` gives `evaluate(..., run=...)` a runner that sends the
+questions still to do to the pool and yields their results in question order (the rollout executors' reorder
+buffer), so the results file reads as a serial run's does and resumes the same way: `evaluate` keeps the one home for
+writing, resuming and summarising. `evorag eval --workers N` and `evorag ablate --workers N` use it; one pool serves
+an ablation's base model and all its adapters.
 
-The episodes are greedy, so which process runs a question does not change its result, except where another torch
-thread count moves a floating-point tie between two choices.
+Which process runs a question does not change its result (the evaluated methods decode greedily), except where
+another torch thread count moves a floating-point tie between two choices.
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from evorag_core.config import Config
-from evorag_core.methods.base import QuestionResult
+from evorag_core.errors import ConfigError
+from evorag_core.methods.base import MethodOptions, QuestionResult
 from evorag_core.pairs.executors import in_order
 
 if TYPE_CHECKING:
     from multiprocessing.pool import Pool
 
+    from evorag_core.evaluation.runner import Method
     from evorag_core.types import Question
 
 __all__ = ["EvalSpec", "EvalWorker", "EvalPool"]
@@ -39,41 +42,63 @@ class EvalSpec:
     home: str
     data_path: str  # the data file; jobs name its questions by index
     threads: int = 1  # torch threads per worker (policy.threads wins if set)
+    method: str = "agent"  # a name of the method registry
+    options: MethodOptions = MethodOptions()
+    corpus_from: tuple[str, ...] = ()  # retrieve from the pooled passages of these files (`--corpus-from`)
 
 
 class EvalWorker:
-    """One evaluation worker: the runtime and the policy LM, loaded once; adapters loaded when first named."""
+    """One evaluation worker: the runtime and the method, loaded once; adapters loaded when first named."""
 
     def __init__(self, spec: EvalSpec):
         import torch
 
         from evorag_core.data.datasets import load_dataset
-        from evorag_core.lm.backends import policy_backend
         from evorag_core.runtime import Runtime
 
         torch.set_num_threads(spec.threads)
+        self.spec = spec
         dataset = load_dataset(Path(spec.data_path))
         self.questions = dataset.questions
-        self.runtime = Runtime(spec.cfg, Path(spec.home), dataset)
-        self.backend = policy_backend(spec.cfg.policy, Path(spec.home))
-        self._adapters: dict[str, str] = {}  # folder -> the name it was loaded under
+        corpus = None
+        if spec.corpus_from:
+            from evorag_core.data.corpus import pool_passages
+
+            corpus = pool_passages(p for f in spec.corpus_from for q in load_dataset(Path(f)).questions
+                                   for p in q.passages)
+        self.runtime = Runtime(spec.cfg, Path(spec.home), dataset, corpus)
+        # the plain agent shares one policy LM between the base model and every adapter a job names
+        self._shared = spec.method == "agent" and spec.options == MethodOptions()
+        self._backend = None
+        self._methods: dict[str | None, Method] = {}
 
     def run(self, adapter: str | None, index: int) -> tuple[int, QuestionResult]:
-        from evorag_core.methods.agent import agent_on
-
         question = self.questions[index]
         started = time.perf_counter()
-        result = agent_on(self.backend, self.runtime, self._adapter(adapter)).run_question(question)
+        result = self._method(adapter).run_question(question)
         return index, replace(result, seconds=result.seconds or time.perf_counter() - started)
 
-    def _adapter(self, folder: str | None) -> str | None:
-        if folder is None:
-            return None
-        if folder not in self._adapters:
-            name = f"eval-{len(self._adapters)}"
-            self.backend.load_adapter(name, folder)  # verifies the checksum; AdapterError reaches the driver
-            self._adapters[folder] = name
-        return self._adapters[folder]
+    def _method(self, folder: str | None) -> Method:
+        if folder not in self._methods:
+            if self._shared:
+                from evorag_core.lm.backends import policy_backend
+                from evorag_core.methods.agent import agent_on
+
+                if self._backend is None:
+                    self._backend = policy_backend(self.spec.cfg.policy, Path(self.spec.home))
+                name = None
+                if folder is not None:
+                    name = f"eval-{len(self._methods)}"
+                    self._backend.load_adapter(name, folder)  # verifies the checksum; AdapterError reaches the driver
+                self._methods[folder] = agent_on(self._backend, self.runtime, name)
+            elif folder is None:
+                from evorag_core.methods.registry import build_method
+
+                self._methods[None] = build_method(self.spec.method, self.runtime, self.spec.options)
+            else:
+                raise ConfigError("a job's adapter is for the plain agent; give other methods theirs in "
+                                  "EvalSpec.options")
+        return self._methods[folder]
 
 
 _WORKER: EvalWorker | None = None
