@@ -196,11 +196,9 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
     dev, pool = dataset.questions[: plan.dev], dataset.questions[plan.dev :]
     if not dev or not pool:
         raise TrainingError(f"{plan.data} has {len(dataset.questions)} questions: need more than --dev {plan.dev}")
-    corpus = None
-    if plan.corpus_from:
-        from evorag_core.data.corpus import pool_passages
+    from evorag_core.data.datasets import pooled_corpus
 
-        corpus = pool_passages(p for path in plan.corpus_from for q in load_dataset(path).questions for p in q.passages)
+    corpus = pooled_corpus(plan.corpus_from) if plan.corpus_from else None
     runtime = Runtime(cfg, home, dataset, corpus)
     backend = TransformersBackend(cfg.policy, home)
     watcher = AdapterWatcher(store, backend, min_interval_s=0.0)

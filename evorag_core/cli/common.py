@@ -59,11 +59,9 @@ def runtime_from_args(args: argparse.Namespace, cfg: Config):
     from evorag_core.data.datasets import load_dataset
     from evorag_core.runtime import Runtime
 
-    corpus = None
-    if getattr(args, "corpus_from", None):
-        from evorag_core.data.corpus import pool_passages
+    from evorag_core.data.datasets import pooled_corpus
 
-        corpus = pool_passages(p for path in args.corpus_from for q in load_dataset(path).questions for p in q.passages)
+    corpus = pooled_corpus(args.corpus_from) if getattr(args, "corpus_from", None) else None
     return Runtime(cfg, home_from_args(args), load_dataset(args.data), corpus)
 
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
-from evorag_core.data.corpus import CORPUS_MODES, build_corpus
+from evorag_core.data.corpus import CORPUS_MODES, build_corpus, pool_passages
 from evorag_core.errors import DatasetFormatError
-from evorag_core.types import Dataset, Passage, Question
+from evorag_core.types import Corpus, Dataset, Passage, Question
 
-__all__ = ["load_dataset", "write_jsonl", "dataset_stats", "build_corpus", "CORPUS_MODES"]
+__all__ = ["load_dataset", "pooled_corpus", "write_jsonl", "dataset_stats", "build_corpus", "CORPUS_MODES"]
 
 T = TypeVar("T")
 _TWOWIKI_TYPES = frozenset({"compositional", "inference", "bridge_comparison"})
@@ -511,3 +511,8 @@ def dataset_stats(dataset: Dataset) -> dict[str, Any]:
         "types": dict(sorted(types.items(), key=lambda kv: (-kv[1], kv[0]))),
         "hops": dict(sorted(hops.items())),
     }
+
+
+def pooled_corpus(paths: Iterable[str | Path]) -> Corpus:
+    """The de-duplicated passages of every question of these data files (`--corpus-from`)."""
+    return pool_passages(p for path in paths for q in load_dataset(path).questions for p in q.passages)

@@ -53,19 +53,14 @@ class EvalWorker:
     def __init__(self, spec: EvalSpec):
         import torch
 
-        from evorag_core.data.datasets import load_dataset
+        from evorag_core.data.datasets import load_dataset, pooled_corpus
         from evorag_core.runtime import Runtime
 
         torch.set_num_threads(spec.threads)
         self.spec = spec
         dataset = load_dataset(Path(spec.data_path))
         self.questions = dataset.questions
-        corpus = None
-        if spec.corpus_from:
-            from evorag_core.data.corpus import pool_passages
-
-            corpus = pool_passages(p for f in spec.corpus_from for q in load_dataset(Path(f)).questions
-                                   for p in q.passages)
+        corpus = pooled_corpus(spec.corpus_from) if spec.corpus_from else None
         self.runtime = Runtime(spec.cfg, Path(spec.home), dataset, corpus)
         # the plain agent shares one policy LM between the base model and every adapter a job names
         self._shared = spec.method == "agent" and spec.options == MethodOptions()

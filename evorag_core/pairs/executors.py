@@ -125,10 +125,9 @@ def warm(spec: WorkerSpec) -> None:
 def _fixed_corpus(spec: WorkerSpec):
     if not spec.corpus_from:
         return None
-    from evorag_core.data.corpus import pool_passages
-    from evorag_core.data.datasets import load_dataset
+    from evorag_core.data.datasets import pooled_corpus
 
-    return pool_passages(p for path in spec.corpus_from for q in load_dataset(Path(path)).questions for p in q.passages)
+    return pooled_corpus(spec.corpus_from)
 
 
 def local_results(spec: WorkerSpec, indices: Sequence[int], workers: int = 1,
