@@ -121,8 +121,13 @@ def test_generation_and_scoring_agree_with_each_other(served, backend):
     assert greedy.text and greedy.finish_reason in ("stop", "length") and len(greedy.token_ids) >= 1
     # the generation's log-probs come from one-token decode steps, the re-score from prefix forwards whose batch
     # shapes depend on what the server has cached: llama.cpp's quantized kernels round differently across batch
-    # shapes (measured 0.019 and 0.075 nats on the same 8 tokens in two runs)
-    assert greedy.logprob == pytest.approx(served.sequence_logprob(prompt, greedy.text), abs=0.15)
+    # shapes, as much as the served and in-process arithmetic differ (docs/serving.md: up to 0.27 nats on one token,
+    # 0.28 over 8 tokens in 12 generations; CI once saw 0.16 over 8). So: token for token the same tokens (a dropped,
+    # shifted or extra stop token changes the count) and every token's log-prob within LOGPROB_TOL.
+    (rescored,) = served.token_logprobs(prompt, [greedy.text])
+    assert len(rescored) == len(greedy.logprobs)
+    assert max(abs(a - b) for a, b in zip(greedy.logprobs, rescored)) <= LOGPROB_TOL
+    assert greedy.logprob == pytest.approx(sum(rescored), abs=LOGPROB_TOL)
     assert greedy.logprob == pytest.approx(backend.sequence_logprob(prompt, greedy.text), abs=LOGPROB_TOL)
     samples = served.generate(prompt, 6, temperature=1.5, n=3, seed=7)
     assert len(samples) == 3 and all(math.isfinite(g.logprob) for g in samples)
