@@ -2,7 +2,7 @@
 
     python -m bench.agent [--limit 40 | --questions START:END] [--sets hotpot-pooled,hotpot-per-question,2wiki,musique,bamboogle]
                           [--methods direct,fixed-k,ircot,self-ask,agent] [--adapter NAME] [--judge-limit 60]
-                          [--resume] [--out bench/results/agent.json]
+                          [--resume] [--workers N] [--out bench/results/agent.json]
 
 For every evaluation set and method: EM, F1, avg steps, support recall, refusal rate, format validity, fallback rate
 and seconds (the `evorag eval` summary), then the paired bootstrap (10,000 resamples) of `agent` against each
@@ -35,8 +35,7 @@ import time
 from pathlib import Path
 
 from evorag_core.config import home_dir, load_config
-from evorag_core.data.corpus import pool_passages
-from evorag_core.data.datasets import load_dataset
+from evorag_core.data.datasets import load_dataset, pooled_corpus
 from evorag_core.evaluation.runner import Progress, compare_results, evaluate
 from evorag_core.runtime import Runtime
 
@@ -59,8 +58,7 @@ def _runtime(set_name: str, overrides: dict, home: Path) -> Runtime:
     cfg = load_config(None, {**overrides, "env.corpus": mode})
     corpus = None
     if corpus_keys:
-        corpus = pool_passages(p for k in corpus_keys for q in load_dataset(BENCH / FILES[k]).questions
-                               for p in q.passages)
+        corpus = pooled_corpus(BENCH / FILES[k] for k in corpus_keys)
     return Runtime(cfg, home, load_dataset(BENCH / FILES[key]), corpus)
 
 
@@ -100,6 +98,19 @@ def _method(name: str, backend, rt: Runtime, adapter: str | None):
     return baseline_on(name, backend, rt)
 
 
+def _pool(set_name: str, name: str, rt: Runtime, args):
+    """`--workers N`: the questions of one set x method on N processes (evaluation/pool.py), each loading its own
+    model, index and method; the results are the one-process ones (greedy decoding), decisions are not timed."""
+    from evorag_core.evaluation.pool import EvalPool, EvalSpec
+    from evorag_core.methods.base import MethodOptions
+
+    key, _, corpus_keys = SETS[set_name]
+    spec = EvalSpec(rt.cfg, str(rt.home), str(BENCH / FILES[key]), threads=rt.cfg.policy.threads or 1, method=name,
+                    options=MethodOptions(adapter=args.adapter),
+                    corpus_from=tuple(str(BENCH / FILES[k]) for k in corpus_keys or ()))
+    return EvalPool(spec, args.workers)
+
+
 def _round(d: dict) -> dict:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
 
@@ -114,15 +125,21 @@ def run_sets(args, backend, adapter, overrides, home) -> dict:
             method = _method(name, backend, rt, adapter)
             path = args.runs / f"{set_name}__{name}.jsonl"
             tokens0 = getattr(backend, "tokens_generated", 0)
-            with Progress(len(questions), desc=f"{set_name} {name}", disable=not sys.stderr.isatty()) as show:
-                summary, res = evaluate(method, questions, out_path=path, resume=args.resume, on_result=show)
+            pool = _pool(set_name, name, rt, args) if args.workers > 1 else None
+            try:
+                with Progress(len(questions), desc=f"{set_name} {name}", disable=not sys.stderr.isatty()) as show:
+                    summary, res = evaluate(method, questions, out_path=path, resume=args.resume, on_result=show,
+                                            run=pool.runner() if pool is not None else None)
+            finally:
+                if pool is not None:
+                    pool.close()
             tokens = getattr(backend, "tokens_generated", 0) - tokens0
             summary["tokens_per_second"] = tokens / summary["seconds"] if summary["seconds"] else 0.0
             summaries[name], results[name] = _round(summary), res
             print(f"[{set_name}] {name}: " + json.dumps({k: summaries[name][k] for k in
                   ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate",
                    "seconds")}), file=sys.stderr, flush=True)
-            if name == "agent":
+            if name == "agent" and args.workers == 1:
                 per_episode = [r.seconds for r in res if r.seconds]
                 decisions = method.policy.seconds
                 answers = method.policy.answer_seconds
@@ -210,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judge-limit", type=int, default=60, help="HotpotQA questions for the judge agreement (0: skip)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--resume", action="store_true", help="keep finished questions of earlier runs")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="evaluate each set x method on N processes (one model each; decisions are then not timed)")
     p.add_argument("--runs", type=Path, default=ROOT / "bench" / "results" / "agent_runs")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "agent.json")
     args = p.parse_args(argv)
@@ -232,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from evorag_core.lm.backends import load_backend
 
-    report: dict = {"limit": args.limit, "questions": [args.start, args.end], "methods": args.methods, "adapter": args.adapter,
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
+    report: dict = {"workers": args.workers, "limit": args.limit, "questions": [args.start, args.end], "methods": args.methods, "adapter": args.adapter,
                     "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())}}
 
     def save(sets: dict) -> None:
