@@ -3,6 +3,7 @@
     python -m bench.answer_ranker cv   --dump DUMP.jsonl [--l2 10]          # grouped 5-fold CV on the dev questions
     python -m bench.answer_ranker eval --dump DUMP.jsonl [--agent AGENT.jsonl ...] [--l2 10] --out OUT.json
     python -m bench.answer_ranker fit  --dump DUMP.jsonl [--l2 10] --out evorag_core/reader/ranker.json
+    python -m bench.answer_ranker fit  --dump DUMP.jsonl --dev-only --out RANKER_DEV.json  # for runs on the eval split
 
 Questions are split once, by their position in the shared dev files (decided before any evaluation):
 dev (feature design, the L2 strength) = HotpotQA 0:60, 2Wiki 0:50 and 100:182, MuSiQue 50:146; evaluation =
@@ -13,7 +14,10 @@ re-read the agent's final reader passages (`--agent`, dumps of `bench/answer_dum
 trajectory does not depend on the ranker, so this is what the agent would have answered with it. Rows: the
 LM-only ranking (the reader before the ranker: argmax log P, yes/no by the content-free-calibrated margin > 0)
 against the learned one on the same questions, EM / F1 with the paired bootstrap, per set and question kind.
-`fit` writes the weights fitted on every question of the dumps given (what ships).
+`fit` writes the weights fitted on every question of the dumps given (what ships: it has seen the evaluation
+questions, so a method run on them with the shipped weights is not held out for the ranker); `fit --dev-only` fits
+on the dev questions alone, the weights to give a method run on the evaluation questions (`--set
+answer.ranker_path=RANKER_DEV.json`).
 """
 from __future__ import annotations
 
@@ -192,8 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agent", type=Path, action="append", default=[])
     p.add_argument("--l2", type=float, default=10.0)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--dev-only", action="store_true", help="fit: on the dev questions only (not the evaluation ones)")
     args = p.parse_args(argv)
     rows = [r for d in args.dump for r in load(d)]
+    if args.dev_only:
+        if args.command != "fit":
+            p.error("--dev-only is for fit (cv and eval already keep the evaluation questions out)")
+        rows = [r for r in rows if not r["eval"]]
     if args.command == "cv":
         report = cv(rows, args.l2)
         for key, table in report.items():
@@ -206,10 +215,11 @@ def main(argv: list[str] | None = None) -> int:
                 _print(f"{method}, {key} (evaluation questions, out of fold)", table)
     else:
         sets = sorted({r["set"] for r in rows})
+        which = "the dev questions only" if args.dev_only else "every question"
         w = fit(rows, args.l2, {"fitted_on": f"{len(rows)} questions of {', '.join(sets)} (shared dev samples, "
-                                              "fixed-k passages)", "command": "python -m bench.answer_ranker fit "
+                                              f"fixed-k passages; {which})", "command": "python -m bench.answer_ranker fit "
                                               + " ".join(f"--dump {d.name}" for d in args.dump)
-                                              + f" --l2 {args.l2}"})
+                                              + f" --l2 {args.l2}" + (" --dev-only" if args.dev_only else "")})
         report = json.loads(w.to_json())
         print(w.to_json())
     if args.out:

@@ -94,9 +94,33 @@ def test_ablate_writes_table_json_figure_and_resumes(tiny, tmp_path, capsys):
     assert md.split("\n", 2)[2] in printed
     assert (out / "ablation.html").stat().st_size > 10_000
     assert (out / "ablation.png").is_file() or "png_error" in report["files"]
+    # the same command naming another variant extends the run by that row; nothing finished is redone
+    capsys.readouterr()
+    more = [a if a != "two-stage" else "no-reward" for a in argv]
+    assert cli_main(more) == 0
+    extended = load_state(out)
+    assert [v["name"] for v in extended["plan"]["variants"]] == ["time-dynamic", "two-stage", "no-reward"]
+    for kept in ("rollouts", "base"):
+        assert extended[kept] == state[kept]
+    for name in ("time-dynamic", "two-stage"):
+        assert extended["variants"][name] == state["variants"][name]
+    assert extended["variants"]["no-reward"]["eval"]["n"] == 4
+    assert [r["name"] for r in json.loads((out / "ablation.json").read_text())["rows"]] == \
+        ["base", "time-dynamic", "two-stage", "no-reward"]
     # the same folder with another setting is refused, not mixed
     assert cli_main([*argv, "--set", "rollout.siblings=2"]) == 2
     assert "different config" in capsys.readouterr().err
+
+
+def test_a_variant_held_with_other_weights_is_refused(tmp_path):
+    """Extending a run keeps the held variants' order and refuses a same-named variant defined differently."""
+    from evorag_core.errors import ConfigError
+    from training.ablation.pipeline import _merged_variants
+
+    td, nr = {"name": "time-dynamic", "table": [1]}, {"name": "no-reward", "table": [1]}
+    assert _merged_variants(tmp_path, [td], [nr, td]) == [td, nr]
+    with pytest.raises(ConfigError, match="'time-dynamic' with other weights"):
+        _merged_variants(tmp_path, [td], [{"name": "time-dynamic", "table": [2]}])
 
 
 @pytest.mark.slow

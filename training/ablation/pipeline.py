@@ -17,7 +17,9 @@ adapter); the rounds run in this process. The worker count is not part of the pl
 
 Every finished phase is written to <out>/state.json at once; a rerun with the same plan skips what is done (an
 evaluation resumes question by question; a variant whose round did not finish has its store rebuilt and its round
-run again). A different plan or config in the same folder is refused. `report.py` turns the state into the table
+run again). A rerun naming other variants of the same plan adds them to the run (`--variants two-stage` after a
+`--variants no-reward` run: one more re-score, round and evaluation, the rest kept). A different plan or config in
+the same folder is refused. `report.py` turns the state into the table
 and figure.
 """
 from __future__ import annotations
@@ -87,15 +89,34 @@ def _config_fingerprint(cfg: Config) -> dict[str, Any]:
     return json.loads(json.dumps(d, default=str))
 
 
+def _merged_variants(out: Path, held: list[dict[str, Any]], wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The variants of a run extended by `wanted`: the held ones in their order, then the new ones. A variant
+    named in both must be defined the same (its rows would otherwise mix two definitions)."""
+    by_name = {v["name"]: v for v in held}
+    for v in wanted:
+        if v["name"] in by_name and by_name[v["name"]] != v:
+            raise ConfigError(f"{out} holds variant {v['name']!r} with other weights; use a new --out folder")
+    return held + [v for v in wanted if v["name"] not in by_name]
+
+
 class _State:
+    """<out>/state.json. A rerun continues the run when everything but the variant list is the same plan and
+    config; variants it names that the run lacks are added (their rows join the table), the finished ones are
+    kept, so a researcher can extend an ablation by a row without redoing the rollouts, the base evaluation or the
+    other rounds."""
+
     def __init__(self, plan: AblationPlan, cfg: Config):
         self.path = plan.out / "state.json"
         self.data = load_state(plan.out)
         fp, config = plan.fingerprint(), _config_fingerprint(cfg)
-        if self.data and (self.data.get("plan"), self.data.get("config")) != (fp, config):
-            what = "plan" if self.data.get("plan") != fp else "config (--config / --set values)"
-            raise ConfigError(f"{plan.out} holds another ablation (its state.json has a different {what}); "
-                              "use a new --out folder")
+        if self.data:
+            held = self.data.get("plan") or {}
+            same = {k: v for k, v in held.items() if k != "variants"} == {k: v for k, v in fp.items() if k != "variants"}
+            if not same or self.data.get("config") != config:
+                what = "plan" if not same else "config (--config / --set values)"
+                raise ConfigError(f"{plan.out} holds another ablation (its state.json has a different {what}); "
+                                  "use a new --out folder")
+            fp["variants"] = _merged_variants(plan.out, held.get("variants", []), fp["variants"])
         self.data["plan"], self.data["config"] = fp, config
         self.data.setdefault("variants", {})
 
