@@ -26,7 +26,7 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from evorag_core.metrics import exact_match, f1_score, normalize_answer, paired_bootstrap
 from evorag_core.reader.ranker import CandidateRanker, RankerWeights, YesNoModel, candidate_features, \

@@ -51,3 +51,27 @@ def test_workers_below_one_is_refused(tmp_path, capsys):
     assert cli_main(["eval", "--method", "oracle", "--data", str(DEMO), "--home", str(tmp_path), "--limit", "1",
                      "--workers", "0", "--no-store"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_corpus_from_retrieves_from_another_files_passages(tiny, tmp_path):
+    """`--corpus-from` end to end: questions that ship no passages (as Bamboogle) retrieve from the pooled passages
+    of another file, the same hits as those questions with their own file pooled (`env.corpus=pooled`), in one
+    process and on the pool."""
+    rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")][:4]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({**r, "passages": []}) + "\n" for r in rows))
+
+    def hits(data: Path, out: Path, *extra: str) -> list[tuple]:
+        argv = ["eval", "--method", "fixed-k", "--data", str(data), "--home", str(tmp_path / "home"), "--out",
+                str(out), "--no-store", "--no-progress", "--json", *extra]
+        for key, value in {**SETS, "policy.model": str(tiny), "env.corpus": "pooled"}.items():
+            argv += ["--set", f"{key}={value}"]
+        assert cli_main(argv) == 0
+        return [(r["question_id"], tuple(r["passages"])) for r in map(json.loads, out.read_text().splitlines())]
+
+    own = hits(DEMO, tmp_path / "own.jsonl", "--limit", "4")
+    assert len(own) == 4 and all(len(p) > 0 for _, p in own)
+    assert any(not pid.startswith(f"demo:{qid}:") for qid, pids in own for pid in pids)  # pooled, not its own 10
+    assert hits(bare, tmp_path / "from.jsonl", "--corpus-from", str(DEMO)) == own
+    assert hits(bare, tmp_path / "from2.jsonl", "--corpus-from", str(DEMO), "--workers", "2") == own
