@@ -4,7 +4,7 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
     python -m bench.learning [--train 0:16] [--eval 100:124] [--workers 2] [--threads 1] [--round-threads N]
                              [--max-length 512] [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4]
                              [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5] [--siblings 4]
-                             [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better]
+                             [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better|reader] [--ranker learned|lm]
                              [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
                              [--home DIR] [--out bench/results/learning.json]
 
@@ -18,6 +18,9 @@ Phases (each resumable; finished phases are kept in <home>/learning_state.json, 
 2. held-out pairs: the pairs of the last `--heldout` share of the training questions are set aside (discarded in
    the store, so no round trains on them; their episodes are left out of GRPO/PPO too); `--pair-filter ans-better`
    also discards the training pairs whose chosen branch does not have the higher answer score G^ans;
+   `--pair-filter reader` discards every branch pair and builds answer pairs instead (evorag_core/pairs/
+   reader_pairs.py: at each state of the stored episodes, the reader's best candidate by `ans` against its
+   highest-ranked wrong ones, under the reader prompt); the held-out questions' answer pairs are phase 4's;
 3. rounds: one round per objective from the same rollouts, reference = the base model, each in its own
    `evorag worker --once` process with the workers' whole CPU share (`--round-threads`, default workers x threads;
    its wall time and peak RSS are the round's);
@@ -60,7 +63,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "rollout.t_max": args.t_max, "rollout.siblings": args.siblings, "rollout.max_states": args.max_states,
         "reward.stage": args.stage, "train.max_length": args.max_length, "train.batch_size": args.batch,
         "train.epochs": args.epochs, "train.lr": args.lr, "train.dtype": args.dtype,
-        "train.gradient_checkpointing": args.grad_ckpt, "train.lease_seconds": 600,
+        "train.gradient_checkpointing": args.grad_ckpt, "train.lease_seconds": 600, "answer.ranker": args.ranker,
     }
 
 
@@ -219,8 +222,55 @@ def _passes(args: argparse.Namespace, pair: Any) -> bool:
     branch has the *lower* G^ans (it won on the process signals); `ans-better` keeps the other 121."""
     if args.pair_filter == "all":
         return True
+    if args.pair_filter == "reader":  # the round trains on answer pairs only (phase_reader_pairs)
+        return False
     chosen, rejected = pair.metadata.get("signals_chosen", {}), pair.metadata.get("signals_rejected", {})
     return chosen.get("ans", 0.0) > rejected.get("ans", 0.0) + 1e-9
+
+
+def phase_reader_pairs(args: argparse.Namespace, held: dict[str, Any]) -> dict[str, Any]:
+    """`--pair-filter reader`: answer pairs (evorag_core/pairs/reader_pairs.py) at every state of the stored rollout
+    episodes whose reader passages hold a right candidate, under the reader prompt; the training questions' pairs
+    are queued for the rounds, the held-out questions' discarded and become the held-out pairs of phase 4."""
+    import torch
+
+    from evorag_core.data.datasets import load_dataset
+    from evorag_core.lm.backends import policy_backend
+    from evorag_core.pairs.reader_pairs import episode_reader_pairs
+    from evorag_core.policy.agent import reader_passages
+    from evorag_core.reader.span import SpanReader
+    from evorag_core.store import open_store
+    from training.rollout_data import PassageResolver, replay_episode
+
+    cfg = _config(args)
+    torch.set_num_threads(args.threads * args.workers)
+    gold = {q.id: q.answers for q in load_dataset(args.train_file).questions}
+    reader = SpanReader(policy_backend(cfg.policy, args.home), cfg.answer, cfg.policy.passage_chars)
+    heldout = set(held["heldout_questions"])
+    started = time.perf_counter()
+    train_ids, held_ids, states = [], [], 0
+    with open_store(args.db) as store:
+        resolve = PassageResolver(str(DATA), store)
+        for listed in store.list_episodes(limit=None):
+            if listed.source != "rollout" or listed.question_id not in gold:
+                continue
+            episode = store.get_episode(listed.id)
+            replay = replay_episode(episode, resolve, args.t_max)
+            views = [(s.t, s.view) for s in replay.steps] + [(len(replay.steps) + 1, replay.final_view)]
+            states += len(views)
+            pairs = episode_reader_pairs(episode, views, reader, gold[episode.question_id],
+                                         lambda v: reader_passages(v, cfg.policy.reader_passages))
+            ids = store.add_pairs(pairs)
+            if episode.question_id in heldout:
+                for i in ids:
+                    store.discard_pair(i)
+                held_ids += ids
+            else:
+                train_ids += ids
+    held["heldout_branch_pair_ids"] = held["heldout_pair_ids"]
+    held["heldout_pair_ids"] = held_ids
+    return {"train_pairs": len(train_ids), "heldout_pairs": len(held_ids), "states": states,
+            "minutes": (time.perf_counter() - started) / 60}
 
 
 # -- phase 3: rounds ------------------------------------------------------------------------------------------------
@@ -395,9 +445,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heldout", type=float, default=0.25, help="share of training questions whose pairs are held out")
     ap.add_argument("--base-eval-from", default=None, metavar="JSONL",
                     help="reuse another run's base-policy evaluation lines (same eval slice and settings)")
-    ap.add_argument("--pair-filter", choices=["all", "ans-better"], default="all",
+    ap.add_argument("--pair-filter", choices=["all", "ans-better", "reader"], default="all",
                     help="train on all pairs, or only on those whose chosen branch has the higher answer score G^ans "
-                         "(held-out pairs are kept whole either way)")
+                         "(held-out pairs are kept whole either way), or only on answer pairs under the reader "
+                         "prompt built from the rollouts' states (reader)")
+    ap.add_argument("--ranker", choices=["learned", "lm"], default="learned",
+                    help="answer.ranker everywhere: the learned ranker (default) or the LM's span scores alone")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
     ap.add_argument("--model", default="embedded", help="policy model (a folder for smoke runs; default embedded)")
     ap.add_argument("--home", type=Path, default=Path(os.environ.get("EVORAG_HOME", ROOT / ".evorag")))
@@ -437,6 +490,9 @@ def main(argv: list[str] | None = None) -> None:
         save()
     if "heldout" not in state:
         state["heldout"] = phase_heldout(args)
+        save()
+    if args.pair_filter == "reader" and "reader_pairs" not in state:
+        state["reader_pairs"] = phase_reader_pairs(args, state["heldout"])
         save()
     state.setdefault("rounds", {})
     for objective in [o for o in args.objectives.split(",") if o]:

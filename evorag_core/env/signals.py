@@ -5,7 +5,7 @@ Gold support and gold answers are used here and nowhere the policy can see them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -21,6 +21,7 @@ __all__ = [
     "backtrack_penalty",
     "refusal_reward",
     "step_cost",
+    "answer_score",
     "answer_correctness",
     "SIGNALS",
     "compute_signals",
@@ -102,11 +103,16 @@ def step_cost(ctx: StepContext) -> float:
     return -1.0
 
 
+def answer_score(answer: str, gold_answers: Sequence[str]) -> float:
+    """(EM + F1) / 2 of `answer` against the gold aliases: the value of `ans` for an ANSWER with this text."""
+    return 0.5 * (exact_match(answer, gold_answers) + f1_score(answer, gold_answers))
+
+
 def answer_correctness(ctx: StepContext) -> float:
-    """Terminal ANSWER: (EM + F1) / 2 against the gold aliases; else 0."""
+    """Terminal ANSWER: `answer_score` against the gold aliases; else 0."""
     if not isinstance(ctx.action, Answer) or not ctx.gold_answers:
         return 0.0
-    return 0.5 * (exact_match(ctx.action.answer, ctx.gold_answers) + f1_score(ctx.action.answer, ctx.gold_answers))
+    return answer_score(ctx.action.answer, ctx.gold_answers)
 
 
 SignalFn = Callable[[StepContext], float]

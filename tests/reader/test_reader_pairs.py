@@ -1,0 +1,75 @@
+"""Answer pairs (`evorag_core/pairs/reader_pairs.py`) with the tiny random model and hand-made passages: the chosen
+answer is the best-scoring candidate by `ans`, each rejected one a reader candidate scoring at least the gap less,
+both spans of the passages (or yes / no), under the reader's prompt; nothing when no candidate is right; a stored
+episode's states give one set of pairs per distinct passage list, ready for the store."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from evorag_core.config import AnswerConfig
+from evorag_core.env.signals import answer_score
+from evorag_core.env.state import AgentView, Hop
+from evorag_core.pairs.reader_pairs import READER_PAIR, episode_reader_pairs, reader_pairs
+from evorag_core.policy.agent import reader_passages
+from evorag_core.reader.span import SpanReader, span_in_passages, span_prompt
+from evorag_core.store import open_store
+from evorag_core.store.records import Episode
+from tests.reader.texts import MIRROW, PASSAGES, QUESTIONS, TRAVINE
+
+
+def _reader(backend, ranker: str = "lm") -> SpanReader:
+    return SpanReader(backend, AnswerConfig(ranker=ranker))
+
+
+def test_the_best_candidate_is_preferred_over_the_readers_wrong_picks(tiny_backend):
+    reader = _reader(tiny_backend)
+    pairs = reader_pairs(reader, QUESTIONS[0], PASSAGES, ["Sable River"], max_pairs=3)
+    assert 1 <= len(pairs) <= 3
+    prompt = span_prompt(tiny_backend, QUESTIONS[0], PASSAGES, reader.chars, reader.cfg.demos)
+    ranked = sorted(reader.last_scores, key=lambda c: -reader.last_scores[c])
+    for p in pairs:
+        assert p.prompt == prompt
+        assert " ".join(p.chosen.split()) == "Sable River" and p.chosen_score == 1.0
+        assert span_in_passages(p.rejected, PASSAGES, reader.chars)
+        assert p.rejected_score == answer_score(p.rejected, ["Sable River"]) <= 0.5
+        assert ranked[p.rejected_rank] == p.rejected and ranked[p.chosen_rank] == p.chosen
+    # the rejected ones are the reader's highest-ranked wrong candidates, in its order
+    wrong = [c for c in ranked if answer_score(c, ["Sable River"]) <= 0.5]
+    assert [p.rejected for p in pairs] == wrong[: len(pairs)]
+
+
+def test_yes_no_pairs_prefer_the_gold_label(tiny_backend):
+    question = "Was Ansel Travine born in Mirrow?"
+    (pair,) = reader_pairs(_reader(tiny_backend), question, PASSAGES, ["yes"])
+    assert (pair.chosen, pair.rejected, pair.chosen_score, pair.rejected_score) == ("yes", "no", 1.0, 0.0)
+    (pair,) = reader_pairs(_reader(tiny_backend), question, PASSAGES, ["no"])
+    assert (pair.chosen, pair.rejected) == ("no", "yes")
+
+
+def test_no_pairs_without_a_right_candidate_passages_or_gold(tiny_backend):
+    reader = _reader(tiny_backend)
+    assert reader_pairs(reader, QUESTIONS[0], PASSAGES, ["Danube"]) == []  # nothing right among the candidates
+    assert reader_pairs(reader, QUESTIONS[0], [], ["Sable River"]) == []
+    assert reader_pairs(reader, QUESTIONS[0], PASSAGES, []) == []
+
+
+def test_an_episodes_states_give_storable_pairs_once_per_passage_list(tiny_backend, tmp_path):
+    reader = _reader(tiny_backend, ranker="learned")
+    one = AgentView(QUESTIONS[0], (Hop("Ansel Travine", (TRAVINE,)),), (), 2, 5)
+    two = AgentView(QUESTIONS[0], (Hop("Ansel Travine", (TRAVINE,)), Hop("Mirrow", (MIRROW,))), (), 3, 5)
+    empty = AgentView(QUESTIONS[0], (), (), 1, 5)
+    now = datetime.now(timezone.utc)
+    episode = Episode(7, "q-1", "demo", QUESTIONS[0], "lm", "refinement", "time-dynamic", {}, "finished", 0.0, now, now)
+    views = [(1, empty), (2, one), (3, two), (4, two)]
+    pairs = episode_reader_pairs(episode, views, reader, ["Sable River"], lambda v: reader_passages(v, 5))
+    # the first state reads nothing and the second holds no right candidate (the river is in Mirrow's passage);
+    # the last repeats the third's passages
+    assert pairs and {p.metadata["t"] for p in pairs} == {3}
+    for p in pairs:
+        assert p.metadata["kind"] == READER_PAIR and p.metadata["question_id"] == "q-1"
+        assert p.metadata["passages"] == [TRAVINE.pid, MIRROW.pid] and p.stage == "refinement"
+        assert p.margin == p.metadata["score_chosen"] - p.metadata["score_rejected"] >= 0.5
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        ids = store.add_pairs(pairs)
+        stored = [store.get_pair(i) for i in ids]
+    assert [(s.prompt, s.chosen, s.rejected) for s in stored] == [(p.prompt, p.chosen, p.rejected) for p in pairs]
