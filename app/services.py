@@ -6,10 +6,8 @@ the page is served before any of it is loaded.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from evorag_core.config import REPO_ROOT, Config
 from evorag_core.errors import DataAccessError, StoreError
+from evorag_core.procs import die_with_parent
 from evorag_core.runtime import Runtime
 
 from app.policies import FeatureUnavailable, PolicyProvider
@@ -48,10 +47,7 @@ WORKER_NICE = 10  # the worker trains at a lower CPU priority than the studio, s
 
 def _worker_child_setup() -> None:  # runs in the child between fork and exec (Linux only)
     os.nice(WORKER_NICE)
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent()
 
 
 class WorkerProcess:

@@ -15,6 +15,7 @@ another torch thread count moves a floating-point tie between two choices.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 from evorag_core.methods.base import MethodOptions, QuestionResult
 from evorag_core.pairs.executors import in_order
+from evorag_core.procs import die_with_parent
 
 if TYPE_CHECKING:
     from multiprocessing.pool import Pool
@@ -99,8 +101,9 @@ class EvalWorker:
 _WORKER: EvalWorker | None = None
 
 
-def _init(spec: EvalSpec) -> None:
+def _init(spec: EvalSpec, parent: int | None = None) -> None:
     global _WORKER
+    die_with_parent(parent)  # a killed driver leaves no worker evaluating
     _WORKER = EvalWorker(spec)
 
 
@@ -138,7 +141,7 @@ class EvalPool:
     def _get(self) -> Pool:
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")  # fork after torch / faiss threads have started is unsafe
-            self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(self.spec,))
+            self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(self.spec, os.getpid()))
         return self._pool
 
     def close(self) -> None:

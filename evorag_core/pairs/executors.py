@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVa
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 from evorag_core.pairs.branches import EpisodeRollout
+from evorag_core.procs import die_with_parent
 from evorag_core.pairs.persist import SavedRollout, save_rollout
 from evorag_core.pairs.selection import PairSelector, RolloutStats
 
@@ -98,8 +99,9 @@ def policy_name(model_id: str, adapter: str | None) -> str:
 _PROCESS_WORKER: RolloutWorker | None = None
 
 
-def _process_init(spec: WorkerSpec) -> None:
+def _process_init(spec: WorkerSpec, parent: int | None = None) -> None:
     global _PROCESS_WORKER
+    die_with_parent(parent)  # a killed driver leaves no worker rolling out
     _PROCESS_WORKER = RolloutWorker(spec)
 
 
@@ -139,7 +141,7 @@ def local_results(spec: WorkerSpec, indices: Sequence[int], workers: int = 1,
             yield worker.rollout(i)
         return
     ctx = multiprocessing.get_context("spawn")  # fork after torch / faiss threads have started is unsafe
-    with ctx.Pool(min(workers, len(indices)) or 1, initializer=_process_init, initargs=(spec,)) as pool:
+    with ctx.Pool(min(workers, len(indices)) or 1, initializer=_process_init, initargs=(spec, os.getpid())) as pool:
         yield from pool.imap_unordered(_process_rollout, indices)  # leaving the block terminates the pool
 
 

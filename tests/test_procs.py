@@ -1,0 +1,73 @@
+"""`die_with_parent` (evorag_core/procs.py): a busy pool worker set up with it goes away when the process that started
+the pool is killed without cleaning up (SIGKILL), as the rollout executors' and the evaluation pool's workers are
+(without it, the worker runs its task to the end: checked by `DIE=0`)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.paths import REPO
+
+PARENT = """
+import multiprocessing, os, sys, time
+from evorag_core.procs import die_with_parent
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    setup = die_with_parent if os.environ.get("DIE", "1") == "1" else None
+    pool = ctx.Pool(1, initializer=setup, initargs=(os.getpid(),) if setup else ())
+    worker = pool.apply(os.getpid)
+    pool.apply_async(time.sleep, (600,))  # busy: an idle worker would leave anyway, on its task pipe's EOF
+    time.sleep(0.5)
+    print(worker, flush=True)
+    while True:
+        time.sleep(1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purpose (its parent, init, reaps it)
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().split(") ", 1)[1][0] != "Z"
+
+
+def _kill_parent(tmp_path, die: bool) -> int:
+    """Start the parent, SIGKILL it once its worker is busy; the worker's pid."""
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "DIE": "1" if die else "0"})
+    try:
+        worker = int(parent.stdout.readline())
+        assert _alive(worker)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    return worker
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds  # a bound for failure only: the kernel signals at once
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_busy_pool_worker_dies_with_its_killed_parent(tmp_path):
+    worker = _kill_parent(tmp_path, die=True)
+    assert _gone_within(worker, 60), "the worker outlived its killed parent"
+    orphan = _kill_parent(tmp_path, die=False)  # the control: without it the orphan keeps working
+    try:
+        assert not _gone_within(orphan, 2)
+    finally:
+        os.kill(orphan, signal.SIGKILL)
