@@ -17,13 +17,21 @@ PARENT = """
 import multiprocessing, os, sys, time
 from evorag_core.procs import die_with_parent
 
+
+def busy(marker):
+    open(marker, "w").close()
+    time.sleep(600)
+
+
 if __name__ == "__main__":
     ctx = multiprocessing.get_context("spawn")
     setup = die_with_parent if os.environ.get("DIE", "1") == "1" else None
     pool = ctx.Pool(1, initializer=setup, initargs=(os.getpid(),) if setup else ())
     worker = pool.apply(os.getpid)
-    pool.apply_async(time.sleep, (600,))  # busy: an idle worker would leave anyway, on its task pipe's EOF
-    time.sleep(0.5)
+    marker = sys.argv[1]
+    pool.apply_async(busy, (marker,))  # busy: an idle worker would leave anyway, on its task pipe's EOF
+    while not os.path.exists(marker):  # the task has started
+        time.sleep(0.02)
     print(worker, flush=True)
     while True:
         time.sleep(1)
@@ -44,7 +52,8 @@ def _kill_parent(tmp_path, die: bool) -> int:
     """Start the parent, SIGKILL it once its worker is busy; the worker's pid."""
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+    marker = tmp_path / f"busy-{int(die)}"
+    parent = subprocess.Popen([sys.executable, str(script), str(marker)], cwd=REPO, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO), "DIE": "1" if die else "0"})
     try:
         worker = int(parent.stdout.readline())
