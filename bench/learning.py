@@ -267,10 +267,56 @@ def phase_reader_pairs(args: argparse.Namespace, held: dict[str, Any]) -> dict[s
                 held_ids += ids
             else:
                 train_ids += ids
+        dumps = _dump_pairs(args, reader, heldout, store) if args.reader_dumps else {}
+    for source in dumps.values():
+        train_ids += source.pop("train_ids")
+        held_ids += source.pop("heldout_ids")
     held["heldout_branch_pair_ids"] = held["heldout_pair_ids"]
     held["heldout_pair_ids"] = held_ids
     return {"train_pairs": len(train_ids), "heldout_pairs": len(held_ids), "states": states,
-            "minutes": (time.perf_counter() - started) / 60}
+            "minutes": (time.perf_counter() - started) / 60, "dumps": dumps}
+
+
+def _dump_pairs(args: argparse.Namespace, reader: Any, heldout: set[str], store: Any) -> dict[str, Any]:
+    """`--reader-dumps`: answer pairs also at the states bench/answer_dump.py dumped (a question with the passages its
+    reader read: fixed-k's top hits, or the agent's passages at its ANSWER step), `--dump-max-pairs` per state.
+    Every dumped question of the evaluation slice is left out; a held-out question's pairs are held out. A question
+    whose dumped candidates hold nothing right (none scores `min_best` by `ans`, and not yes/no) is not read again:
+    the reader's candidates are the dump's, so it could give no pair."""
+    from tqdm import tqdm
+
+    from evorag_core.data.datasets import load_dataset
+    from evorag_core.env.signals import answer_score
+    from evorag_core.pairs.reader_pairs import state_reader_pairs
+    from evorag_core.types import Passage
+
+    el, eh = _slice(args.eval)
+    evaluated = {q.id for q in load_dataset(DATA).questions[el:eh]}
+    out: dict[str, Any] = {}
+    for path in [Path(p) for p in args.reader_dumps.split(",") if p]:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        kept = [r for r in rows if r["id"] not in evaluated and r.get("passages")
+                and (r.get("yes_no", {}).get("is") or any(answer_score(c["text"], r["answers"]) >= 0.5
+                                                          for c in r.get("candidates", [])))]
+        train_ids: list[int] = []
+        held_ids: list[int] = []
+        for row in tqdm(kept, desc=f"answer pairs {path.name}", file=sys.stdout, mininterval=30):
+            passages = [Passage(p["pid"], p["title"], p["text"]) for p in row["passages"]]
+            pairs = state_reader_pairs(reader, row["question"], passages, row["answers"],
+                                       {"question_id": row["id"], "set": row["set"], "dump": path.name},
+                                       stage=args.stage, max_pairs=args.dump_max_pairs)
+            ids = store.add_pairs(pairs)
+            if row["id"] in heldout:
+                for i in ids:
+                    store.discard_pair(i)
+                held_ids += ids
+            else:
+                train_ids += ids
+        out[path.name] = {"rows": len(rows), "left_out_eval": sum(r["id"] in evaluated for r in rows),
+                          "read": len(kept), "train_ids": train_ids, "heldout_ids": held_ids,
+                          "train_pairs": len(train_ids), "heldout_pairs": len(held_ids),
+                          "train_questions": len({r["id"] for r in kept if r["id"] not in heldout})}
+    return out
 
 
 # -- phase 3: rounds ------------------------------------------------------------------------------------------------
@@ -449,6 +495,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="train on all pairs, or only on those whose chosen branch has the higher answer score G^ans "
                          "(held-out pairs are kept whole either way), or only on answer pairs under the reader "
                          "prompt built from the rollouts' states (reader)")
+    ap.add_argument("--reader-dumps", default="", metavar="JSONL[,JSONL]",
+                    help="with --pair-filter reader: answer pairs also at the states of these bench/answer_dump.py "
+                         "files (the evaluation slice's questions left out)")
+    ap.add_argument("--dump-max-pairs", type=int, default=1, help="answer pairs per dumped state at most")
     ap.add_argument("--ranker", choices=["learned", "lm"], default="learned",
                     help="answer.ranker everywhere: the learned ranker (default) or the LM's span scores alone")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from evorag_core.env.state import AgentView
     from evorag_core.store.records import Episode
 
-__all__ = ["ReaderPair", "reader_pairs", "episode_reader_pairs", "READER_PAIR"]
+__all__ = ["ReaderPair", "reader_pairs", "state_reader_pairs", "episode_reader_pairs", "READER_PAIR"]
 
 READER_PAIR = "reader"  # metadata["kind"] of a stored answer pair
 
@@ -65,6 +65,24 @@ def reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage],
     return [ReaderPair(prompt, best[0], text, best[1], score, best[2], rank) for text, score, rank in worse]
 
 
+def state_reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage], gold: Sequence[str],
+                       metadata: dict[str, Any], *, stage: str | None = None, max_pairs: int = 2,
+                       min_gap: float = 0.5, min_best: float = 0.5) -> list[NewPair]:
+    """The answer pairs at one state as store records: `metadata` (where the state comes from: at least
+    `question_id`) is copied into each pair's, next to the kind, the two scores and ranks and the passage ids."""
+    out: list[NewPair] = []
+    for pair in reader_pairs(reader, question, passages, gold, max_pairs=max_pairs, min_gap=min_gap,
+                             min_best=min_best):
+        meta: dict[str, Any] = {
+            "kind": READER_PAIR, **metadata, "score_chosen": pair.chosen_score, "score_rejected": pair.rejected_score,
+            "rank_chosen": pair.chosen_rank, "rank_rejected": pair.rejected_rank,
+            "passages": [p.pid for p in passages],
+        }
+        out.append(NewPair(pair.prompt, pair.chosen, pair.rejected, margin=pair.chosen_score - pair.rejected_score,
+                           stage=stage, metadata=meta))
+    return out
+
+
 def episode_reader_pairs(episode: Episode, views: Iterable[tuple[int, AgentView]], reader: SpanReader,
                          gold: Sequence[str], passages_of: Callable[[AgentView], list[Passage]], *,
                          max_pairs: int = 2, min_gap: float = 0.5, min_best: float = 0.5) -> list[NewPair]:
@@ -79,13 +97,7 @@ def episode_reader_pairs(episode: Episode, views: Iterable[tuple[int, AgentView]
         if not passages or key in seen:
             continue
         seen.add(key)
-        for pair in reader_pairs(reader, view.question, passages, gold, max_pairs=max_pairs, min_gap=min_gap,
-                                 min_best=min_best):
-            meta: dict[str, Any] = {
-                "kind": READER_PAIR, "episode_db_id": episode.id, "question_id": episode.question_id, "t": t,
-                "score_chosen": pair.chosen_score, "score_rejected": pair.rejected_score,
-                "rank_chosen": pair.chosen_rank, "rank_rejected": pair.rejected_rank, "passages": list(key),
-            }
-            out.append(NewPair(pair.prompt, pair.chosen, pair.rejected, margin=pair.chosen_score - pair.rejected_score,
-                               stage=episode.stage, metadata=meta))
+        out += state_reader_pairs(reader, view.question, passages, gold,
+                                  {"episode_db_id": episode.id, "question_id": episode.question_id, "t": t},
+                                  stage=episode.stage, max_pairs=max_pairs, min_gap=min_gap, min_best=min_best)
     return out

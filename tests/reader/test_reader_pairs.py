@@ -73,3 +73,36 @@ def test_an_episodes_states_give_storable_pairs_once_per_passage_list(tiny_backe
         ids = store.add_pairs(pairs)
         stored = [store.get_pair(i) for i in ids]
     assert [(s.prompt, s.chosen, s.rejected) for s in stored] == [(p.prompt, p.chosen, p.rejected) for p in pairs]
+
+
+def test_dumped_states_give_pairs_leaving_out_the_evaluation_slice(tiny_backend, tmp_path, benchmarks):
+    """bench/learning.py `--reader-dumps`: answer pairs at dumped reader states; a question of the evaluation slice
+    gives none, a held-out question's pairs are discarded (held out), one with nothing right is not read."""
+    import argparse
+    import json
+
+    from bench.learning import DATA, _dump_pairs
+    from evorag_core.data.datasets import load_dataset
+
+    evaluated = load_dataset(DATA).questions[100].id
+    passages = [{"pid": p.pid, "title": p.title, "text": p.text} for p in PASSAGES]
+    right = [{"text": "Sable River", "source": 0}, {"text": "Mirrow", "source": 0}]
+
+    def row(qid, answers, candidates):
+        return {"set": "hotpot", "id": qid, "question": QUESTIONS[0], "answers": answers, "passages": passages,
+                "yes_no": {"is": False}, "candidates": candidates}
+
+    dump = tmp_path / "fixedk.jsonl"
+    dump.write_text("\n".join(json.dumps(r) for r in [
+        row(evaluated, ["Sable River"], right), row("q-held", ["Sable River"], right),
+        row("q-train", ["Sable River"], right), row("q-none", ["Danube"], right)]) + "\n")
+    args = argparse.Namespace(eval="100:200", reader_dumps=str(dump), dump_max_pairs=1, stage="refinement")
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        out = _dump_pairs(args, _reader(tiny_backend), {"q-held"}, store)["fixedk.jsonl"]
+        assert (out["rows"], out["left_out_eval"], out["read"]) == (4, 1, 2)
+        assert out["train_pairs"] == out["heldout_pairs"] == 1 and out["train_questions"] == 1
+        train, held = store.get_pair(out["train_ids"][0]), store.get_pair(out["heldout_ids"][0])
+        assert (train.status, held.status) == ("queued", "discarded")
+        assert train.metadata["question_id"] == "q-train" and train.metadata["dump"] == "fixedk.jsonl"
+        assert " ".join(train.chosen.split()) == "Sable River" and train.stage == "refinement"
+        assert {p.metadata["question_id"] for p in store.list_pairs(limit=None)} == {"q-train", "q-held"}
