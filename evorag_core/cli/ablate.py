@@ -63,8 +63,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("ablation", choices=["schedules", "presets"])
     add_pipeline_args(p)
     p.add_argument("--variants", default=None, metavar="A,B",
-                   help="only these variants (the reference row is always run)")
+                   help="only these variants (the reference row is always run; \"\" : the reference alone)")
     p.add_argument("--resamples", type=int, default=10_000, help="paired-bootstrap resamples")
+    p.add_argument("--rows-from", type=Path, default=None, metavar="DIR",
+                   help="another ablation's --out folder: reuse its base row and every variant with the same weights "
+                        "(e.g. presets' full = schedules' time-dynamic) when config, slices, budget and rollouts "
+                        "match; without --rollouts-from, its rollout store is used")
     return p
 
 
@@ -76,17 +80,28 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     chosen = ablation(args.ablation, WeightTable.from_config(cfg.weights))
-    if args.variants:
+    if args.variants is not None:  # "" : the reference row alone
         chosen = chosen.only(tuple(v.strip() for v in args.variants.split(",") if v.strip()))
-    plan = AblationPlan(name=chosen.name, variants=chosen.variants, reference=chosen.reference, **plan_settings(args))
+    settings = plan_settings(args)
+    if args.rows_from and not args.rollouts_from:
+        from training.ablation.pipeline import load_state
+
+        held = load_state(args.rows_from).get("rollouts")
+        if not held:
+            raise ConfigError(f"{args.rows_from} holds no finished ablation rollouts (state.json)")
+        settings["rollouts_from"] = held["store"]
+    plan = AblationPlan(name=chosen.name, variants=chosen.variants, reference=chosen.reference, **settings)
 
     def show(name: str, record: dict) -> None:
         ev = record.get("eval")
         line = (f"F1 {ev['f1']:.3f} EM {ev['em']:.3f} steps {ev['avg_steps']:.2f}" if ev
                 else f"no adapter: {record['round'].get('error')}")
-        print(f"evorag ablate: {name}: {record['store']['pairs']} pairs, {line}", file=sys.stderr)
+        source = record.get("reused_from")
+        reused = f" (reused: {source['variant']} of {source['run']})" if source else ""
+        print(f"evorag ablate: {name}: {record['store']['pairs']} pairs, {line}{reused}", file=sys.stderr)
 
-    state = run_ablation(plan, cfg, home_from_args(args), on_variant=show, workers=args.workers)
+    state = run_ablation(plan, cfg, home_from_args(args), on_variant=show, workers=args.workers,
+                         rows_from=args.rows_from)
     report = write_report(state, plan.out, args.resamples)
     if args.json:
         print_json(report)

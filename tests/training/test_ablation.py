@@ -151,3 +151,49 @@ def test_ablate_on_two_worker_processes_stores_and_evaluates_as_one_process(tiny
     assert len(runs[1][0][0]) == 3 and runs[1][0][1]  # three rollout episodes, some pairs
     assert [q for q, *_ in runs[1][1]["base"]] == [q for q, *_ in runs[2][1]["base"]] and len(runs[1][1]["base"]) == 4
     assert runs[2] == runs[1]
+
+
+@pytest.mark.slow
+def test_rows_of_another_run_with_the_same_weights_are_reused_not_recomputed(tiny, tmp_path, capsys):
+    """`--rows-from`: a presets run on a schedules run's rollouts takes that run's base row and its time-dynamic row
+    as Full (the same weights): nothing is trained or evaluated again, the lines are copied, the table stands on
+    its own; with another step budget nothing is reused (control)."""
+    torch.set_num_threads(1)
+    home = tmp_path / "home"
+    overrides = {**SETTINGS, "policy.model": str(tiny)}
+    sets = [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]
+    common = ["--home", str(home), "--data", str(DEMO), "--train", "0:3", "--eval", "40:44", "--eval-t-max", "4",
+              "--resamples", "200", *sets]
+    first = (tmp_path / "schedules").resolve()
+    assert cli_main(["ablate", "schedules", "--variants", "", "--out", str(first), "--max-steps", "1", *common]) == 0
+    held = load_state(first)
+    capsys.readouterr()
+
+    second = (tmp_path / "presets").resolve()
+    assert cli_main(["ablate", "presets", "--variants", "", "--out", str(second), "--max-steps", "1",
+                     "--rows-from", str(first), *common]) == 0
+    assert "(reused: time-dynamic of" in capsys.readouterr().err
+    state = load_state(second)
+    assert state["plan"]["rollouts_from"] == held["rollouts"]["store"] == state["rollouts"]["store"]
+    full, td = state["variants"]["full"], held["variants"]["time-dynamic"]
+    assert full["reused_from"] == {"run": str(first), "variant": "time-dynamic"}
+    assert full["round"] == td["round"] and full["store"] == td["store"]
+    assert not (second / "variants").exists()  # no store re-scored, no round trained
+    for name, source in (("base", held["base"]), ("full", td["eval"])):
+        mine = state["base"] if name == "base" else full["eval"]
+        assert mine["results"] == str(second / "eval" / f"{name}.jsonl") and mine["reused_from"] == str(first)
+        assert Path(mine["results"]).read_text() == Path(source["results"]).read_text()
+        assert {k: v for k, v in mine.items() if k not in ("results", "reused_from")} == \
+               {k: v for k, v in source.items() if k != "results"}
+    report = json.loads((second / "ablation.json").read_text())
+    assert [r["name"] for r in report["rows"]] == ["base", "full"] and report["minutes"]["reused"] == ["base", "full"]
+    assert report["minutes"]["rounds"] == {"full": None}
+    assert "Reused from another run: base, full." in (second / "ablation.md").read_text()
+
+    # control: another step budget is another experiment; nothing of the first run is taken
+    third = (tmp_path / "presets3").resolve()
+    assert cli_main(["ablate", "presets", "--variants", "", "--out", str(third), "--max-steps", "2",
+                     "--rows-from", str(first), *common]) == 0
+    other = load_state(third)
+    assert "reused_from" not in other["base"] and "reused_from" not in other["variants"]["full"]
+    assert other["variants"]["full"]["round"]["status"] == "succeeded" and (third / "variants" / "full").is_dir()

@@ -11,6 +11,13 @@
       eval    the adapter's greedy episodes on the evaluation questions (disjoint from training), JSON lines;
     base      the base policy on the same evaluation questions.
 
+`rows_from` (another run's folder) reuses that run's finished rows instead of computing them again: its base
+evaluation, and each variant whose weights (schedule, preset, table) equal one of its variants - e.g. the presets'
+Full row is the schedules' time-dynamic row - provided the two runs share the config, the data and slices, the
+objective, step budget, seed and evaluation T_max, and the very rollout episodes (the same store URL and episode
+ids). The evaluation lines are copied into this run (its table and p-values stand on their own); the adapter stays
+where the other run trained it. A reused record says so (`reused_from`) and its minutes are not this run's.
+
 `workers` > 1 runs the rollouts on a process pool (pairs/executors.py: the same episodes and pairs as one process)
 and the evaluations on another (evaluation/pool.py: each worker loads the model once for the base and every
 adapter); the rounds run in this process. The worker count is not part of the plan: a run may resume with another.
@@ -70,8 +77,7 @@ class AblationPlan:
 
     def fingerprint(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "variants"}
-        d["variants"] = [{"name": v.name, "schedule": v.schedule, "preset": v.preset,
-                          "table": [dict(v.table.start), dict(v.table.mid), dict(v.table.end)]} for v in self.variants]
+        d["variants"] = [{"name": v.name, **_definition(v)} for v in self.variants]
         d["data"], d["out"] = str(self.data), str(self.out)
         return json.loads(json.dumps(d, default=list))  # as state.json holds it
 
@@ -130,7 +136,7 @@ class AblationRun:
     """The shared parts of a run (config, model, runtimes, state) and its phases; `variant(v)` runs one variant
     (store -> round -> eval) unless the state has it, so a tuning search can add variants one trial at a time."""
 
-    def __init__(self, plan: AblationPlan, cfg: Config, home: Path, workers: int = 1):
+    def __init__(self, plan: AblationPlan, cfg: Config, home: Path, workers: int = 1, rows_from: Path | None = None):
         from evorag_core.data.datasets import load_dataset
         from evorag_core.lm.loading import resolve_model
         from evorag_core.runtime import Runtime
@@ -149,6 +155,7 @@ class AblationRun:
         self.eval_rt = Runtime(replace(c, env=replace(c.env, t_max=plan.eval_t_max)), home, self.dataset)
         self.backend = _backend(c, home)
         self.workers = workers
+        self.rows_from = Path(rows_from).resolve() if rows_from else None
         self._pool = None  # the evaluation pool (workers > 1), started on first use
 
     def close(self) -> None:
@@ -179,6 +186,9 @@ class AblationRun:
             self.data["rollouts"] = _rollouts(self.plan, self.rollout_cfg, rt, self.backend, self.train_qs,
                                               self.home, self.workers)
             self.state.save()
+        if "base" not in self.data and (other := self._other_run()) is not None and other.get("base"):
+            self.data["base"] = _reuse_eval(self.plan, other["base"], "base", self.rows_from)
+            self.state.save()
         if "base" not in self.data:
             self.data["base"] = _evaluate(self.plan, self.eval_rt, self.backend, "base", None, self.eval_qs,
                                           self._eval_pool())
@@ -189,6 +199,11 @@ class AblationRun:
         record = self.data["variants"].get(variant.name, {})
         if "eval" in record:
             return record
+        reused = self._reused_variant(variant)
+        if reused is not None:
+            self.data["variants"][variant.name] = reused
+            self.state.save()
+            return reused
         if record.get("round", {}).get("status") != "succeeded":
             record = {"store": _variant_store(self.plan, self.cfg, variant, self.data["rollouts"])}
             self.data["variants"][variant.name] = record
@@ -204,11 +219,58 @@ class AblationRun:
         return record
 
 
+    def _other_run(self) -> dict[str, Any] | None:
+        """The `rows_from` run's state when its rows can stand in this run's (see the module docstring)."""
+        if self.rows_from is None:
+            return None
+        other = load_state(self.rows_from)
+        if not other or "rollouts" not in self.data:
+            return None
+        keys = ("data", "train", "eval", "objective", "max_steps", "seed", "eval_t_max")
+        mine, theirs = self.data["plan"], other.get("plan") or {}
+        same = (other.get("config") == self.data["config"] and all(theirs.get(k) == mine.get(k) for k in keys)
+                and (other.get("rollouts") or {}).get("store") == self.data["rollouts"]["store"]
+                and other["rollouts"].get("episode_ids") == self.data["rollouts"]["episode_ids"])
+        if not same:
+            log.warning("%s: its rows are not reused (another config, plan or rollout set)", self.rows_from)
+        return other if same else None
+
+    def _reused_variant(self, variant: Variant) -> dict[str, Any] | None:
+        other = self._other_run()
+        if other is None:
+            return None
+        weights = _definition(variant)
+        for held in other["plan"].get("variants", []):
+            record = other.get("variants", {}).get(held["name"]) or {}
+            if ({k: v for k, v in held.items() if k != "name"} == weights and record.get("eval")
+                    and record.get("round", {}).get("status") == "succeeded"):
+                return {"store": record["store"], "round": record["round"],
+                        "eval": _reuse_eval(self.plan, record["eval"], variant.name, self.rows_from),
+                        "reused_from": {"run": str(self.rows_from), "variant": held["name"]}}
+        return None
+
+
+def _definition(variant: Variant) -> dict[str, Any]:
+    """A variant's weights as a plan's fingerprint holds them (without its name)."""
+    table = [dict(variant.table.start), dict(variant.table.mid), dict(variant.table.end)]
+    return json.loads(json.dumps({"schedule": variant.schedule, "preset": variant.preset, "table": table}))
+
+
+def _reuse_eval(plan: AblationPlan, evaluated: dict[str, Any], name: str, source: Path) -> dict[str, Any]:
+    """Another run's evaluation record, its per-question lines copied into this run's eval folder."""
+    path = plan.out / "eval" / f"{name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(evaluated["results"], path)
+    return {**evaluated, "results": str(path), "reused_from": str(source)}
+
+
 def run_ablation(plan: AblationPlan, cfg: Config, home: Path,
-                 on_variant: Callable[[str, dict[str, Any]], None] | None = None, workers: int = 1) -> dict[str, Any]:
+                 on_variant: Callable[[str, dict[str, Any]], None] | None = None, workers: int = 1,
+                 rows_from: Path | None = None) -> dict[str, Any]:
     """Run (or continue) the ablation; returns the state. `on_variant(name, record)` is called after each variant
-    is done (the CLI prints it; a test interrupts there). `workers`: processes for the rollouts and evaluations."""
-    run = AblationRun(plan, cfg, home, workers)
+    is done (the CLI prints it; a test interrupts there). `workers`: processes for the rollouts and evaluations.
+    `rows_from`: another run's folder whose matching rows are reused (module docstring)."""
+    run = AblationRun(plan, cfg, home, workers, rows_from)
     try:
         run.prepare()
         for variant in plan.variants:

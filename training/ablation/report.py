@@ -95,16 +95,24 @@ def markdown(table: list[dict[str, Any]], reference: str, resamples: int = 10_00
 
 def timing(state: dict[str, Any]) -> dict[str, Any]:
     """Minutes per phase, as the state recorded them: the rollouts, each variant's round and every evaluation
-    (a phase resumed after an interruption counts only its last attempt), and their sum."""
-    evals = {"base": (state.get("base") or {}).get("seconds")}
+    (a phase resumed after an interruption counts only its last attempt), and their sum. A row reused from another
+    run (`reused_from`) took none of this run's time: its minutes are None here and it is listed under `reused`."""
+    base = state.get("base") or {}
+    evals = {"base": None if base.get("reused_from") else base.get("seconds")}
     rounds = {}
+    reused = ["base"] if base.get("reused_from") else []
     for name, record in state.get("variants", {}).items():
+        if record.get("reused_from"):
+            reused.append(name)
+            rounds[name] = evals[name] = None
+            continue
         rounds[name] = (record.get("round") or {}).get("minutes")
         evals[name] = (record.get("eval") or {}).get("seconds")
     minutes = {"rollouts": (state.get("rollouts") or {}).get("minutes"),
                "rounds": rounds, "evaluations": {k: None if v is None else v / 60 for k, v in evals.items()}}
     parts = [minutes["rollouts"], *rounds.values(), *minutes["evaluations"].values()]
     minutes["total"] = sum(v for v in parts if v is not None)
+    minutes["reused"] = reused
     return minutes
 
 
@@ -114,8 +122,9 @@ def _timing_line(t: dict[str, Any]) -> str:
 
     rounds = ", ".join(f"{k} {fmt(v)}" for k, v in t["rounds"].items())
     evals = ", ".join(f"{k} {fmt(v)}" for k, v in t["evaluations"].items())
+    reused = f" Reused from another run: {', '.join(t['reused'])}." if t.get("reused") else ""
     return (f"Minutes: rollouts {fmt(t['rollouts'])}; rounds: {rounds}; evaluations: {evals}; total "
-            f"{t['total']:.0f} (each phase's last attempt).")
+            f"{t['total']:.0f} (each phase's last attempt).{reused}")
 
 
 def figure(table: list[dict[str, Any]], title: str):
