@@ -336,7 +336,14 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
         values.update(episode_ids=held["train_episode_ids"],
                       data=str(DATA if args.corpus == "pooled" else args.train_file))
     with open_store(args.db) as store:
+        queued = store.count_pairs("status").get("queued", 0)
         rid = store.enqueue_round(objective, job_config(objective, **values))
+    if objective == "dpo" and args.max_steps and args.max_steps * args.batch / args.epochs < queued:
+        # the round claims only the pairs its steps use (training/dpo_round.claim_size), the oldest first: with more
+        # training pairs than max_steps x batch / epochs, the later ones (e.g. --reader-dumps') are never trained on
+        print(f"bench.learning: the {objective} round trains on {args.max_steps * args.batch // args.epochs} of "
+              f"{queued} queued pairs (the oldest); --epochs 1 --max-steps "
+              f"{-(-queued // args.batch)} would use them all", file=sys.stderr)
     log = args.home / f"learning_round_{objective}.log"
     # The round runs alone on the machine (rollouts are done, evaluation has not begun): it gets the workers' whole
     # CPU share, as a studio's worker would (policy.threads, default: all cores). Until 2026-11-24 it got
@@ -358,7 +365,7 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
             "surrogate_end", "first_value_loss", "final_value_loss", "wall_s", "setup_s", "train_s",
             "seconds_per_step", "peak_rss_mb", "truncated_prompts", "loss_history")
     return {"round_id": rid, "status": r.status, "minutes": (r.finished_at - r.started_at).total_seconds() / 60,
-            "threads": threads, "load_avg_start": load0, "load_avg_end": os.getloadavg()[0],
+            "queued_pairs": queued, "threads": threads, "load_avg_start": load0, "load_avg_end": os.getloadavg()[0],
             **{k: m[k] for k in keep if k in m}}
 
 
