@@ -156,6 +156,7 @@ class AblationRun:
         self.backend = _backend(c, home)
         self.workers = workers
         self.rows_from = Path(rows_from).resolve() if rows_from else None
+        self._other: dict[str, Any] | None = None  # the rows_from run's state once read ({}: nothing to reuse)
         self._pool = None  # the evaluation pool (workers > 1), started on first use
 
     def close(self) -> None:
@@ -218,14 +219,20 @@ class AblationRun:
         self.state.save()
         return record
 
-
     def _other_run(self) -> dict[str, Any] | None:
-        """The `rows_from` run's state when its rows can stand in this run's (see the module docstring)."""
-        if self.rows_from is None:
+        """The `rows_from` run's state when its rows can stand in this run's (see the module docstring); read once,
+        after this run's rollouts are known."""
+        if self.rows_from is None or "rollouts" not in self.data:
             return None
+        if self._other is None:
+            self._other = self._matching_run()
+        return self._other or None
+
+    def _matching_run(self) -> dict[str, Any]:
         other = load_state(self.rows_from)
-        if not other or "rollouts" not in self.data:
-            return None
+        if not other:
+            log.warning("%s holds no ablation state; nothing is reused", self.rows_from)
+            return {}
         keys = ("data", "train", "eval", "objective", "max_steps", "seed", "eval_t_max")
         mine, theirs = self.data["plan"], other.get("plan") or {}
         same = (other.get("config") == self.data["config"] and all(theirs.get(k) == mine.get(k) for k in keys)
@@ -233,7 +240,7 @@ class AblationRun:
                 and other["rollouts"].get("episode_ids") == self.data["rollouts"]["episode_ids"])
         if not same:
             log.warning("%s: its rows are not reused (another config, plan or rollout set)", self.rows_from)
-        return other if same else None
+        return other if same else {}
 
     def _reused_variant(self, variant: Variant) -> dict[str, Any] | None:
         other = self._other_run()
