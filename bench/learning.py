@@ -260,13 +260,7 @@ def phase_reader_pairs(args: argparse.Namespace, held: dict[str, Any]) -> dict[s
             states += len(views)
             pairs = episode_reader_pairs(episode, views, reader, gold[episode.question_id],
                                          lambda v: reader_passages(v, cfg.policy.reader_passages))
-            ids = store.add_pairs(pairs)
-            if episode.question_id in heldout:
-                for i in ids:
-                    store.discard_pair(i)
-                held_ids += ids
-            else:
-                train_ids += ids
+            _add_pairs(store, pairs, episode.question_id in heldout, train_ids, held_ids)
         dumps = _dump_pairs(args, reader, heldout, store) if args.reader_dumps else {}
     for source in dumps.values():
         train_ids += source.pop("train_ids")
@@ -275,6 +269,17 @@ def phase_reader_pairs(args: argparse.Namespace, held: dict[str, Any]) -> dict[s
     held["heldout_pair_ids"] = held_ids
     return {"train_pairs": len(train_ids), "heldout_pairs": len(held_ids), "states": states,
             "minutes": (time.perf_counter() - started) / 60, "dumps": dumps}
+
+
+def _add_pairs(store: Any, pairs: list[Any], held_out: bool, train_ids: list[int], held_ids: list[int]) -> None:
+    """Store answer pairs: a held-out question's are discarded at once (no round claims them; phase 4 scores them)."""
+    ids = store.add_pairs(pairs)
+    if held_out:
+        for i in ids:
+            store.discard_pair(i)
+        held_ids += ids
+    else:
+        train_ids += ids
 
 
 def _dump_pairs(args: argparse.Namespace, reader: Any, heldout: set[str], store: Any) -> dict[str, Any]:
@@ -305,13 +310,7 @@ def _dump_pairs(args: argparse.Namespace, reader: Any, heldout: set[str], store:
             pairs = state_reader_pairs(reader, row["question"], passages, row["answers"],
                                        {"question_id": row["id"], "set": row["set"], "dump": path.name},
                                        stage=args.stage, max_pairs=args.dump_max_pairs)
-            ids = store.add_pairs(pairs)
-            if row["id"] in heldout:
-                for i in ids:
-                    store.discard_pair(i)
-                held_ids += ids
-            else:
-                train_ids += ids
+            _add_pairs(store, pairs, row["id"] in heldout, train_ids, held_ids)
         out[path.name] = {"rows": len(rows), "left_out_eval": sum(r["id"] in evaluated for r in rows),
                           "read": len(kept), "train_ids": train_ids, "heldout_ids": held_ids,
                           "train_pairs": len(train_ids), "heldout_pairs": len(held_ids),
