@@ -439,10 +439,11 @@ def _targets(state: dict[str, Any]) -> dict[str, Any]:
     acc = state.get("pair_accuracy", {}).get("dpo", {}).get("accuracy")
     rounds = state.get("rounds", {})
     ev = state.get("eval", {})
-    fewer_steps, not_significantly_lower = {}, {}
+    fewer_steps, not_significantly_lower, f1_above = {}, {}, {}
     for o in OBJECTIVES:
         cmp = ev.get(o, {}).get("vs_base")
         if cmp:
+            f1_above[o] = cmp["f1"]["diff"] > 0 and cmp["f1"]["p_value"] < 0.05  # issue #22's learning target
             fewer = cmp["steps"]["diff"] < 0 and cmp["steps"]["p_value"] < TARGETS["steps_p_max"]
             fewer_steps[o] = fewer and cmp["f1"]["diff"] >= 0
             not_significantly_lower[o] = fewer and (cmp["f1"]["diff"] >= 0 or cmp["f1"]["p_value"] >= 0.05)
@@ -450,6 +451,7 @@ def _targets(state: dict[str, Any]) -> dict[str, Any]:
         "dpo_heldout_accuracy": acc, "dpo_heldout_accuracy_met": acc is not None and acc >= 0.65,
         "fewer_steps_without_lower_f1_p<0.05": fewer_steps, "any_objective_met": any(fewer_steps.values()),
         "fewer_steps_f1_not_significantly_lower": not_significantly_lower,
+        "f1_above_base_p<0.05": f1_above,
         "round_minutes": {o: r.get("minutes") for o, r in rounds.items()},
         "rounds_within_15_min": {o: (r.get("minutes") or 1e9) <= TARGETS["round_minutes_max"] for o, r in rounds.items()},
     }

@@ -126,3 +126,36 @@ def test_summary_reports_refusal_where_questions_are_marked(tmp_path):
     assert summary["unanswerable"] == 1
     cmp = compare_results(results, results, resamples=100)
     assert cmp["refusal_accuracy"]["diff"] == 0.0
+
+
+def test_answer_changes_by_hand(tmp_path, capsys):
+    """Five questions, A against B:
+    q1 same answer up to case and punctuation ("Paris." / "paris") -> not a change;
+    q2 changed, A right (F1 1 vs 0), same steps -> better at equal steps;
+    q3 changed, A wrong, A took one more step -> worse, not at equal steps;
+    q4 yes/no: A "yes" right, B "no" wrong, same steps -> better at equal steps; yes/no right A 1, B 0;
+    q5 A refused (no prediction), B answered wrong -> a change with equal F1 (neither better nor worse)."""
+    import json
+
+    from evorag_core.cli.main import main as cli_main
+    from evorag_core.evaluation.runner import answer_changes, compare_results
+    from evorag_core.methods.base import QuestionResult
+
+    def r(qid, pred, gold, f1, steps):
+        return QuestionResult(qid, "t", "?", pred, (gold,), float(f1 == 1.0), f1, steps, (), None, pred is None)
+
+    a = [r("q1", "Paris.", "Paris", 1.0, 2), r("q2", "Ada", "Ada", 1.0, 2), r("q3", "Bob", "Carl", 0.0, 3),
+         r("q4", "yes", "yes", 1.0, 2), r("q5", None, "Dan", 0.0, 2)]
+    b = [r("q1", "paris", "Paris", 1.0, 2), r("q2", "Eve", "Ada", 0.0, 2), r("q3", "Carl", "Carl", 1.0, 2),
+         r("q4", "no", "yes", 0.0, 2), r("q5", "Fay", "Dan", 0.0, 2)]
+    c = answer_changes(list(zip(a, b)))
+    assert (c["n"], c["changed"], c["better"], c["worse"]) == (5, 4, 2, 1)
+    assert (c["same_steps_changed"], c["same_steps_better"], c["same_steps_worse"]) == (3, 2, 0)
+    assert c["yes_no"] == {"n": 1, "right_a": 1.0, "right_b": 0.0}
+    assert compare_results(a, b, resamples=100)["changes"] == c
+    for name, results in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(x.to_dict()) + "\n" for x in results))
+    assert cli_main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--resamples", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "answers changed: 4 (A's F1 higher on 2, lower on 1); at equal steps 3 (2 higher, 0 lower)" in text
+    assert "yes/no questions: 1, right A 1  B 0" in text

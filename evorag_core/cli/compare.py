@@ -33,4 +33,10 @@ def main(args: argparse.Namespace) -> int:
             f"  {metric:<5} A {r['mean_a']:.4f}  B {r['mean_b']:.4f}  diff {r['diff']:+.4f}"
             f"  95% CI [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}]  p = {r['p_value']:.4f}  {r['verdict']}"
         )
+    c = out["changes"]
+    print(f"  answers changed: {c['changed']} (A's F1 higher on {c['better']}, lower on {c['worse']}); at equal steps "
+          f"{c['same_steps_changed']} ({c['same_steps_better']} higher, {c['same_steps_worse']} lower)")
+    if c["yes_no"]["n"]:
+        yn = c["yes_no"]
+        print(f"  yes/no questions: {yn['n']}, right A {yn['right_a']:g}  B {yn['right_b']:g}")
     return 0

@@ -8,11 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TextIO
 
-from evorag_core.metrics import mean, paired_bootstrap, refusal_accuracy
+from evorag_core.metrics import mean, normalize_answer, paired_bootstrap, refusal_accuracy
 from evorag_core.methods.base import QuestionResult
 from evorag_core.types import Question
 
-__all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "Progress",
+__all__ = ["Method", "summarize", "extra_metric_keys", "evaluate", "load_results", "compare_results", "answer_changes",
+           "Progress",
            "SUMMARY_KEYS", "REFUSAL_KEYS", "refusal_summary"]
 
 SUMMARY_KEYS = ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "format_valid", "fallback_rate", "seconds")
@@ -145,9 +146,28 @@ def _one_by_one(method: Method) -> Callable[[list[Question]], Iterator[QuestionR
     return run
 
 
+def answer_changes(common: Sequence[tuple[QuestionResult, QuestionResult]]) -> dict[str, Any]:
+    """Where two policies' answers to the same questions differ (`common`: (a, b) pairs): how many answers changed
+    (after answer normalisation), how many of those scored a higher / lower F1 under a than under b, the same counts
+    for the changes at an equal step count (the answer changed, not the search), and the yes/no questions (gold
+    "yes" or "no") each side got right. What a paired bootstrap's mean difference hides: a null F1 change may be
+    many answers moving both ways or nothing moving at all."""
+    changed = [(x, y) for x, y in common if normalize_answer(x.prediction or "") != normalize_answer(y.prediction or "")]
+    same_steps = [(x, y) for x, y in changed if x.steps == y.steps]
+    yes_no = [(x, y) for x, y in common if {normalize_answer(g) for g in x.gold} & {"yes", "no"}]
+    return {
+        "n": len(common), "changed": len(changed),
+        "better": sum(x.f1 > y.f1 for x, y in changed), "worse": sum(x.f1 < y.f1 for x, y in changed),
+        "same_steps_changed": len(same_steps),
+        "same_steps_better": sum(x.f1 > y.f1 for x, y in same_steps),
+        "same_steps_worse": sum(x.f1 < y.f1 for x, y in same_steps),
+        "yes_no": {"n": len(yes_no), "right_a": sum(x.em for x, _ in yes_no), "right_b": sum(y.em for _, y in yes_no)},
+    }
+
+
 def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], resamples: int = 10_000, seed: int = 0) -> dict[str, Any]:
     """Paired bootstrap of EM and F1 (and steps) on the questions both result sets contain; also of every
-    `extras["metrics"]` number that all of those questions report on both sides."""
+    `extras["metrics"]` number that all of those questions report on both sides; and `answer_changes` of the two."""
     by_id = {r.question_id: r for r in b}
     common = [(r, by_id[r.question_id]) for r in a if r.question_id in by_id]
     if not common:
@@ -165,6 +185,7 @@ def compare_results(a: Sequence[QuestionResult], b: Sequence[QuestionResult], re
         pairs = [((x.extras.get("metrics") or {}).get(metric), (y.extras.get("metrics") or {}).get(metric)) for x, y in common]
         if all(u is not None and v is not None for u, v in pairs):
             out[metric] = paired_bootstrap([float(u) for u, _ in pairs], [float(v) for _, v in pairs], resamples, seed).__dict__
+    out["changes"] = answer_changes(common)
     return out
 
 
