@@ -40,7 +40,7 @@ from evorag_core.types import Question
 from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
 from training.grpo import group_advantages
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
-from training.loop import MAX_GRAD_NORM, StepLog, train_mode
+from training.loop import StepLog, accumulate, optimizer_step, train_mode
 from training.processes import SINGLE, Processes
 from training.seqlogp import base_lm
 
@@ -155,16 +155,11 @@ def train_arena_grpo(
                 share = len(batch.lengths) / cfg.group_size / len(index)  # every reply of the step weighs the same
                 stats = micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train,
                                     ref_adapter, share)
-                for key, value in stats.items():
-                    acc[key] = acc.get(key, 0.0) + value * share
-            for key, value in _reward_stats(group).items():
-                acc[key] = acc.get(key, 0.0) + value / len(index)
+                accumulate(acc, stats, share)
+            accumulate(acc, _reward_stats(group), 1 / len(index))
         acc["tokens"] = float(sum(o.tokens for g in groups for o in g.outputs))
-        processes.sum_gradients(params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        log.add(**processes.sum_values(acc), grad_norm=float(grad_norm))
+        grad_norm = optimizer_step(optimizer, params, processes)
+        log.add(**processes.sum_values(acc), grad_norm=grad_norm)
         shown = processes.gather([(k, {"step": step + 1, "question_id": g.question.id, "text": g.outputs[0].text,
                                        "reward": g.rewards[0].to_dict()}) for (k, _), g in zip(mine, groups)])
         samples += [sample for _, sample in sorted(shown, key=lambda row: row[0])]

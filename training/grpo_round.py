@@ -27,7 +27,7 @@ from training.grpo import group_advantages, grpo_loss
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.lora import save_adapter
 from training.processes import SINGLE, Processes
-from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
+from training.loop import StepLog, accumulate, autocast, minibatches, optimizer_step, start_policy, train_mode
 from training.rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
 from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
 from training.seqlogp import completion_token_logps, encode
@@ -148,14 +148,10 @@ def train_grpo(
                 clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef, kl=cfg.kl,
             )
             (loss * share / cfg.grad_accum).backward()
-            for key, value in {"loss": float(loss.detach()), **stats}.items():
-                acc[key] = acc.get(key, 0.0) + value * share / cfg.grad_accum
+            accumulate(acc, {"loss": float(loss.detach()), **stats}, share / cfg.grad_accum)
         if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
-            processes.sum_gradients(params)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            log.add(**processes.sum_values(acc), grad_norm=float(grad_norm))
+            grad_norm = optimizer_step(optimizer, params, processes)
+            log.add(**processes.sum_values(acc), grad_norm=grad_norm)
             acc = dict.fromkeys(_STEP_KEYS, 0.0)
     after = evaluate_grpo(policy, tokenizer, subset, [old[j] for j in used], cfg, processes)
     return log, {"samples_used": len(used), "surrogate_start": -sum(s.advantage for s in subset) / len(subset),

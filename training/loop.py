@@ -10,7 +10,7 @@ import contextlib
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from peft import PeftModel
 
     from evorag_core.store import Adapter
+    from training.processes import Processes
 
-__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "StepLog"]
+__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "accumulate", "optimizer_step",
+           "StepLog"]
 
 MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
 _NOT_CHARTED = ("total", "elapsed_s")  # per-step entries left out of `step_history`
@@ -73,6 +75,22 @@ def minibatches(n: int, batch_size: int, epochs: int, seed: int) -> list[list[in
         order = torch.randperm(n, generator=generator).tolist()
         out += [order[i : i + batch_size] for i in range(0, n, batch_size)]
     return out
+
+
+def accumulate(acc: dict[str, float], values: Mapping[str, float], weight: float) -> None:
+    """Add `weight` x each of `values` into the running sums `acc` (a step's terms, weighted by a micro-batch's share)."""
+    for key, value in values.items():
+        acc[key] = acc.get(key, 0.0) + value * weight
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], processes: Processes) -> float:
+    """One optimiser step: the gradients summed across `processes`, their norm clipped at MAX_GRAD_NORM, the step
+    taken and the gradients cleared; returns the norm before clipping."""
+    processes.sum_gradients(params)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm)
 
 
 class StepLog:

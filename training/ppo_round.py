@@ -30,7 +30,7 @@ from evorag_core.errors import TrainingError
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.kl import kl_k3
 from training.lora import save_adapter
-from training.loop import MAX_GRAD_NORM, StepLog, autocast, minibatches, start_policy, train_mode
+from training.loop import StepLog, accumulate, autocast, minibatches, optimizer_step, start_policy, train_mode
 from training.ppo import ValueHead, gae, ppo_losses
 from training.processes import SINGLE, Processes
 from training.reduce import sequence_mean
@@ -173,14 +173,10 @@ def train_ppo(
             step = {"loss": float(loss.detach()), "policy_loss": float(policy_loss.detach()),
                     "value_loss": float(value_loss.detach()),
                     "kl": kl_ref, **stats}
-            for key, value in step.items():
-                acc[key] = acc.get(key, 0.0) + value * share / cfg.grad_accum
+            accumulate(acc, step, share / cfg.grad_accum)
         if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
-            processes.sum_gradients(params)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            log.add(**processes.sum_values(acc), grad_norm=float(grad_norm))
+            grad_norm = optimizer_step(optimizer, params, processes)
+            log.add(**processes.sum_values(acc), grad_norm=grad_norm)
             acc = dict.fromkeys(_STEP_KEYS, 0.0)
             if len(log.history) >= total:
                 break

@@ -42,7 +42,7 @@ from evorag_core.types import Passage, Question
 from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
 from training.grpo import group_advantages
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
-from training.loop import MAX_GRAD_NORM, StepLog, train_mode
+from training.loop import StepLog, accumulate, optimizer_step, train_mode
 from training.processes import SINGLE, Processes
 from training.seqlogp import base_lm
 
@@ -233,14 +233,10 @@ def _update(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, groups: Seque
             share = len(batch.lengths) / total
             stats = micro_step(policy, batch, group.advantages[start : start + cfg.micro_batch], train, ref_adapter,
                                 share)
-            for key, value in stats.items():
-                acc[key] = acc.get(key, 0.0) + value * share
-    processes.sum_gradients(params)
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+            accumulate(acc, stats, share)
+    grad_norm = optimizer_step(optimizer, params, processes)
     policy.eval()
-    return {**processes.sum_values(acc), "updated": float(len(groups)), "grad_norm": float(grad_norm)}
+    return {**processes.sum_values(acc), "updated": float(len(groups)), "grad_norm": grad_norm}
 
 
 def _reward_stats(groups: Sequence[R2agGroup]) -> dict[str, float]:
