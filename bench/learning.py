@@ -28,7 +28,10 @@ Phases (each resumable; finished phases are kept in <home>/learning_state.json, 
    (log π − log π_base)(rejected)] > 0 (for DPO this is its held-out reward accuracy);
 5. evaluation: greedy episodes of the base policy and of each adapter on the eval slice (same questions for all,
    env T_max = `--eval-t-max`), EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples) of each
-   adapter against the base.
+   adapter against the base;
+6. with `--reader-dumps`, the reader alone: each policy answers the evaluation questions from their dumped passages
+   (the same for every policy: only the answer the reader picks can change, the part the answer pairs train), EM and
+   F1 per dump with the paired bootstrap of each adapter against the base.
 `--passage-chars` applies everywhere (rollouts, training prompts, evaluation): with 120 characters per passage the
 current turn of a prompt at t <= 3 fits in 512 tokens next to the system prompt (see training/seqlogp.py).
 `--answer-chars` is the reader's passage cut (`answer.passage_chars`; 0: the same as `--passage-chars`): the reader's
@@ -433,6 +436,86 @@ def phase_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, An
     return out
 
 
+# -- phase 6: the reader alone on fixed passages -------------------------------------------------------------------
+
+def _eval_dump_rows(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(dump name, row) for every `--reader-dumps` row of a question of the evaluation slice (no pair came from these)."""
+    from evorag_core.data.datasets import load_dataset
+
+    el, eh = _slice(args.eval)
+    evaluated = {q.id for q in load_dataset(DATA).questions[el:eh]}
+    out = []
+    for path in [Path(p) for p in args.reader_dumps.split(",") if p]:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out += [(path.name, r) for r in rows if r["id"] in evaluated and r.get("passages")]
+    return out
+
+
+def reader_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> None:
+    """Child process: one policy's reader (the base model, or `adapter_path` active) answers each evaluation question
+    from its dumped passages; rows appended to <home>/learning_reader_<name>.jsonl (resumable)."""
+    import torch
+
+    from evorag_core.lm.hf_backend import TransformersBackend
+    from evorag_core.metrics import exact_match, f1_score
+    from evorag_core.reader.answers import Reader
+    from evorag_core.types import Passage
+
+    cfg = _config(args)
+    torch.set_num_threads(args.threads)
+    backend = TransformersBackend(cfg.policy, args.home)
+    if adapter_path:
+        backend.load_adapter(name, adapter_path)
+        backend.activate(name)
+    reader = Reader(backend, cfg.answer, cfg.policy.passage_chars)
+    out = args.home / f"learning_reader_{name}.jsonl"
+    done = {(r["dump"], r["question_id"]) for r in map(json.loads, out.read_text().splitlines())} if out.exists() else set()
+    with out.open("a") as fh:
+        for dump, row in _eval_dump_rows(args):
+            if (dump, row["id"]) in done:
+                continue
+            passages = [Passage(p["pid"], p["title"], p["text"]) for p in row["passages"]]
+            (answer,) = reader.read(row["question"], passages)
+            fh.write(json.dumps({"dump": dump, "question_id": row["id"], "prediction": answer.text, "kind": answer.kind,
+                                 "gold": row["answers"], "em": exact_match(answer.text, row["answers"]),
+                                 "f1": f1_score(answer.text, row["answers"])}) + "\n")
+            fh.flush()
+
+
+def phase_reader_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, Any]:
+    """The reader alone: each policy answers the evaluation questions from the dumped passages (`--reader-dumps`:
+    fixed-k's top hits, the base agent's passages at its ANSWER step), the same passages for every policy, so what
+    changes is only which answer the reader picks - the part of the episodes the answer pairs train. Paired
+    bootstrap of each adapter against the base, per dump."""
+    from evorag_core.metrics import paired_bootstrap
+
+    policies = [("base", None)] + [(o, r["adapter_path"]) for o, r in rounds.items() if r.get("status") == "succeeded"]
+    started = time.perf_counter()
+    run_processes([(lambda log, name=name, path=path: _spawn(args, ["--reader-part", name, "--adapter-path", path or ""],
+                                                            log), args.home / f"learning_reader_{name}.log")
+                   for name, path in policies], 1)
+    rows = {name: [json.loads(line) for line in (args.home / f"learning_reader_{name}.jsonl").read_text().splitlines()]
+            for name, _ in policies}
+    out: dict[str, Any] = {"minutes": (time.perf_counter() - started) / 60}
+    for dump in sorted({r["dump"] for r in rows["base"]}):
+        base = {r["question_id"]: r for r in rows["base"] if r["dump"] == dump}
+        entry: dict[str, Any] = {"n": len(base), "base": {m: sum(r[m] for r in base.values()) / len(base)
+                                                          for m in ("em", "f1")}}
+        for name in rows:
+            if name == "base":
+                continue
+            mine = {r["question_id"]: r for r in rows[name] if r["dump"] == dump and r["question_id"] in base}
+            ids = sorted(mine)
+            entry[name] = {
+                "n": len(ids), **{m: sum(mine[i][m] for i in ids) / max(len(ids), 1) for m in ("em", "f1")},
+                "changed": sum(mine[i]["prediction"] != base[i]["prediction"] for i in ids),
+                "vs_base": {m: paired_bootstrap([mine[i][m] for i in ids], [base[i][m] for i in ids]).__dict__
+                            for m in ("em", "f1")},
+            }
+        out[dump] = entry
+    return out
+
+
 # -- driver ---------------------------------------------------------------------------------------------------------
 
 def _targets(state: dict[str, Any]) -> dict[str, Any]:
@@ -467,7 +550,8 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
             "load_avg_now": os.getloadavg()}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the paths every phase derives from `--home`."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default="0:16", help="training slice START:STOP of the data file")
     ap.add_argument("--eval", default="100:124", help="evaluation slice START:STOP (disjoint from --train)")
@@ -516,16 +600,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rollout-part", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--eval-part", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--adapter-path", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--reader-part", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.home = args.home.resolve()
     args.home.mkdir(parents=True, exist_ok=True)
     args.db = f"sqlite:///{args.home / 'bench_learning.db'}"
     args.train_file = args.home / "learning_train.jsonl"
     args.eval_file = args.home / "learning_eval.jsonl"
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.rollout_part:
         return rollout_part(args, *_slice(args.rollout_part))
     if args.eval_part:
         return eval_part(args, args.eval_part, args.adapter_path or None)
+    if args.reader_part:
+        return reader_part(args, args.reader_part, args.adapter_path or None)
 
     (tl, th), (el, eh) = _slice(args.train), _slice(args.eval)
     if max(tl, el) < min(th, eh):
@@ -566,6 +658,9 @@ def main(argv: list[str] | None = None) -> None:
     if "eval" not in state or not trained <= set(state["eval"]):
         _write_slice(args.eval_file, el, eh)
         state["eval"] = phase_eval(args, state["rounds"])
+        save()
+    if args.reader_dumps and ("reader_eval" not in state or not trained <= set(state["reader_eval"].get("policies", []))):
+        state["reader_eval"] = {**phase_reader_eval(args, state["rounds"]), "policies": sorted(trained)}
         save()
     print(json.dumps(_targets(state), indent=2))
 

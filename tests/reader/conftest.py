@@ -10,10 +10,14 @@ from tests.reader.texts import PASSAGES, QUESTIONS
 
 
 @pytest.fixture(scope="module")
-def tiny_backend(tmp_path_factory):
+def tiny_folder(tmp_path_factory):
     from training.tiny import build_tiny_model
 
     texts = QUESTIONS + [f"{p.title}: {p.text}" for p in PASSAGES]
-    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=1024)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=1024)
+
+
+@pytest.fixture(scope="module")
+def tiny_backend(tiny_folder, tmp_path_factory):
     torch.set_num_threads(1)
-    return TransformersBackend(PolicyConfig(model=str(folder), device="cpu"), tmp_path_factory.mktemp("home"))
+    return TransformersBackend(PolicyConfig(model=str(tiny_folder), device="cpu"), tmp_path_factory.mktemp("home"))

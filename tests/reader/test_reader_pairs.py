@@ -106,3 +106,58 @@ def test_dumped_states_give_pairs_leaving_out_the_evaluation_slice(tiny_backend,
         assert train.metadata["question_id"] == "q-train" and train.metadata["dump"] == "fixedk.jsonl"
         assert " ".join(train.chosen.split()) == "Sable River" and train.stage == "refinement"
         assert {p.metadata["question_id"] for p in store.list_pairs(limit=None)} == {"q-train", "q-held"}
+
+
+def test_the_reader_alone_answers_the_evaluation_questions_from_dumped_passages(tiny_folder, tmp_path, monkeypatch):
+    """bench/learning.py phase 6: the base model and an adapter (random LoRA B) each answer, in a child process, the
+    dumped questions of the evaluation slice from the dumped passages - a training question's row is not read; every
+    answer is a span of the passages or yes/no; the adapter is compared with the base per dump; a rerun reads
+    nothing again."""
+    import json
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from bench.learning import DATA, parse_args, phase_reader_eval
+    from evorag_core.config import TrainConfig
+    from evorag_core.data.datasets import load_dataset
+    from training.lora import attach_lora, save_adapter
+
+    questions = load_dataset(DATA).questions
+    passages = [{"pid": p.pid, "title": p.title, "text": p.text} for p in PASSAGES]
+    dump = tmp_path / "fixedk.jsonl"
+    rows = [(questions[100].id, QUESTIONS[0], ["Sable River"]), (questions[101].id, QUESTIONS[1], ["1402"]),
+            (questions[0].id, QUESTIONS[3], ["Travine lamp"])]  # the last: a training question
+    dump.write_text("".join(json.dumps({"set": "hotpot", "id": qid, "question": q, "answers": gold,
+                                        "passages": passages}) + "\n" for qid, q, gold in rows))
+    model = attach_lora(AutoModelForCausalLM.from_pretrained(tiny_folder), TrainConfig(seed=0))
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    adapter = tmp_path / "adapter"
+    save_adapter(model, adapter, {"round_id": None, "objective": "dpo", "base_model_id": str(tiny_folder), "metrics": {}})
+
+    argv = ["--train", "0:64", "--eval", "100:200", "--model", str(tiny_folder), "--home", str(tmp_path / "home"),
+            "--reader-dumps", str(dump), "--threads", "1", "--ranker", "lm", "--answer-chars", "300"]
+    monkeypatch.setattr(sys, "argv", ["learning.py", *argv])  # the child processes are started with these
+    args = parse_args(argv)
+    rounds = {"dpo": {"status": "succeeded", "adapter_path": str(adapter)}}
+    out = phase_reader_eval(args, rounds)["fixedk.jsonl"]
+    assert out["n"] == 2 and out["dpo"]["n"] == 2
+    read = {name: [json.loads(x) for x in (args.home / f"learning_reader_{name}.jsonl").read_text().splitlines()]
+            for name in ("base", "dpo")}
+    for name, got in read.items():
+        assert sorted(r["question_id"] for r in got) == sorted([questions[100].id, questions[101].id])
+        for r in got:
+            assert r["kind"] in ("span", "yes_no") and (r["prediction"] in ("yes", "no")
+                                                        or span_in_passages(r["prediction"], PASSAGES, 300))
+    base = {r["question_id"]: r for r in read["base"]}
+    assert out["dpo"]["changed"] == sum(r["prediction"] != base[r["question_id"]]["prediction"] for r in read["dpo"])
+    assert out["base"]["f1"] == sum(r["f1"] for r in read["base"]) / 2
+    assert set(out["dpo"]["vs_base"]) == {"em", "f1"}
+    before = {name: (args.home / f"learning_reader_{name}.jsonl").read_text() for name in read}
+    assert phase_reader_eval(args, rounds)["fixedk.jsonl"] == out
+    assert {name: (args.home / f"learning_reader_{name}.jsonl").read_text() for name in read} == before
