@@ -285,6 +285,14 @@ def _add_pairs(store: Any, pairs: list[Any], held_out: bool, train_ids: list[int
         train_ids += ids
 
 
+def _evaluation_ids(args: argparse.Namespace) -> set[str]:
+    """The ids of the evaluation slice's questions (no answer pair may come from them)."""
+    from evorag_core.data.datasets import load_dataset
+
+    el, eh = _slice(args.eval)
+    return {q.id for q in load_dataset(DATA).questions[el:eh]}
+
+
 def _dump_pairs(args: argparse.Namespace, reader: Any, heldout: set[str], store: Any) -> dict[str, Any]:
     """`--reader-dumps`: answer pairs also at the states bench/answer_dump.py dumped (a question with the passages its
     reader read: fixed-k's top hits, or the agent's passages at its ANSWER step), `--dump-max-pairs` per state.
@@ -293,13 +301,11 @@ def _dump_pairs(args: argparse.Namespace, reader: Any, heldout: set[str], store:
     the reader's candidates are the dump's, so it could give no pair."""
     from tqdm import tqdm
 
-    from evorag_core.data.datasets import load_dataset
     from evorag_core.env.signals import answer_score
     from evorag_core.pairs.reader_pairs import state_reader_pairs
     from evorag_core.types import Passage
 
-    el, eh = _slice(args.eval)
-    evaluated = {q.id for q in load_dataset(DATA).questions[el:eh]}
+    evaluated = _evaluation_ids(args)
     out: dict[str, Any] = {}
     for path in [Path(p) for p in args.reader_dumps.split(",") if p]:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -440,10 +446,7 @@ def phase_eval(args: argparse.Namespace, rounds: dict[str, Any]) -> dict[str, An
 
 def _eval_dump_rows(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     """(dump name, row) for every `--reader-dumps` row of a question of the evaluation slice (no pair came from these)."""
-    from evorag_core.data.datasets import load_dataset
-
-    el, eh = _slice(args.eval)
-    evaluated = {q.id for q in load_dataset(DATA).questions[el:eh]}
+    evaluated = _evaluation_ids(args)
     out = []
     for path in [Path(p) for p in args.reader_dumps.split(",") if p]:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
