@@ -5,6 +5,7 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
                              [--max-length 512] [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4]
                              [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5] [--siblings 4]
                              [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better|reader] [--ranker learned|lm]
+                             [--reader-dumps JSONL[,JSONL]] [--pair-against top|random] [--no-rollouts] [--no-agent-eval]
                              [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
                              [--home DIR] [--out bench/results/learning.json]
 
@@ -14,13 +15,16 @@ Phases (each resumable; finished phases are kept in <home>/learning_state.json, 
    SQLite store. `--corpus`: pooled (default, as in the config) = all ~3,000 passages of the file, for training and
    evaluation alike; per-question = each question's 10 passages. `--stage`, default Discovery: its schedule scores
    the branches, and the rounds' rewards use it too. Or `--rollouts-from DB`: a store bench/preference.py rolled
-   out on the same slice with the same settings, copied in (checked: the slice's questions, one stage);
+   out on the same slice with the same settings, copied in (checked: the slice's questions, one stage); or, with
+   `--no-rollouts` (only with `--pair-filter reader --reader-dumps` and DPO), none: the round trains on the dumps'
+   answer pairs alone, which makes a reader-only experiment fit in about an hour instead of three;
 2. held-out pairs: the pairs of the last `--heldout` share of the training questions are set aside (discarded in
    the store, so no round trains on them; their episodes are left out of GRPO/PPO too); `--pair-filter ans-better`
    also discards the training pairs whose chosen branch does not have the higher answer score G^ans;
    `--pair-filter reader` discards every branch pair and builds answer pairs instead (evorag_core/pairs/
    reader_pairs.py: at each state of the stored episodes, the reader's best candidate by `ans` against its
-   highest-ranked wrong ones, under the reader prompt); the held-out questions' answer pairs are phase 4's;
+   highest-ranked wrong ones, or a random draw of its wrong ones with `--pair-against random`, under the reader
+   prompt); the held-out questions' answer pairs are phase 4's;
 3. rounds: one round per objective from the same rollouts, reference = the base model, each in its own
    `evorag worker --once` process with the workers' whole CPU share (`--round-threads`, default workers x threads;
    its wall time and peak RSS are the round's);
@@ -28,7 +32,7 @@ Phases (each resumable; finished phases are kept in <home>/learning_state.json, 
    (log π − log π_base)(rejected)] > 0 (for DPO this is its held-out reward accuracy);
 5. evaluation: greedy episodes of the base policy and of each adapter on the eval slice (same questions for all,
    env T_max = `--eval-t-max`), EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples) of each
-   adapter against the base;
+   adapter against the base (skipped with `--no-agent-eval`);
 6. with `--reader-dumps`, the reader alone: each policy answers the evaluation questions from their dumped passages
    (the same for every policy: only the answer the reader picks can change, the part the answer pairs train), EM and
    F1 per dump with the paired bootstrap of each adapter against the base.
@@ -262,7 +266,8 @@ def phase_reader_pairs(args: argparse.Namespace, held: dict[str, Any]) -> dict[s
             views = [(s.t, s.view) for s in replay.steps] + [(len(replay.steps) + 1, replay.final_view)]
             states += len(views)
             pairs = episode_reader_pairs(episode, views, reader, gold[episode.question_id],
-                                         lambda v: reader_passages(v, cfg.policy.reader_passages))
+                                         lambda v: reader_passages(v, cfg.policy.reader_passages),
+                                         against=args.pair_against)
             _add_pairs(store, pairs, episode.question_id in heldout, train_ids, held_ids)
         dumps = _dump_pairs(args, reader, heldout, store) if args.reader_dumps else {}
     for source in dumps.values():
@@ -318,7 +323,7 @@ def _dump_pairs(args: argparse.Namespace, reader: Any, heldout: set[str], store:
             passages = [Passage(p["pid"], p["title"], p["text"]) for p in row["passages"]]
             pairs = state_reader_pairs(reader, row["question"], passages, row["answers"],
                                        {"question_id": row["id"], "set": row["set"], "dump": path.name},
-                                       stage=args.stage, max_pairs=args.dump_max_pairs)
+                                       stage=args.stage, max_pairs=args.dump_max_pairs, against=args.pair_against)
             _add_pairs(store, pairs, row["id"] in heldout, train_ids, held_ids)
         out[path.name] = {"rows": len(rows), "left_out_eval": sum(r["id"] in evaluated for r in rows),
                           "read": len(kept), "train_ids": train_ids, "heldout_ids": held_ids,
@@ -533,11 +538,15 @@ def _targets(state: dict[str, Any]) -> dict[str, Any]:
             fewer = cmp["steps"]["diff"] < 0 and cmp["steps"]["p_value"] < TARGETS["steps_p_max"]
             fewer_steps[o] = fewer and cmp["f1"]["diff"] >= 0
             not_significantly_lower[o] = fewer and (cmp["f1"]["diff"] >= 0 or cmp["f1"]["p_value"] >= 0.05)
+    reader_f1_above = {  # the same target for the reader alone on each dump's passages (phase 6)
+        dump: {o: entry[o]["vs_base"]["f1"]["diff"] > 0 and entry[o]["vs_base"]["f1"]["p_value"] < 0.05
+               for o in OBJECTIVES if o in entry}
+        for dump, entry in state.get("reader_eval", {}).items() if isinstance(entry, dict) and "base" in entry}
     return {
         "dpo_heldout_accuracy": acc, "dpo_heldout_accuracy_met": acc is not None and acc >= 0.65,
         "fewer_steps_without_lower_f1_p<0.05": fewer_steps, "any_objective_met": any(fewer_steps.values()),
         "fewer_steps_f1_not_significantly_lower": not_significantly_lower,
-        "f1_above_base_p<0.05": f1_above,
+        "f1_above_base_p<0.05": f1_above, "reader_f1_above_base_p<0.05": reader_f1_above,
         "round_minutes": {o: r.get("minutes") for o, r in rounds.items()},
         "rounds_within_15_min": {o: (r.get("minutes") or 1e9) <= TARGETS["round_minutes_max"] for o, r in rounds.items()},
     }
@@ -594,6 +603,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="with --pair-filter reader: answer pairs also at the states of these bench/answer_dump.py "
                          "files (the evaluation slice's questions left out)")
     ap.add_argument("--dump-max-pairs", type=int, default=1, help="answer pairs per dumped state at most")
+    ap.add_argument("--pair-against", choices=["top", "random"], default="top",
+                    help="answer pairs reject the reader's highest-ranked wrong candidates (top) or a seeded random "
+                         "draw of its wrong candidates (random)")
+    ap.add_argument("--no-rollouts", action="store_true",
+                    help="no phase 1: with --pair-filter reader --reader-dumps --objectives dpo, train on the dumps' "
+                         "answer pairs alone")
+    ap.add_argument("--no-agent-eval", action="store_true",
+                    help="skip phase 5 (the agent's episodes); the reader-alone phase 6 still runs")
     ap.add_argument("--ranker", choices=["learned", "lm"], default="learned",
                     help="answer.ranker everywhere: the learned ranker (default) or the LM's span scores alone")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
@@ -605,6 +622,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--adapter-path", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--reader-part", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.no_rollouts and not (args.pair_filter == "reader" and args.reader_dumps and args.objectives == "dpo"):
+        ap.error("--no-rollouts needs --pair-filter reader, --reader-dumps and --objectives dpo (GRPO and PPO train "
+                 "on rollout episodes)")
     args.home = args.home.resolve()
     args.home.mkdir(parents=True, exist_ok=True)
     args.db = f"sqlite:///{args.home / 'bench_learning.db'}"
@@ -639,7 +659,10 @@ def main(argv: list[str] | None = None) -> None:
 
     if "rollouts" not in state:
         _write_slice(args.train_file, tl, th)
-        state["rollouts"] = reuse_rollouts(args) if args.rollouts_from else phase_rollouts(args)
+        if args.no_rollouts:
+            state["rollouts"] = {"questions": th - tl, "episodes": 0, "pairs": 0, "skipped": "--no-rollouts"}
+        else:
+            state["rollouts"] = reuse_rollouts(args) if args.rollouts_from else phase_rollouts(args)
         save()
     if "heldout" not in state:
         state["heldout"] = phase_heldout(args)
@@ -658,7 +681,7 @@ def main(argv: list[str] | None = None) -> None:
     if "pair_accuracy" not in state or not trained <= set(state["pair_accuracy"]):
         state["pair_accuracy"] = phase_pair_accuracy(args, state["heldout"], state["rounds"])
         save()
-    if "eval" not in state or not trained <= set(state["eval"]):
+    if not args.no_agent_eval and ("eval" not in state or not trained <= set(state["eval"])):
         _write_slice(args.eval_file, el, eh)
         state["eval"] = phase_eval(args, state["rounds"])
         save()

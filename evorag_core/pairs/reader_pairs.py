@@ -11,11 +11,19 @@ bare span, as the reader scores it (the trainer appends the end-of-turn token th
 round on these pairs moves log P(span | reader prompt): the LM score of the span reader, decisive with
 `answer.ranker = "lm"` and one feature among many with the learned ranker.
 
+Which wrong candidates a pair rejects (`against`): "top", the reader's highest-ranked ones (the default: the picks
+that cost it the answer), or "random", a uniform draw among all of them (seeded by the question, so a rerun builds
+the same pairs). A round on "top" pairs learned "not the base reader's own pick" and gained no F1 on unseen questions
+(docs/answers.md, seventeenth session); "random" pairs ask the model to rank the right span above the candidate set
+as a whole, as the learned ranker's conditional logit does.
+
 No pair is built where no candidate scores at least `min_best` (nothing right to prefer), or where the reader's
 candidates include nothing `min_gap` below the best.
 """
 from __future__ import annotations
 
+import random
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
@@ -28,9 +36,10 @@ if TYPE_CHECKING:
     from evorag_core.env.state import AgentView
     from evorag_core.store.records import Episode
 
-__all__ = ["ReaderPair", "reader_pairs", "state_reader_pairs", "episode_reader_pairs", "READER_PAIR"]
+__all__ = ["ReaderPair", "reader_pairs", "state_reader_pairs", "episode_reader_pairs", "READER_PAIR", "AGAINST"]
 
 READER_PAIR = "reader"  # metadata["kind"] of a stored answer pair
+AGAINST = ("top", "random")  # which wrong candidates a pair rejects (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -47,9 +56,13 @@ class ReaderPair:
 
 
 def reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage], gold: Sequence[str], *,
-                 max_pairs: int = 2, min_gap: float = 0.5, min_best: float = 0.5) -> list[ReaderPair]:
-    """The answer pairs at one state: the best-scoring candidate against up to `max_pairs` of the reader's
-    highest-ranked candidates scoring at least `min_gap` less (see the module docstring)."""
+                 max_pairs: int = 2, min_gap: float = 0.5, min_best: float = 0.5,
+                 against: str = "top") -> list[ReaderPair]:
+    """The answer pairs at one state: the best-scoring candidate against up to `max_pairs` of the candidates scoring
+    at least `min_gap` less - the reader's highest-ranked ones, or a seeded random draw of them (`against`; see the
+    module docstring). The rejected ones are listed in the reader's order."""
+    if against not in AGAINST:
+        raise ValueError(f"against={against!r}: expected one of {AGAINST}")
     if not passages or not gold:
         return []
     (first,) = reader.read(question, passages)
@@ -61,21 +74,25 @@ def reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage],
     if best[1] < min_best:
         return []
     prompt = span_prompt(reader.backend, question, passages, reader.chars, reader.cfg.demos)
-    worse = [s for s in scored if s[1] <= best[1] - min_gap][:max_pairs]
+    worse = [s for s in scored if s[1] <= best[1] - min_gap]
+    if against == "random" and len(worse) > max_pairs:
+        drawn = random.Random(zlib.crc32(question.encode())).sample(range(len(worse)), max_pairs)
+        worse = [worse[i] for i in sorted(drawn)]
+    worse = worse[:max_pairs]
     return [ReaderPair(prompt, best[0], text, best[1], score, best[2], rank) for text, score, rank in worse]
 
 
 def state_reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage], gold: Sequence[str],
                        metadata: dict[str, Any], *, stage: str | None = None, max_pairs: int = 2,
-                       min_gap: float = 0.5, min_best: float = 0.5) -> list[NewPair]:
+                       min_gap: float = 0.5, min_best: float = 0.5, against: str = "top") -> list[NewPair]:
     """The answer pairs at one state as store records: `metadata` (where the state comes from: at least
     `question_id`) is copied into each pair's, next to the kind, the two scores and ranks and the passage ids."""
     out: list[NewPair] = []
     for pair in reader_pairs(reader, question, passages, gold, max_pairs=max_pairs, min_gap=min_gap,
-                             min_best=min_best):
+                             min_best=min_best, against=against):
         meta: dict[str, Any] = {
             "kind": READER_PAIR, **metadata, "score_chosen": pair.chosen_score, "score_rejected": pair.rejected_score,
-            "rank_chosen": pair.chosen_rank, "rank_rejected": pair.rejected_rank,
+            "rank_chosen": pair.chosen_rank, "rank_rejected": pair.rejected_rank, "against": against,
             "passages": [p.pid for p in passages],
         }
         out.append(NewPair(pair.prompt, pair.chosen, pair.rejected, margin=pair.chosen_score - pair.rejected_score,
@@ -85,7 +102,8 @@ def state_reader_pairs(reader: SpanReader, question: str, passages: Sequence[Pas
 
 def episode_reader_pairs(episode: Episode, views: Iterable[tuple[int, AgentView]], reader: SpanReader,
                          gold: Sequence[str], passages_of: Callable[[AgentView], list[Passage]], *,
-                         max_pairs: int = 2, min_gap: float = 0.5, min_best: float = 0.5) -> list[NewPair]:
+                         max_pairs: int = 2, min_gap: float = 0.5, min_best: float = 0.5,
+                         against: str = "top") -> list[NewPair]:
     """The answer pairs of a stored episode's states (`views`: (t, the state before step t), e.g. from
     `training.rollout_data.replay_episode`), each state's reader passages by `passages_of` (the agent's
     `reader_passages`); a state whose passages repeat an earlier one's adds nothing. Ready for `Store.add_pairs`."""
@@ -99,5 +117,6 @@ def episode_reader_pairs(episode: Episode, views: Iterable[tuple[int, AgentView]
         seen.add(key)
         out += state_reader_pairs(reader, view.question, passages, gold,
                                   {"episode_db_id": episode.id, "question_id": episode.question_id, "t": t},
-                                  stage=episode.stage, max_pairs=max_pairs, min_gap=min_gap, min_best=min_best)
+                                  stage=episode.stage, max_pairs=max_pairs, min_gap=min_gap, min_best=min_best,
+                                  against=against)
     return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
+
 from evorag_core.config import AnswerConfig
 from evorag_core.env.signals import answer_score
 from evorag_core.env.state import AgentView, Hop
@@ -36,6 +38,31 @@ def test_the_best_candidate_is_preferred_over_the_readers_wrong_picks(tiny_backe
     # the rejected ones are the reader's highest-ranked wrong candidates, in its order
     wrong = [c for c in ranked if answer_score(c, ["Sable River"]) <= 0.5]
     assert [p.rejected for p in pairs] == wrong[: len(pairs)]
+
+
+def test_random_pairs_draw_among_all_wrong_candidates_the_same_way_each_time(tiny_backend):
+    """`against="random"`: the rejected spans are wrong candidates drawn from the whole candidate list (not only its
+    head), listed in the reader's order, and the draw is seeded by the question: a rerun builds the same pairs."""
+    reader = _reader(tiny_backend)
+    top = reader_pairs(reader, QUESTIONS[0], PASSAGES, ["Sable River"], max_pairs=50)
+    wrong = [p.rejected for p in top]  # every wrong candidate, in the reader's order
+    assert len(wrong) >= 4
+    drawn = reader_pairs(reader, QUESTIONS[0], PASSAGES, ["Sable River"], max_pairs=2, against="random")
+    assert len(drawn) == 2 and all(" ".join(p.chosen.split()) == "Sable River" for p in drawn)
+    assert [p.rejected for p in drawn] == [w for w in wrong if w in {p.rejected for p in drawn}]
+    assert [p.rejected_rank for p in drawn] == sorted(p.rejected_rank for p in drawn)
+    assert drawn == reader_pairs(reader, QUESTIONS[0], PASSAGES, ["Sable River"], max_pairs=2, against="random")
+    # over the questions, the draw does not always take the reader's two top wrong picks
+    heads = []
+    for question in QUESTIONS:
+        every = [p.rejected for p in reader_pairs(reader, question, PASSAGES, ["Sable River"], max_pairs=50)]
+        got = [p.rejected for p in reader_pairs(reader, question, PASSAGES, ["Sable River"], max_pairs=2,
+                                                against="random")]
+        if len(every) > 2:
+            heads.append(got == every[:2])
+    assert heads and not all(heads)
+    with pytest.raises(ValueError, match="hardest"):
+        reader_pairs(reader, QUESTIONS[0], PASSAGES, ["Sable River"], against="hardest")
 
 
 def test_yes_no_pairs_prefer_the_gold_label(tiny_backend):
@@ -96,7 +123,8 @@ def test_dumped_states_give_pairs_leaving_out_the_evaluation_slice(tiny_backend,
     dump.write_text("\n".join(json.dumps(r) for r in [
         row(evaluated, ["Sable River"], right), row("q-held", ["Sable River"], right),
         row("q-train", ["Sable River"], right), row("q-none", ["Danube"], right)]) + "\n")
-    args = argparse.Namespace(eval="100:200", reader_dumps=str(dump), dump_max_pairs=1, stage="refinement")
+    args = argparse.Namespace(eval="100:200", reader_dumps=str(dump), dump_max_pairs=1, stage="refinement",
+                              pair_against="top")
     with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         out = _dump_pairs(args, _reader(tiny_backend), {"q-held"}, store)["fixedk.jsonl"]
         assert (out["rows"], out["left_out_eval"], out["read"]) == (4, 1, 2)
@@ -161,3 +189,48 @@ def test_the_reader_alone_answers_the_evaluation_questions_from_dumped_passages(
     before = {name: (args.home / f"learning_reader_{name}.jsonl").read_text() for name in read}
     assert phase_reader_eval(args, rounds)["fixedk.jsonl"] == out
     assert {name: (args.home / f"learning_reader_{name}.jsonl").read_text() for name in read} == before
+
+
+def test_a_reader_only_run_trains_on_dumped_answer_pairs_without_rollouts(tiny_folder, tmp_path, monkeypatch):
+    """bench/learning.py `--no-rollouts --no-agent-eval`: no episode is rolled out and none evaluated; the DPO round
+    trains on the dumps' answer pairs of the training questions (random wrong candidates rejected), the held-out
+    question's pair is scored in phase 4, and the reader alone answers the evaluation question with base and
+    adapter. `--no-rollouts` without answer pairs from dumps is refused."""
+    import json
+    import sys
+
+    from bench.learning import DATA, main, parse_args
+    from evorag_core.data.datasets import load_dataset
+    from evorag_core.store import open_store
+
+    with pytest.raises(SystemExit):
+        parse_args(["--no-rollouts", "--pair-filter", "reader", "--objectives", "dpo", "--home", str(tmp_path)])
+    questions = load_dataset(DATA).questions
+    passages = [{"pid": p.pid, "title": p.title, "text": p.text} for p in PASSAGES]
+    candidates = [{"text": "Sable River", "source": 0}, {"text": "Mirrow", "source": 0}]
+    dump = tmp_path / "fixedk.jsonl"
+    rows = [(questions[i].id, QUESTIONS[0], ["Sable River"]) for i in (0, 1, 2, 3, 100)]  # 3 train, 1 held, 1 eval
+    dump.write_text("".join(json.dumps({"set": "hotpot", "id": qid, "question": q, "answers": gold,
+                                        "passages": passages, "yes_no": {"is": False}, "candidates": candidates})
+                            + "\n" for qid, q, gold in rows))
+    home = tmp_path / "home"
+    argv = ["--train", "0:4", "--eval", "100:101", "--model", str(tiny_folder), "--home", str(home),
+            "--pair-filter", "reader", "--reader-dumps", str(dump), "--dump-max-pairs", "1", "--pair-against", "random",
+            "--no-rollouts", "--no-agent-eval", "--objectives", "dpo", "--max-steps", "1", "--batch", "2",
+            "--max-length", "384", "--threads", "1", "--workers", "1", "--ranker", "lm", "--answer-chars", "300",
+            "--out", str(tmp_path / "out.json")]
+    monkeypatch.setattr(sys, "argv", ["learning.py", *argv])  # the child processes are started with these
+    main(argv)
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["rollouts"]["skipped"] == "--no-rollouts" and out["rollouts"]["episodes"] == 0
+    dumped = out["reader_pairs"]["dumps"]["fixedk.jsonl"]
+    assert (dumped["left_out_eval"], dumped["train_pairs"], dumped["heldout_pairs"]) == (1, 3, 1)
+    assert out["rounds"]["dpo"]["status"] == "succeeded" and out["rounds"]["dpo"]["queued_pairs"] == 3
+    assert out["pair_accuracy"]["pairs"] == 1 and out["pair_accuracy"]["dpo"]["n"] == 1
+    assert "eval" not in out and out["reader_eval"]["fixedk.jsonl"]["dpo"]["n"] == 1
+    assert set(out["targets"]["reader_f1_above_base_p<0.05"]["fixedk.jsonl"]) == {"dpo"}
+    with open_store(f"sqlite:///{home / 'bench_learning.db'}") as store:
+        assert store.list_episodes(limit=None) == []
+        pairs = store.list_pairs(limit=None)
+    assert {p.metadata["against"] for p in pairs} == {"random"}
+    assert {p.metadata["question_id"] for p in pairs} == {questions[i].id for i in (0, 1, 2, 3)}
