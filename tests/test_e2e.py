@@ -208,3 +208,8 @@ def test_curriculum_runs_both_stages_and_logs_each_decision(cfg, tmp_path):
         assert [a.name for a in store.list_adapters()] == ["r1-dpo", "r2-dpo", "r3-dpo"]
         assert store.active_adapter().name == "r3-dpo" and decisions[1]["adapter_in"] == "r1-dpo"
         assert all(d["rollout"]["episodes"] == 2 and "mean_return" in d["dev"] for d in decisions)
+        # each DPO round trained on its own rollout's pairs: stored after that round's floor, before the next's
+        floors = [d["pairs_after"] for d in decisions] + [store.last_pair_id()]
+        for d, lo, hi in zip(decisions, floors, floors[1:]):
+            trained = store.list_pairs(round_id=d["policy_round"]["id"], limit=None)
+            assert trained and all(lo < p.id <= hi and p.stage == d["stage"] for p in trained), (d["round"], lo, hi)

@@ -8,8 +8,9 @@ Each round:
    episodes, siblings and pairs go to the store;
 2. preference model: the multi-head model is fitted on the stored pairs (`evorag_core.preference`) and its held-out
    accuracy logged (too few pairs: logged and skipped);
-3. policy update: a round of `train.objective` is queued (DPO: this stage's pairs; GRPO/PPO: this round's episodes;
-   reference = the adapter the round rolled out with) and run by the worker code (`training.worker.process_one`; if an
+3. policy update: a round of `train.objective` is queued (DPO: the pairs this round's rollout stored - up to what
+   `max_steps` trains on, the oldest first; GRPO/PPO: this round's episodes; reference = the adapter the round rolled
+   out with) and run by the worker code (`training.worker.process_one`; if an
    external worker takes it first, its end is awaited); its adapter is activated (verified);
 4. dev evaluation: greedy episodes on the dev questions with the stage's weights; the mean return goes to the
    controller, whose decision (stage, EMA, improvement, stale count) is logged.
@@ -19,7 +20,12 @@ The loop ends when both stages have run at least one round, or after `rounds` ro
 single-stage baseline the curriculum is measured against (bench/curriculum.py). `done` resumes a run: the records of
 the rounds already finished (as `evorag train --curriculum --state FILE` keeps them, one JSON line per round) replay
 the controller, and the loop goes on at the next round; a round cut off mid-way is run again from its rollout (the
-cut-off attempt's stored pairs stay queued, so the redone DPO round claims them too). `curriculum_summary` gives
+cut-off attempt's stored pairs stay queued, but the redone DPO round trains on its own rollout's pairs only).
+
+Why a DPO round claims only its own rollout's pairs (`pairs_after`, 2026-11-28): before, it claimed the stage's
+oldest queued pairs. With `max_steps` capping a round below the pairs a rollout stores (the session-sized HotpotQA
+run: 12 of 22-46 a round), the queue grew and every later Discovery round trained on the first two rounds' pairs -
+rolled out by the base policy and the first adapter - while rounds 3-5's rollouts were never trained on. `curriculum_summary` gives
 what the run measured: the controller's settings, the switch (round, EMA, improvement, stale count) and the
 dev-return curve.
 """
@@ -218,12 +224,13 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         questions = (list(pool) * 2)[offset : offset + min(plan.train_per_round, len(pool))]
         selector = PairSelector(balance_ratio=cfg.rollout.balance_ratio)
         episodes: list[int] = []
+        floor = store.last_pair_id()  # the DPO round trains on the pairs stored after this: this rollout's own
         stats = run_rollouts(questions, runtime.make_env, lm, store, cfg.rollout, selector,
                              policy_name=f"lm:{backend.model_id}+{watcher.current or 'base'}", stage=stage,
                              on_episode=lambda q, saved: episodes.append(saved.episode_id))
         selector.finish()
         record: dict[str, Any] = {"round": r, "stage": stage, "adapter_in": watcher.current,
-                                  "rollout": stats.as_dict(), "episodes": episodes}
+                                  "rollout": stats.as_dict(), "episodes": episodes, "pairs_after": floor}
         try:
             encoder = PrefixEncoder.from_backend(backend, ((cfg.preference.layer, cfg.preference.pooling),))
             pm = train_preference_model(store, cfg, home / "preference" / f"curriculum-{r}", encoder=encoder,
@@ -234,7 +241,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         except TrainingError as exc:
             record["preference"] = {"skipped": str(exc)}
         objective = cfg.train.objective
-        values = ({"stage": stage, "pairs": 10_000} if objective == "dpo"
+        values = ({"stage": stage, "pairs": 10_000, "pairs_after": floor} if objective == "dpo"
                   else {"episode_ids": episodes, "data": str(plan.data)})
         # reference: the policy this round rolled out with (in an unbroken run the newest adapter, `previous`; named,
         # so that a resumed round does not start from the adapter a cut-off attempt registered)

@@ -87,10 +87,12 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         return done
     started = time.perf_counter()
     with RssSampler() as rss:
+        # the main process claims, every process trains on them
         claimed = job.processes.on_main(store.claim_pairs, job.round_id, claim_size(job), source=job.source,
-                                        stage=job.stage)  # the main process claims, every process trains on them
+                                        stage=job.stage, after=job.pairs_after)
         if not claimed:
-            raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}); "
+            raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}, "
+                                f"after pair {job.pairs_after}); "
                                 "add pairs by rollouts or annotation first")
         log_phase("load")
         phase(on_progress, "load")

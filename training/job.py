@@ -5,6 +5,7 @@ A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob
 
     objective   dpo | grpo | ppo | arena-grpo | r2ag-grpo | dynakrag (default: the row's objective)
     pairs       DPO: how many queued pairs to claim (oldest first)          source, stage: filters for the claim
+    pairs_after DPO: claim only pairs stored after the pair of this id (0: any; the curriculum: its round's own)
     episodes    GRPO/PPO: how many of the newest finished episodes to read  episode_ids: exactly these episodes
     reference   previous (newest adapter of this base model, else base) | base | active | <adapter name>
     holdout     DPO: share of the claimed pairs' states held out to measure pair accuracy (0: none)
@@ -35,7 +36,7 @@ __all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "Co
 OBJECTIVES: tuple[str, ...] = WORKER_OBJECTIVES  # the objectives a queued round can run (evorag_core.objectives)
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
 JOB_KEYS: tuple[str, ...] = (
-    "objective", "pairs", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",
+    "objective", "pairs", "pairs_after", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",
     "max_steps", "data", "base_model", "train", "arena", "r2ag", "dynakrag", *_TRAIN_SHORTCUTS,
 )
 
@@ -67,6 +68,7 @@ class RoundJob:
     home: Path
     t_max: int = 20  # episodes whose config does not record T_max were run with this one
     pairs: int = 64
+    pairs_after: int = 0
     source: str | None = None
     stage: str | None = None
     episodes: int = 32
@@ -87,8 +89,8 @@ class RoundJob:
             raise ConfigError(f"round {self.round_id}: pairs and episodes must be at least 1")
         if not 0.0 <= self.holdout < 1.0:
             raise ConfigError(f"round {self.round_id}: holdout must be in [0, 1), got {self.holdout}")
-        if self.max_steps < 0 or self.vf_coef < 0:
-            raise ConfigError(f"round {self.round_id}: max_steps and vf_coef must be >= 0")
+        if self.max_steps < 0 or self.vf_coef < 0 or self.pairs_after < 0:
+            raise ConfigError(f"round {self.round_id}: max_steps, vf_coef and pairs_after must be >= 0")
         if self.train.kl not in ("k2", "k3"):
             raise ConfigError(f"round {self.round_id}: kl must be k2 or k3, got {self.train.kl!r}")
 
@@ -110,7 +112,8 @@ class RoundJob:
             overrides["policy.model"] = raw["base_model"]
         merged = apply_overrides(cfg, overrides)
         objective = raw.get("objective") or objective
-        options = {k: raw[k] for k in ("pairs", "episodes", "holdout", "vf_coef", "max_steps") if raw.get(k) is not None}
+        options = {k: raw[k] for k in ("pairs", "pairs_after", "episodes", "holdout", "vf_coef", "max_steps")
+                   if raw.get(k) is not None}
         try:
             return cls(
                 round_id=round_id, objective=objective, train=dataclasses.replace(merged.train, objective=objective),

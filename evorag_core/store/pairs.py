@@ -170,8 +170,10 @@ class PairOps(StoreBase):
         """Put a discarded pair back in the queue."""
         return self._set(pair_id, {"status": "queued", "round_id": None}, allowed_from=("discarded",))
 
-    def claim_pairs(self, round_id: int, n: int, *, source: str | None = None, stage: str | None = None) -> list[Pair]:
-        """Atomically move up to `n` of the oldest queued pairs to 'claimed' by `round_id` and return them."""
+    def claim_pairs(self, round_id: int, n: int, *, source: str | None = None, stage: str | None = None,
+                    after: int = 0) -> list[Pair]:
+        """Atomically move up to `n` of the oldest queued pairs to 'claimed' by `round_id` and return them; with
+        `after`, only pairs stored after the pair of that id (`last_pair_id()` before a rollout: its own pairs)."""
         if n < 1:
             raise ValueError(f"n must be at least 1; got {n}")
         with self._write() as conn:
@@ -179,6 +181,8 @@ class PairOps(StoreBase):
             if status not in _CLAIMING_ROUND_STATUSES:
                 raise StoreError(f"round {round_id} is {status}; only a queued or running round can claim pairs")
             pick = _filtered(select(pairs.c.id), {"status": "queued", "source": source, "stage": stage})
+            if after:
+                pick = pick.where(pairs.c.id > after)
             pick = pick.order_by(pairs.c.id).limit(n).with_for_update(skip_locked=True)
             ids = list(conn.scalars(pick))
             if not ids:
@@ -190,6 +194,11 @@ class PairOps(StoreBase):
             )
             mine = select(pairs).where(pairs.c.id.in_(ids), pairs.c.round_id == round_id, pairs.c.status == "claimed")
             return [Pair(**row) for row in conn.execute(mine.order_by(pairs.c.id)).mappings()]
+
+    def last_pair_id(self) -> int:
+        """The id of the newest stored pair (0: none yet); ids only grow, so pairs stored later have larger ones."""
+        with self._read() as conn:
+            return int(conn.scalar(select(func.max(pairs.c.id))) or 0)
 
     def release_pairs(self, round_id: int) -> int:
         """Return the round's claimed pairs to the queue; returns how many."""

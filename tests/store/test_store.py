@@ -546,10 +546,15 @@ def test_pair_listing_counting_editing_and_discarding(store: Store) -> None:
     assert store.count_pairs("status") == {"queued": 3, "discarded": 1}
     round_id = store.enqueue_round("dpo")
     assert [p.id for p in store.claim_pairs(round_id, 10, stage="discovery", source="rollout")] == [r1, r2]
+    assert store.last_pair_id() == r2
+    later = store.add_pairs([NewPair(f"s{i}", "a", "b", stage="discovery") for i in range(5, 8)])
+    assert store.last_pair_id() == later[-1]
+    # `after`: only the pairs stored after that id (a curriculum round's own rollout), oldest first, h1 left queued
+    assert [p.id for p in store.claim_pairs(store.enqueue_round("dpo"), 2, after=r2)] == later[:2]
     with pytest.raises(StoreError, match="is claimed"):
         store.discard_pair(r1)
     assert store.restore_pair(h2).status == "queued"
-    assert len(store.list_pairs(limit=None)) == 4  # nothing is ever deleted
+    assert len(store.list_pairs(limit=None)) == 7  # nothing is ever deleted
     with pytest.raises(ValueError, match="source"):
         store.add_pair("s", "a", "b", source="crowd")
     with pytest.raises(KeyError):
