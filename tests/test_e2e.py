@@ -194,13 +194,14 @@ def test_curriculum_runs_both_stages_and_logs_each_decision(cfg, tmp_path):
     """patience 1, epsilon 100 (every change of the EMA counts as stale): round 1 sets the EMA (stale 0, stay in
     discovery); round 2's improvement is < 100 -> stale 1 = patience -> switch; round 3 runs in refinement, after
     which both stages have run and the loop stops before the budget of 5. Every round trained and activated an
-    adapter (reference: the previous round's)."""
+    adapter (reference: the previous round's), on pairs of its own rollout only."""
     from training.curriculum import CurriculumPlan, run_curriculum
 
     cfg = apply_overrides(cfg, {"curriculum.patience": 1, "curriculum.epsilon": 100.0, "preference.layer": 2,
                                 "train.epochs": 1})
     with open_store(f"sqlite:///{tmp_path / 'evorag.db'}") as store:
-        decisions = run_curriculum(cfg, tmp_path, store, CurriculumPlan(DEMO, rounds=5, train_per_round=2, dev=2))
+        decisions = run_curriculum(cfg, tmp_path, store, CurriculumPlan(DEMO, rounds=5, train_per_round=2, dev=2,
+                                                                        max_steps=1))
         assert [d["stage"] for d in decisions] == ["discovery", "discovery", "refinement"]
         assert [d["switched"] for d in decisions] == [False, True, False]
         assert [d["controller"]["stale"] for d in decisions[:2]] == [0, 1]
@@ -208,8 +209,10 @@ def test_curriculum_runs_both_stages_and_logs_each_decision(cfg, tmp_path):
         assert [a.name for a in store.list_adapters()] == ["r1-dpo", "r2-dpo", "r3-dpo"]
         assert store.active_adapter().name == "r3-dpo" and decisions[1]["adapter_in"] == "r1-dpo"
         assert all(d["rollout"]["episodes"] == 2 and "mean_return" in d["dev"] for d in decisions)
-        # each DPO round trained on its own rollout's pairs: stored after that round's floor, before the next's
+        # each DPO round trained on its own rollout's pairs: stored after that round's floor, before the next's -
+        # although one step (max_steps 1) trains on fewer than a rollout stores, so earlier pairs stay queued
         floors = [d["pairs_after"] for d in decisions] + [store.last_pair_id()]
         for d, lo, hi in zip(decisions, floors, floors[1:]):
             trained = store.list_pairs(round_id=d["policy_round"]["id"], limit=None)
             assert trained and all(lo < p.id <= hi and p.stage == d["stage"] for p in trained), (d["round"], lo, hi)
+        assert any(p.id <= floors[1] for p in store.list_pairs(status="queued", stage="discovery", limit=None))
