@@ -3,9 +3,10 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
 
     python -m bench.learning [--train 0:16] [--eval 100:124] [--workers 2] [--threads 1] [--round-threads N]
                              [--max-length 512] [--batch 4] [--epochs 2] [--max-steps 12] [--lr 2e-4]
-                             [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5] [--siblings 4]
-                             [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better|reader] [--ranker learned|lm]
-                             [--reader-dumps JSONL[,JSONL]] [--pair-against top|random] [--no-rollouts] [--no-agent-eval]
+                             [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5]
+                             [--siblings 4] [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better|reader]
+                             [--ranker learned|lm] [--ranker-path FILE] [--reader-dumps JSONL[,JSONL]]
+                             [--pair-against top|random] [--no-rollouts] [--no-agent-eval]
                              [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
                              [--home DIR] [--out bench/results/learning.json]
 
@@ -71,6 +72,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "reward.stage": args.stage, "train.max_length": args.max_length, "train.batch_size": args.batch,
         "train.epochs": args.epochs, "train.lr": args.lr, "train.dtype": args.dtype,
         "train.gradient_checkpointing": args.grad_ckpt, "train.lease_seconds": 600, "answer.ranker": args.ranker,
+        **({"answer.ranker_path": str(Path(args.ranker_path).resolve())} if args.ranker_path else {}),
     }
 
 
@@ -613,6 +615,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="skip phase 5 (the agent's episodes); the reader-alone phase 6 still runs")
     ap.add_argument("--ranker", choices=["learned", "lm"], default="learned",
                     help="answer.ranker everywhere: the learned ranker (default) or the LM's span scores alone")
+    ap.add_argument("--ranker-path", default="",
+                    help="with --ranker learned: a refitted weight file (e.g. bench/results/ranker_dev.json, fitted "
+                         "without the HotpotQA evaluation questions); default the packaged one")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
     ap.add_argument("--model", default="embedded", help="policy model (a folder for smoke runs; default embedded)")
     ap.add_argument("--home", type=Path, default=Path(os.environ.get("EVORAG_HOME", ROOT / ".evorag")))
