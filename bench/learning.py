@@ -7,7 +7,7 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
                              [--siblings 4] [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better|reader]
                              [--ranker learned|lm] [--ranker-path FILE] [--reader-dumps JSONL[,JSONL]]
                              [--pair-against top|random] [--no-rollouts] [--no-agent-eval]
-                             [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
+                             [--seed 0] [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
                              [--home DIR] [--out bench/results/learning.json]
 
 Phases (each resumable; finished phases are kept in <home>/learning_state.json, so a re-run continues):
@@ -340,7 +340,7 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
     from evorag_core.store import open_store
     from training.job import job_config
 
-    values: dict[str, Any] = {"reference": "base", "seed": 0, "max_steps": args.max_steps or None}
+    values: dict[str, Any] = {"reference": "base", "seed": args.seed, "max_steps": args.max_steps or None}
     if objective == "dpo":
         # TRL's DPO runs chosen and rejected (2 x batch sequences) and builds full-vocabulary logits: at batch 4 x 512
         # tokens its worker reached 7.4 GB RSS and was OOM-killed on the shared 23 GB machine; 2 x 2 accumulation
@@ -618,6 +618,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ranker-path", default="",
                     help="with --ranker learned: a refitted weight file (e.g. bench/results/ranker_dev.json, fitted "
                          "without the HotpotQA evaluation questions); default the packaged one")
+    ap.add_argument("--seed", type=int, default=0, help="the rounds' training seed (LoRA init, pair order)")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
     ap.add_argument("--model", default="embedded", help="policy model (a folder for smoke runs; default embedded)")
     ap.add_argument("--home", type=Path, default=Path(os.environ.get("EVORAG_HOME", ROOT / ".evorag")))
