@@ -22,12 +22,12 @@ the rounds already finished (as `evorag train --curriculum --state FILE` keeps t
 the controller, and the loop goes on at the next round; a round cut off mid-way is run again from its rollout (the
 cut-off attempt's stored pairs stay queued, but the redone DPO round trains on its own rollout's pairs only).
 
-Why a DPO round claims only its own rollout's pairs (`pairs_after`, 2026-11-28): before, it claimed the stage's
-oldest queued pairs. With `max_steps` capping a round below the pairs a rollout stores (the session-sized HotpotQA
-run: 12 of 22-46 a round), the queue grew and every later Discovery round trained on the first two rounds' pairs -
-rolled out by the base policy and the first adapter - while rounds 3-5's rollouts were never trained on. `curriculum_summary` gives
-what the run measured: the controller's settings, the switch (round, EMA, improvement, stale count) and the
-dev-return curve.
+Why a DPO round claims only its own rollout's pairs (`pairs_after`): claiming the stage's oldest queued pairs, with
+`max_steps` capping a round below what a rollout stores, made later rounds train on the first rounds' pairs (rolled
+out by older policies) and never on their own (docs/curriculum.md, the session-sized HotpotQA run).
+
+`curriculum_summary` gives what the run measured: the controller's settings, the switch (round, EMA, improvement,
+stale count) and the dev-return curve.
 """
 from __future__ import annotations
 

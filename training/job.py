@@ -36,8 +36,8 @@ __all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "Co
 OBJECTIVES: tuple[str, ...] = WORKER_OBJECTIVES  # the objectives a queued round can run (evorag_core.objectives)
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
 JOB_KEYS: tuple[str, ...] = (
-    "objective", "pairs", "pairs_after", "source", "stage", "episodes", "episode_ids", "reference", "holdout", "vf_coef",
-    "max_steps", "data", "base_model", "train", "arena", "r2ag", "dynakrag", *_TRAIN_SHORTCUTS,
+    "objective", "pairs", "pairs_after", "source", "stage", "episodes", "episode_ids", "reference", "holdout",
+    "vf_coef", "max_steps", "data", "base_model", "train", "arena", "r2ag", "dynakrag", *_TRAIN_SHORTCUTS,
 )
 
 ProgressFn = Callable[[dict[str, Any]], None]
