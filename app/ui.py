@@ -19,15 +19,21 @@ from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on, requiring
 
 __all__ = ["build_ui", "HIDE_TABS_JS"]
 
-# the tab buttons a role sees (the handlers refuse the rest on the server: app/roles.py)
+# the tab buttons a role sees (the handlers refuse the rest on the server: app/roles.py). A style rule keyed on each
+# button's data-tab-id, not an inline style on the button: Gradio reuses a button element for another tab when the
+# tab list changes (it rewrites the text and data-tab-id, not the style), so a button hidden as "Episode" could come
+# back labelled "Annotate" and stay hidden
 HIDE_TABS_JS = """(role) => {
   if (!role || role === 'admin') return;
-  const keep = role === 'reviewer' ? ['Annotate', 'Review'] : ['Annotate'];
-  const hide = () => document.querySelectorAll('button[role=tab]').forEach((b) => {
-    if (!keep.includes(b.innerText.trim())) b.style.display = 'none';
-  });
-  hide();
-  new MutationObserver(hide).observe(document.body, {childList: true, subtree: true});
+  const keep = role === 'reviewer' ? ['annotate', 'review'] : ['annotate'];
+  let style = document.getElementById('evo-role-tabs');
+  if (!style) {
+    style = document.createElement('style');
+    style.id = 'evo-role-tabs';
+    document.head.appendChild(style);
+  }
+  style.textContent = 'button[role=tab]' + keep.map((id) => `:not([data-tab-id="${id}"])`).join('')
+    + ' { display: none !important; }';
 }"""
 
 log = logging.getLogger(__name__)
