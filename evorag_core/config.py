@@ -613,9 +613,11 @@ class AnswerConfig(_Checked):
     max_candidates: int = 64  # candidates scored per answer (in passage order)
     ranker: str = "learned"  # one of ANSWER_RANKERS: "learned" (reader/ranker.py) or "lm" (log P alone)
     ranker_path: str = ""  # the learned ranker's weight file ("" = the packaged reader/ranker.json)
+    adapter: str = ""  # a LoRA adapter folder the reader answers with ("" = the policy's weights, adapter or not)
 
     RULES: ClassVar[Rules] = {
         "mode": one_of(ANSWER_MODES),
+        "adapter": Allowed("a LoRA adapter folder, or empty", lambda v: isinstance(v, str)),
         "ranker": one_of(ANSWER_RANKERS),
         "ranker_path": Allowed("a path to a ranker weight file, or empty", lambda v: isinstance(v, str)),
         "passage_chars": NON_NEGATIVE,

@@ -209,7 +209,8 @@ class LMPolicy:
             wanted = [i for i in wanted if names[i] != "ANSWER"]
             if answers:
                 replies = dict(zip(answers, self._arena_replies(view, len(answers), temperature, seed + 2)))
-        elif self.cfg.answer_with == "reader" and self.reader.span is not None:  # grounded spans, not generated
+        elif self.cfg.answer_with == "reader" and (self.reader.span is not None or self.reader.adapter is not None):
+            # grounded spans (or the reader's own adapter): read by the Reader, not decoded in the policy's batch
             answers = [i for i in wanted if names[i] == "ANSWER"]
             wanted = [i for i in wanted if names[i] != "ANSWER"]
             if answers:
