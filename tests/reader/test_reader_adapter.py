@@ -2,41 +2,21 @@
 active before (the policy's, or none) is active again afterwards. Tiny random model and random adapters."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-import torch
 
-from evorag_core.config import AnswerConfig, PolicyConfig, load_config
+from evorag_core.config import AnswerConfig, PolicyConfig
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.errors import AdapterError
 from evorag_core.policy.agent import LMPolicy, reader_passages
 from evorag_core.reader.answers import Reader
+from tests.lm.test_openai_adapters import make_adapter  # random non-zero LoRA B matrices, saved as a round saves
 from tests.reader.texts import MIRROW, PASSAGES, QUESTIONS, TRAVINE
-
-
-def _adapter(tiny_folder, folder, seed: int):
-    """A LoRA adapter with random non-zero B matrices (so it changes the scores), saved as a round saves one."""
-    from transformers import AutoModelForCausalLM
-
-    from training.lora import attach_lora, save_adapter
-
-    model = attach_lora(AutoModelForCausalLM.from_pretrained(tiny_folder),
-                        dataclasses.replace(load_config().train, seed=seed))
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 2.0)
-    save_adapter(model, folder, {"round_id": None, "objective": "test", "base_model_id": str(tiny_folder),
-                                 "metrics": {}})
-    return folder
 
 
 @pytest.fixture(scope="module")
 def adapters(tiny_folder, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
-    return _adapter(tiny_folder, root / "reader", 1), _adapter(tiny_folder, root / "policy", 2)
+    return make_adapter(tiny_folder, root / "reader", 1), make_adapter(tiny_folder, root / "policy", 2)
 
 
 def _scores(reader: Reader) -> dict[str, float]:
