@@ -8,7 +8,6 @@ adapter it started with.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -23,8 +22,8 @@ from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy
 from evorag_core.runtime import Runtime
 from evorag_core.env.state import AgentView
 from evorag_core.store import open_store
-from training.lora import attach_lora, save_adapter
 from evorag_core.adapters.registry import activate
+from tests.lora_adapters import random_adapter
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo" / "demo.jsonl"
 VIEW = AgentView("On which river is the birthplace of the chemist Ansel Travine?", (), (), 1, 20)
@@ -55,16 +54,7 @@ def backend_for(cfg, home: Path) -> TransformersBackend:
 
 def make_adapter(cfg, tiny: Path, folder: Path, seed: int) -> Path:
     """A LoRA adapter with random (non-zero) B matrices, saved with its checksum for the tiny base model."""
-    from transformers import AutoModelForCausalLM
-
-    model = attach_lora(AutoModelForCausalLM.from_pretrained(tiny), dataclasses.replace(cfg.train, seed=seed))
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    save_adapter(model, folder, {"round_id": None, "objective": "test", "base_model_id": str(tiny), "metrics": {}})
-    return folder
+    return random_adapter(tiny, folder, seed, cfg.train)
 
 
 def completion_logprob(backend, view=VIEW, completion="SEARCH: Ansel Travine") -> float:

@@ -5,7 +5,6 @@ live, and the previous adapter stays live in the store and in the model the next
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -21,6 +20,7 @@ from app.session import EpisodeSettings
 from app.wiring import error_message
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import AdapterError
+from tests.lora_adapters import random_adapter
 
 
 
@@ -44,19 +44,7 @@ def svc(tiny, session_home, tmp_path):
 def make_adapter(cfg, base_id: str, folder: Path, seed: int) -> Path:
     """A LoRA adapter with random (non-zero) B matrices for the tiny model, saved with its checksum; `base_id` is
     the base model id written into its metadata."""
-    from transformers import AutoModelForCausalLM
-
-    from training.lora import attach_lora, save_adapter
-
-    model = attach_lora(AutoModelForCausalLM.from_pretrained(cfg.policy.model),
-                        dataclasses.replace(cfg.train, seed=seed))
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    save_adapter(model, folder, {"round_id": None, "objective": "test", "base_model_id": base_id, "metrics": {}})
-    return folder
+    return random_adapter(cfg.policy.model, folder, seed, cfg.train, base_id)
 
 
 def register(svc: Services, name: str, folder: Path) -> None:

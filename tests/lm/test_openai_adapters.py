@@ -10,18 +10,17 @@ the backend against a live llama.cpp server.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import torch
 
-from evorag_core.config import PolicyConfig, load_config
+from evorag_core.config import PolicyConfig
 from evorag_core.errors import AdapterError
 from evorag_core.lm.openai_backend import OpenAIBackend
+from tests.lora_adapters import random_adapter
 
 
 class VLLMLike:
@@ -102,19 +101,7 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def make_adapter(tiny: Path, folder: Path, seed: int) -> Path:
-    from transformers import AutoModelForCausalLM
-
-    from training.lora import attach_lora, save_adapter
-
-    cfg = load_config()
-    model = attach_lora(AutoModelForCausalLM.from_pretrained(tiny), dataclasses.replace(cfg.train, seed=seed))
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-    save_adapter(model, folder, {"round_id": None, "objective": "test", "base_model_id": str(tiny), "metrics": {}})
-    return folder
+    return random_adapter(tiny, folder, seed)
 
 
 def served(url: str, tiny: Path) -> OpenAIBackend:

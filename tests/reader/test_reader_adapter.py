@@ -9,14 +9,14 @@ from evorag_core.env.state import AgentView, Hop
 from evorag_core.errors import AdapterError
 from evorag_core.policy.agent import LMPolicy, reader_passages
 from evorag_core.reader.answers import Reader
-from tests.lm.test_openai_adapters import make_adapter  # random non-zero LoRA B matrices, saved as a round saves
+from tests.lora_adapters import random_adapter
 from tests.reader.texts import MIRROW, PASSAGES, QUESTIONS, TRAVINE
 
 
 @pytest.fixture(scope="module")
 def adapters(tiny_folder, tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters")
-    return make_adapter(tiny_folder, root / "reader", 1), make_adapter(tiny_folder, root / "policy", 2)
+    return random_adapter(tiny_folder, root / "reader", 1), random_adapter(tiny_folder, root / "policy", 2)
 
 
 def _scores(reader: Reader) -> dict[str, float]:
