@@ -274,4 +274,6 @@ def _info(decision: Any) -> dict[str, Any]:
         info["arena"] = decision.arena
     if getattr(decision, "answer_source", None):  # a span answer's source passage (pid), marked in the passages
         info["answer_source"] = decision.answer_source
+    if getattr(decision, "withheld", None):  # a low-confidence refusal: the span the reader did not give
+        info["withheld"] = decision.withheld
     return info

@@ -87,6 +87,9 @@ def _cell(value: float) -> str:
 
 def _argument(step: StepRecord) -> str:
     act = action_to_dict(step.action)
+    withheld = (step.info or {}).get("withheld")
+    if withheld and not act.get("answer"):  # the reader refused its best span below answer.min_confidence
+        return f'low confidence ({withheld.get("confidence") or 0:.2f}): "{withheld.get("span")}" withheld'
     return act.get("query") or act.get("answer") or ""
 
 

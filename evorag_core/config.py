@@ -614,9 +614,11 @@ class AnswerConfig(_Checked):
     ranker: str = "learned"  # one of ANSWER_RANKERS: "learned" (reader/ranker.py) or "lm" (log P alone)
     ranker_path: str = ""  # the learned ranker's weight file ("" = the packaged reader/ranker.json)
     adapter: str = ""  # a LoRA adapter folder the reader answers with ("" = the policy's weights, adapter or not)
+    min_confidence: float = 0.0  # span mode: refuse ("low_confidence") a span whose probability under the ranking is below this
 
     RULES: ClassVar[Rules] = {
         "mode": one_of(ANSWER_MODES),
+        "min_confidence": within(0, 1),
         "adapter": Allowed("a LoRA adapter folder, or empty", lambda v: isinstance(v, str)),
         "ranker": one_of(ANSWER_RANKERS),
         "ranker_path": Allowed("a path to a ranker weight file, or empty", lambda v: isinstance(v, str)),

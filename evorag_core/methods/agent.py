@@ -48,6 +48,8 @@ class AgentPolicy:
             info["query"] = d.query
         if getattr(d, "answer_source", None):  # a span answer's source passage (pid)
             info["answer_source"] = d.answer_source
+        if getattr(d, "withheld", None):  # a low-confidence refusal: the span the reader did not give
+            info["withheld"] = d.withheld
         if isinstance(d.action, Answer):  # the passages the reader read, in its order (re-reading, the studio)
             from evorag_core.policy.agent import reader_passages
 

@@ -45,7 +45,8 @@ decision's `query` field says how); "free" keeps the generated query as is.
 Answers are cleaned like every method's (`reader.prompt.clean_answer`: first line, no "Answer:" prefix or quotes).
 With `answer.mode = "span"` (the `AnswerConfig` passed as `answer`; the default) and answer_with = "reader", the
 ANSWER text is the shared reader's (`answers.Reader`): a span of the reader's passages, yes/no, or a refusal (an
-empty answer: REFUSE, fallback "empty_answer"); sampled siblings draw among the same candidates at the temperature.
+empty answer: REFUSE, fallback "empty_answer"; a span below `answer.min_confidence`: REFUSE, fallback
+"low_confidence"); sampled siblings draw among the same candidates at the temperature.
 A span answer's source passage (its pid) is `PolicyDecision.answer_source`; the episode's ANSWER step records it
 as `info["answer_source"]` (the studio marks that passage).
 Fallbacks (counted in `fallback_counts`, never an exception): an empty query becomes the question itself
@@ -63,6 +64,7 @@ import torch
 
 from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
 from evorag_core.reader.answers import Reader
+from evorag_core.reader.span import SpanAnswer
 from evorag_core.reader.prompt import clean_answer, reader_prompt
 from evorag_core.config import ANSWERERS, QUERY_MODES, QUERY_SCORES, AnswerConfig, PolicyConfig
 from evorag_core.errors import ConfigError
@@ -88,11 +90,12 @@ class PolicyDecision:
     logprob: float  # action_logprob + argument_logprob = log P(completion | prompt)
     prompt: str
     completion: str
-    fallback: str | None = None  # "empty_query" | "empty_answer"
+    fallback: str | None = None  # "empty_query" | "empty_answer" | "low_confidence" (the reader withheld its span)
     choice_probs: dict[str, float] = field(default_factory=dict)  # the distribution the label was drawn from
     arena: dict[str, Any] | None = None  # answer_with="arena": the cited reply (`ArenaOutput.details()`)
     query: dict[str, Any] | None = None  # query_mode="grounded", a SEARCH after the first hop: how it was chosen
     answer_source: str | None = None  # a span answer's source passage (pid); None for yes/no, free text, no answer
+    withheld: dict[str, Any] | None = None  # fallback "low_confidence": the span the reader withheld and its confidence
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
@@ -204,6 +207,7 @@ class LMPolicy:
         generations: dict[int, Generation] = {}
         replies: dict[int, Any] = {}
         sources: dict[int, str | None] = {}
+        refusals: dict[int, SpanAnswer] = {}  # the reader's refusals of ANSWER rows
         if self.cfg.answer_with == "arena":  # ANSWER texts come from ARENA's cited replies, as one batch
             answers = [i for i in wanted if names[i] == "ANSWER"]
             wanted = [i for i in wanted if names[i] != "ANSWER"]
@@ -218,6 +222,7 @@ class LMPolicy:
                                         n=len(answers), temperature=temperature, seed=seed + 2)
                 generations = {i: Generation(a.text, (), (), "stop") for i, a in zip(answers, read)}
                 sources = {i: a.source_pid for i, a in zip(answers, read)}
+                refusals = {i: a for i, a in zip(answers, read) if a.reason}
         if wanted:  # the other arguments (SEARCH, and ANSWER unless ARENA writes it) decode as one batch
             answering = any(names[i] == "ANSWER" for i in wanted)
             reader = self._reader_prompt(view) if answering and self.cfg.answer_with == "reader" else None
@@ -227,7 +232,7 @@ class LMPolicy:
             generations.update(zip(wanted, outs))
         queries = self._grounded(view, prompt, generations, names, temperature, seed + 3)
         decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i), queries.get(i),
-                                    sources.get(i)) for i, name in enumerate(names)]
+                                    sources.get(i), refusals.get(i)) for i, name in enumerate(names)]
         if count:
             self._count_fallbacks(decisions)
         return decisions
@@ -257,7 +262,7 @@ class LMPolicy:
 
     def _decision(self, view, prompt, name, raw, probs, generated: Generation | None,
                   reply: ArenaOutput | None = None, query: tuple[str, dict[str, Any]] | None = None,
-                  source: str | None = None) -> PolicyDecision:
+                  source: str | None = None, refusal: SpanAnswer | None = None) -> PolicyDecision:
         fallback = None
         argument = ""
         if query is not None:  # grounded: the chosen candidate; its log-prob is the generation's only if it is that text
@@ -277,16 +282,21 @@ class LMPolicy:
             elif name == "ANSWER":
                 argument = clean_answer(argument)  # as every method reports answers (re-scored if it changed)
                 if not argument:
-                    name, fallback, generated = "REFUSE", "empty_answer", None
+                    name, generated = "REFUSE", None
+                    low = refusal is not None and refusal.reason == "low_confidence"
+                    fallback = "low_confidence" if low else "empty_answer"
         completion = completion_text(name, argument)
         action_lp = raw[name]
         # a reader- or ARENA-generated answer's token log-probs belong to another prompt: re-score it under the agent's
         own = generated if not (name == "ANSWER" and self.cfg.answer_with != "policy") else None
         argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
         action = _action(name, argument)
+        withheld = ({"span": refusal.withheld, "confidence": refusal.confidence}
+                    if fallback == "low_confidence" and refusal is not None else None)
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
                               fallback, dict(probs), reply.details() if reply is not None else None,
-                              query[1] if query is not None else None, source if name == "ANSWER" else None)
+                              query[1] if query is not None else None, source if name == "ANSWER" else None,
+                              withheld)
 
     def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
         """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary

@@ -17,7 +17,11 @@
   answer ranker (`reader/ranker.py`: where the span sits, how near the question's words it is, whether its type
   fits the question, the "A or B" date/number comparison), which ranks the candidates; with `"lm"` the LM score
   alone ranks them. The best one is the answer, in its surface form in the passage. No candidate -> refusal,
-  reason "no_candidates".
+  reason "no_candidates". Each span answer carries its `confidence`: its probability under the softmax of the
+  ranking scores over the question's candidates (with the learned ranker, a conditional logit, that is the model's
+  probability that it is the right one of them). With `answer.min_confidence` > 0 a span below it is not given:
+  refusal, reason "low_confidence" (the best candidate kept in `withheld`). Yes/no answers are never refused on
+  confidence (the yes/no model is near chance: its probability is near 0.5 for every question).
 
 Sampling (`read(..., temperature > 0)`) draws from softmax(score / temperature) over the same candidates (or labels).
 
@@ -102,9 +106,11 @@ SHORT_ANSWER_DEMOS: tuple[tuple[str, str], ...] = (
 @dataclass(frozen=True)
 class SpanAnswer:
     """The reader's answer: `text` ("" for a refusal), `kind` ("span" | "yes_no" | "refusal"; `answers.Reader`
-    in free mode: "free"), the refusal `reason` ("no_passages" | "no_candidates"), the passage the span was taken
-    from (`source`: its 0-based index in the passages read; `source_pid`: its pid; None for yes/no, refusals and
-    free answers), its score and how many candidates were scored."""
+    in free mode: "free"), the refusal `reason` ("no_passages" | "no_candidates" | "low_confidence"), the passage
+    the span was taken from (`source`: its 0-based index in the passages read; `source_pid`: its pid; None for
+    yes/no, refusals and free answers), its score, how many candidates were scored, its `confidence` (spans and
+    yes/no: the pick's probability under the softmax of the scores; None otherwise) and, for a low-confidence
+    refusal, the span it `withheld`."""
 
     text: str
     kind: str
@@ -113,6 +119,8 @@ class SpanAnswer:
     score: float = 0.0
     candidates: int = 0
     source_pid: str | None = None
+    confidence: float | None = None
+    withheld: str | None = None
 
 
 def _norm_words(text: str) -> list[str]:
@@ -341,7 +349,9 @@ class SpanReader:
             margin = self.yes_no_margin(question, passages)
             self.last_scores = {"yes": margin, "no": 0.0}
             picks = _pick([margin, 0.0], temperature, n, seed)
-            return [SpanAnswer(("yes", "no")[k], "yes_no", score=(margin, -margin)[k], candidates=2) for k in picks]
+            probs = _probabilities([margin, 0.0])
+            return [SpanAnswer(("yes", "no")[k], "yes_no", score=(margin, -margin)[k], candidates=2,
+                               confidence=probs[k]) for k in picks]
         if not cands:
             return [SpanAnswer("", "refusal", "no_candidates")] * n
         scores = self.span_scores(question, passages, [s for s, _ in cands])
@@ -351,9 +361,20 @@ class SpanReader:
                                        [self._n_tokens(c) for c, _ in cands], options)
             scores = self.ranker.scores(feats)
         self.last_scores = {s: sc for (s, _), sc in zip(cands, scores)}
-        picks = _pick(scores, temperature, n, seed)
-        return [SpanAnswer(cands[k][0], "span", None, cands[k][1], scores[k], len(cands), passages[cands[k][1]].pid)
-                for k in picks]
+        probs = _probabilities(scores)
+        return [self._span_answer(cands[k][0], cands[k][1], scores[k], len(cands), passages[cands[k][1]].pid, probs[k])
+                for k in _pick(scores, temperature, n, seed)]
+
+    def _span_answer(self, text: str, source: int, score: float, n: int, pid: str, confidence: float) -> SpanAnswer:
+        if confidence < self.cfg.min_confidence:
+            return SpanAnswer("", "refusal", "low_confidence", score=score, candidates=n, confidence=confidence,
+                              withheld=text)
+        return SpanAnswer(text, "span", None, source, score, n, pid, confidence)
+
+
+def _probabilities(scores: Sequence[float]) -> list[float]:
+    """softmax(scores): each candidate's probability under the ranking."""
+    return torch.softmax(torch.tensor(scores, dtype=torch.float64), dim=0).tolist()
 
 
 def _pick(scores: Sequence[float], temperature: float, n: int, seed: int | None) -> list[int]:

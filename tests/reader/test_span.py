@@ -116,6 +116,61 @@ def test_refusals_are_counted_with_their_reason(tiny_backend):
     assert reader.span.kinds["refusal"] == 2
 
 
+def test_low_confidence_spans_are_refused_with_the_span_withheld(tiny_backend):
+    """`answer.min_confidence`: a span's confidence is its softmax probability over the candidates' scores; below
+    the threshold the reader refuses ("low_confidence", counted) and keeps the span it withheld; yes/no is never
+    refused on confidence; 0 (the default) changes no answer."""
+    q = QUESTIONS[0]
+    plain = SpanReader(tiny_backend, AnswerConfig())
+    given = plain.answer(q, PASSAGES)
+    scores = torch.tensor(list(plain.last_scores.values()), dtype=torch.float64)
+    assert given.confidence == pytest.approx(float(torch.softmax(scores, 0).max()), abs=1e-9)
+    assert 0 < given.confidence <= 1
+    below = SpanReader(tiny_backend, AnswerConfig(min_confidence=min(given.confidence + 1e-6, 0.999999)))
+    refused = below.answer(q, PASSAGES)
+    assert (refused.text, refused.kind, refused.reason) == ("", "refusal", "low_confidence")
+    assert refused.withheld == given.text and refused.confidence == pytest.approx(given.confidence)
+    assert refused.source is None and refused.source_pid is None  # nothing was given, nothing to mark
+    assert dict(below.refusals) == {"low_confidence": 1} and below.kinds["refusal"] == 1
+    at = SpanReader(tiny_backend, AnswerConfig(min_confidence=given.confidence - 1e-9))
+    assert at.answer(q, PASSAGES).text == given.text  # at or above the threshold: given
+    yes_no = below.answer("Is Mirrow on the Sable River?", PASSAGES)
+    assert yes_no.kind == "yes_no" and yes_no.text in ("yes", "no") and 0.5 <= yes_no.confidence <= 1
+    with pytest.raises(ConfigError, match="min_confidence"):
+        apply_overrides(load_config(), {"answer.min_confidence": 1.5})
+
+
+def test_agent_refuses_when_the_reader_withholds_its_span(tiny_backend):
+    """An ANSWER whose span the reader withholds becomes REFUSE (fallback "low_confidence", counted), with the
+    span and its confidence on the decision and in the step's info; the studio's step table shows them."""
+    from evorag_core.env.actions import Refuse
+    from evorag_core.env.episode import StepRecord
+    from app.policies import _info
+    from app.views import steps_table
+    from evorag_core.env.episode import EpisodeRecord
+
+    view = AgentView(QUESTIONS[0], (Hop("Ansel Travine", (TRAVINE, MIRROW)),), (), 5, 5)
+    cfg = PolicyConfig(model="tiny", max_answer_tokens=6)
+    strict = LMPolicy(tiny_backend, cfg, AnswerConfig(min_confidence=0.999999))
+    decisions = strict.candidates(view, k=12, temperature=1.0, seed=5)
+    withheld = [d for d in decisions if d.fallback == "low_confidence"]
+    assert withheld and all(isinstance(d.action, Refuse) for d in withheld)
+    assert not any(d.completion.startswith("ANSWER") for d in decisions)
+    assert strict.fallback_counts["low_confidence"] == len(withheld)
+    d = withheld[0]
+    assert _in_passage_exactly(d.withheld["span"], PASSAGES) and 0 < d.withheld["confidence"] < 0.999999
+    assert d.answer_source is None
+    info = _info(d)
+    assert info["withheld"] == d.withheld
+    def table(step_info):
+        step = StepRecord(t=1, action=d.action, passages=(), signals={}, weights={}, reward=0.0, info=step_info)
+        return steps_table(EpisodeRecord("e", "q", "demo", QUESTIONS[0], "discovery", "time_dynamic", "full", 5, 5,
+                                         steps=(step,)))
+
+    assert f'low confidence ({d.withheld["confidence"]:.2f})' in table(info) and "withheld" in table(info)
+    assert "withheld" not in table({})
+
+
 def test_free_mode_generates_as_before(tiny_backend):
     from evorag_core.reader.prompt import clean_answer, reader_prompt
 
