@@ -266,14 +266,9 @@ def _logprob(decision: Any) -> float | None:
 
 
 def _info(decision: Any) -> dict[str, Any]:
-    """What a step records about the LM's decision: log-prob, completion text, and the fallback when one was used."""
-    info: dict[str, Any] = {"logprob": _logprob(decision), "completion": getattr(decision, "completion", None)}
-    if getattr(decision, "fallback", None):
-        info["fallback"] = decision.fallback
-    if getattr(decision, "arena", None) is not None:  # answer_with="arena": the cited reply, for the answer view
-        info["arena"] = decision.arena
-    if getattr(decision, "answer_source", None):  # a span answer's source passage (pid), marked in the passages
-        info["answer_source"] = decision.answer_source
-    if getattr(decision, "withheld", None):  # a low-confidence refusal: the span the reader did not give
-        info["withheld"] = decision.withheld
-    return info
+    """What a step records about the LM's decision: log-prob, completion text, and its notes (the fallback when one
+    was used, ARENA's reply, the answer's source passage, a withheld span: `policy.agent.decision_notes`)."""
+    from evorag_core.policy.agent import decision_notes
+
+    return {"logprob": _logprob(decision), "completion": getattr(decision, "completion", None),
+            **decision_notes(decision)}

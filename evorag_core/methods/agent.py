@@ -33,6 +33,8 @@ class AgentPolicy:
         self.lm.backend.activate(self.adapter)
 
     def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
+        from evorag_core.policy.agent import decision_notes, reader_passages  # torch-heavy: imported when used
+
         d = self.lm.act(view)
         info: dict[str, Any] = {
             "completion": d.completion,
@@ -40,19 +42,10 @@ class AgentPolicy:
             "action_logprob": d.action_logprob,
             "argument_logprob": d.argument_logprob,
         }
-        if d.fallback:
-            info["fallback"] = d.fallback
-        if d.arena is not None:
-            info["arena"] = d.arena
+        info.update(decision_notes(d))  # fallback, ARENA reply, answer source, withheld span (those it has)
         if d.query is not None:
             info["query"] = d.query
-        if getattr(d, "answer_source", None):  # a span answer's source passage (pid)
-            info["answer_source"] = d.answer_source
-        if getattr(d, "withheld", None):  # a low-confidence refusal: the span the reader did not give
-            info["withheld"] = d.withheld
         if isinstance(d.action, Answer):  # the passages the reader read, in its order (re-reading, the studio)
-            from evorag_core.policy.agent import reader_passages
-
             info["reader_pids"] = [p.pid for p in reader_passages(view, self.lm.cfg.reader_passages)]
         return d.action, info
 

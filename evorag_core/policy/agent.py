@@ -77,7 +77,7 @@ from evorag_core.policy.prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, 
 if TYPE_CHECKING:
     from evorag_core.reader.arena.generator import ArenaOutput
 
-__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
+__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "decision_notes", "reader_passages"]
 
 _NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
 
@@ -96,6 +96,23 @@ class PolicyDecision:
     query: dict[str, Any] | None = None  # query_mode="grounded", a SEARCH after the first hop: how it was chosen
     answer_source: str | None = None  # a span answer's source passage (pid); None for yes/no, free text, no answer
     withheld: dict[str, Any] | None = None  # fallback "low_confidence": the span the reader withheld and its confidence
+
+
+def decision_notes(decision: Any) -> dict[str, Any]:
+    """The optional parts of a decision that a step records in its info, those it has: the fallback used, ARENA's
+    cited reply (the answer view), the span answer's source passage (the studio marks it) and the span the reader
+    withheld below `answer.min_confidence`. One home for the studio's policies and the agent method; a decision of
+    another policy type (no such attributes) gives {}."""
+    notes: dict[str, Any] = {}
+    if getattr(decision, "fallback", None):
+        notes["fallback"] = decision.fallback
+    if getattr(decision, "arena", None) is not None:
+        notes["arena"] = decision.arena
+    if getattr(decision, "answer_source", None):
+        notes["answer_source"] = decision.answer_source
+    if getattr(decision, "withheld", None):
+        notes["withheld"] = decision.withheld
+    return notes
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:
@@ -282,17 +299,17 @@ class LMPolicy:
             elif name == "ANSWER":
                 argument = clean_answer(argument)  # as every method reports answers (re-scored if it changed)
                 if not argument:
-                    name, generated = "REFUSE", None
-                    low = refusal is not None and refusal.reason == "low_confidence"
-                    fallback = "low_confidence" if low else "empty_answer"
+                    withheld_span = refusal is not None and refusal.reason == "low_confidence"
+                    name, generated, fallback = "REFUSE", None, "low_confidence" if withheld_span else "empty_answer"
         completion = completion_text(name, argument)
         action_lp = raw[name]
         # a reader- or ARENA-generated answer's token log-probs belong to another prompt: re-score it under the agent's
         own = generated if not (name == "ANSWER" and self.cfg.answer_with != "policy") else None
         argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
         action = _action(name, argument)
-        withheld = ({"span": refusal.withheld, "confidence": refusal.confidence}
-                    if fallback == "low_confidence" and refusal is not None else None)
+        withheld = None
+        if fallback == "low_confidence":  # the reader's best span and its probability, for the studio
+            withheld = {"span": refusal.withheld, "confidence": refusal.confidence}
         return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
                               fallback, dict(probs), reply.details() if reply is not None else None,
                               query[1] if query is not None else None, source if name == "ANSWER" else None,
