@@ -45,6 +45,10 @@ def add_pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for the rollouts and the evaluations, each loading the model once (default 1: "
                         "in this process); the rounds run in this process. One thread each unless policy.threads")
+    p.add_argument("--rows-from", type=Path, default=None, metavar="DIR",
+                   help="another ablation's --out folder: reuse its base row and every variant with the same weights "
+                        "(e.g. presets' full = schedules' time-dynamic) when config, slices, budget and rollouts "
+                        "match; without --rollouts-from, its rollout store is used")
 
 
 def plan_settings(args: argparse.Namespace) -> dict:
@@ -52,9 +56,17 @@ def plan_settings(args: argparse.Namespace) -> dict:
         raise ConfigError("--corpus-from is not supported here: the corpus is --data's passages (env.corpus)")
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    rollouts_from = args.rollouts_from
+    if args.rows_from and not rollouts_from:  # the other run's rollout store, so that its rows can match
+        from training.ablation.pipeline import load_state
+
+        held = load_state(args.rows_from).get("rollouts")
+        if not held:
+            raise ConfigError(f"{args.rows_from} holds no finished ablation rollouts (state.json)")
+        rollouts_from = held["store"]
     return {"data": args.data.resolve(), "train": parse_slice(args.train), "eval": parse_slice(args.eval),
             "out": args.out.resolve(), "objective": args.objective, "max_steps": args.max_steps, "seed": args.seed,
-            "eval_t_max": args.eval_t_max, "rollouts_from": args.rollouts_from}
+            "eval_t_max": args.eval_t_max, "rollouts_from": rollouts_from}
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
@@ -65,10 +77,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--variants", default=None, metavar="A,B",
                    help="only these variants (the reference row is always run; \"\" : the reference alone)")
     p.add_argument("--resamples", type=int, default=10_000, help="paired-bootstrap resamples")
-    p.add_argument("--rows-from", type=Path, default=None, metavar="DIR",
-                   help="another ablation's --out folder: reuse its base row and every variant with the same weights "
-                        "(e.g. presets' full = schedules' time-dynamic) when config, slices, budget and rollouts "
-                        "match; without --rollouts-from, its rollout store is used")
     return p
 
 
@@ -83,13 +91,6 @@ def main(args: argparse.Namespace) -> int:
     if args.variants is not None:  # "" : the reference row alone
         chosen = chosen.only(tuple(v.strip() for v in args.variants.split(",") if v.strip()))
     settings = plan_settings(args)
-    if args.rows_from and not args.rollouts_from:
-        from training.ablation.pipeline import load_state
-
-        held = load_state(args.rows_from).get("rollouts")
-        if not held:
-            raise ConfigError(f"{args.rows_from} holds no finished ablation rollouts (state.json)")
-        settings["rollouts_from"] = held["store"]
     plan = AblationPlan(name=chosen.name, variants=chosen.variants, reference=chosen.reference, **settings)
 
     def show(name: str, record: dict) -> None:

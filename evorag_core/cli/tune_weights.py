@@ -5,7 +5,9 @@ short round (`--objective`, `--max-steps`) and scores the adapter by its mean F1
 the same per-variant pipeline as `evorag ablate`. ucb1: a bandit over 9 tables (kappa and the process weights each
 scaled by 0.5 / 1 / 2; an arm pulled again trains with the next seed); bo: optuna's TPE over the 21 endpoints, the
 hand table first. The best table is written as a [weights] TOML snippet (`--config` accepts it). With `--heldout`,
-the tuned table and the hand table are then compared on those questions (an ablation table, as `evorag ablate`).
+the tuned table and the hand table are then compared on those questions (an ablation table, as `evorag ablate`);
+`--rows-from` an ablation run on those questions takes its rollouts, and its base row and the row with the hand
+table's weights (schedules' time-dynamic, presets' full) for that comparison instead of computing them again.
 Resumable: rerun the same command.
 """
 from __future__ import annotations
@@ -28,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--budget", type=int, default=18, help="ucb1: pulls (rounds) in all, at least the 9 arms")
     p.add_argument("--trials", type=int, default=12, help="bo: optuna trials (rounds)")
     p.add_argument("--heldout", default=None, metavar="START:STOP",
-                   help="afterwards, compare the tuned and the hand table on these questions")
+                   help="afterwards, compare the tuned and the hand table on these questions (with --rows-from, "
+                        "its base and hand-table rows are reused when they match)")
     return p
 
 
@@ -103,6 +106,6 @@ def _heldout(args, cfg, home, settings, hand, best, run) -> dict:
     plan = AblationPlan(name="tuned-vs-hand", variants=(Variant("hand", table=hand), Variant("tuned", table=best)),
                         reference="hand", **{**settings, "out": out, "eval": parse_slice(args.heldout),
                                              "rollouts_from": run.data["rollouts"]["store"]})
-    state = run_ablation(plan, cfg, home, workers=args.workers)
+    state = run_ablation(plan, cfg, home, workers=args.workers, rows_from=args.rows_from)
     report = write_report(state, out)
     return {"table": str(out / "ablation.md"), "rows": report["rows"]}
