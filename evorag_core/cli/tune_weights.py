@@ -67,7 +67,9 @@ def _tune(args, cfg, home, settings, plan, hand, run) -> int:
 
     if args.method == "ucb1":
         arms = weight_grid(hand)
-        result = ucb1(len(arms), lambda i, k: score(f"ucb-{arms[i][0]}-{k}", arms[i][1], plan.seed + k), args.budget)
+        hand_arm = next(i for i, (_, table) in enumerate(arms) if table == hand)  # k1-p1: it keeps the ties
+        result = ucb1(len(arms), lambda i, k: score(f"ucb-{arms[i][0]}-{k}", arms[i][1], plan.seed + k), args.budget,
+                      prefer=hand_arm)
         best_name, best = arms[result.best]
         summary = {"arms": [n for n, _ in arms], "counts": result.counts, "means": result.means,
                    "history": result.history, "best": best_name, "best_dev_f1": result.means[result.best]}

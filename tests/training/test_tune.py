@@ -32,6 +32,16 @@ def test_ucb1_pulls_every_arm_first_and_refuses_a_short_budget():
         ucb1(3, lambda arm, k: 0.0, budget=2)
 
 
+def test_ucb1_keeps_the_incumbent_on_a_tie_and_drops_it_for_a_strictly_better_arm():
+    """Rounds that barely move the policy give every table the same dev F1: the hand table (`prefer`) then stays the
+    best, not the lowest-index arm; an arm that scores strictly higher still replaces it."""
+    flat = ucb1(4, lambda arm, k: 0.35, budget=8, prefer=2)
+    assert flat.best == 2 and set(flat.means) == {0.35}
+    assert ucb1(4, lambda arm, k: 0.35, budget=8).best == 0  # without an incumbent: the lower index
+    better = ucb1(4, lambda arm, k: 0.36 if arm == 3 else 0.35, budget=8, prefer=2)
+    assert better.best == 3
+
+
 def test_weight_grid_holds_the_hand_table():
     """9 arms; k1-p1 is the paper table; k2-p0.5 doubles kappa and halves beta."""
     grid = dict(weight_grid(PAPER_TABLE))

@@ -5,7 +5,7 @@ split" (the ablation pipeline's `AblationRun.variant`). The best table is writte
 `--config` accepts.
 
 - `ucb1(n_arms, pull, budget)`: pull every arm once, then the arm with the highest mean + c sqrt(ln n / n_i); the
-  best arm is the one with the highest mean. A round with the same seed is deterministic, so the CLI pulls an arm
+  best arm is the one with the highest mean (the hand table's arm when it ties for it). A round with the same seed is deterministic, so the CLI pulls an arm
   again with the next seed (a fresh round): the bandit's noise is the training noise.
 - `weight_grid(table)`: 9 arms, the answer weight kappa and the six process weights each scaled by 0.5, 1 or 2.
 - `bo_search(score, n_trials)`: optuna over the 21 endpoints, each in [0, 2 x its paper value] (rho: [0, 1]).
@@ -33,9 +33,12 @@ class UcbResult:
     history: tuple[tuple[int, float], ...] = field(default=())  # (arm, reward) per pull, in order
 
 
-def ucb1(n_arms: int, pull: Callable[[int, int], float], budget: int, c: float = math.sqrt(2)) -> UcbResult:
+def ucb1(n_arms: int, pull: Callable[[int, int], float], budget: int, c: float = math.sqrt(2),
+         prefer: int | None = None) -> UcbResult:
     """UCB1 (Auer et al. 2002) for `budget` pulls; `pull(arm, k)` returns the reward of the k-th pull (0-based) of
-    `arm`. Ties go to the lower arm index, so a run is deterministic given the rewards."""
+    `arm`. Ties go to the lower arm index, so a run is deterministic given the rewards - except the best arm: when
+    `prefer` (the incumbent, e.g. the hand table) ties for the highest mean, it stays the best, so another arm is
+    named best only when it scored strictly higher."""
     if n_arms < 1 or budget < n_arms:
         raise ValueError(f"UCB1 needs at least one arm and a budget >= the arms ({n_arms}), got {budget}")
     counts, sums, history = [0] * n_arms, [0.0] * n_arms, []
@@ -50,6 +53,8 @@ def ucb1(n_arms: int, pull: Callable[[int, int], float], budget: int, c: float =
         history.append((arm, reward))
     means = tuple(s / k for s, k in zip(sums, counts))
     best = max(range(n_arms), key=lambda i: means[i])
+    if prefer is not None and means[prefer] == means[best]:
+        best = prefer
     return UcbResult(best, tuple(counts), means, tuple(history))
 
 
