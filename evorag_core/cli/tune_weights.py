@@ -54,8 +54,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _tune(args, cfg, home, settings, plan, hand, run) -> int:
+    from evorag_core.env.scheduler import WeightTable
     from evorag_core.pairs.rescore import Variant
-    from training.ablation.tune import bo_search, table_from_params, toml_snippet, ucb1, weight_grid
+    from training.ablation.tune import best_trial, bo_search, table_from_params, toml_snippet, ucb1, weight_grid
 
     run.prepare()
 
@@ -76,8 +77,9 @@ def _tune(args, cfg, home, settings, plan, hand, run) -> int:
     else:
         study = bo_search(lambda table, n: score(f"bo-{n}", table, plan.seed), args.trials, seed=plan.seed,
                           start=hand, storage=f"sqlite:///{plan.out / 'optuna.db'}")
-        best = table_from_params({**_params(hand), **study.best_params})
-        summary = {"best": f"bo-{study.best_trial.number}", "best_dev_f1": study.best_value,
+        top = best_trial(study)  # the hand table (trial 0) keeps a tie
+        best = table_from_params({**_params(hand), **top.params})
+        summary = {"best": f"bo-{top.number}", "best_dev_f1": top.value,
                    "trials": [{"number": t.number, "value": t.value, "state": t.state.name} for t in study.trials]}
     snippet = toml_snippet(best, f"evorag tune-weights --method {args.method}: best dev F1 "
                                  f"{summary['best_dev_f1']:.4f} ({summary['best']}); use with --config")

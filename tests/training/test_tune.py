@@ -9,7 +9,8 @@ import pytest
 
 from evorag_core.config import load_config
 from evorag_core.env.scheduler import PAPER_TABLE, WeightTable
-from training.ablation.tune import bo_search, scaled, search_space, toml_snippet, ucb1, weight_grid
+from training.ablation.tune import (best_trial, bo_search, scaled, search_space, table_from_params, toml_snippet, ucb1,
+                                   weight_grid)
 
 
 def test_ucb1_picks_the_best_arm_of_a_bernoulli_bandit():
@@ -40,6 +41,20 @@ def test_ucb1_keeps_the_incumbent_on_a_tie_and_drops_it_for_a_strictly_better_ar
     assert ucb1(4, lambda arm, k: 0.35, budget=8).best == 0  # without an incumbent: the lower index
     better = ucb1(4, lambda arm, k: 0.36 if arm == 3 else 0.35, budget=8, prefer=2)
     assert better.best == 3
+
+
+def test_bo_keeps_the_hand_table_on_a_flat_objective(tmp_path):
+    """Every trial scores the same (rounds too short to move the dev F1): the best trial is the first, the hand
+    table, kept in a sqlite study as the CLI keeps it; a later trial that scores higher replaces it."""
+    study = bo_search(lambda table, n: 0.35, 4, seed=0, storage=f"sqlite:///{tmp_path / 'flat.db'}")
+    top = best_trial(study)
+    assert top.number == 0 and table_from_params({**_flat(PAPER_TABLE), **top.params}) == PAPER_TABLE
+    study = bo_search(lambda table, n: 0.35 + (n == 2) * 0.01, 4, seed=0, storage=f"sqlite:///{tmp_path / 'up.db'}")
+    assert best_trial(study).number == 2
+
+
+def _flat(table: WeightTable) -> dict[str, float]:
+    return dict(table.to_config().__dict__)
 
 
 def test_weight_grid_holds_the_hand_table():

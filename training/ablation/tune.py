@@ -5,8 +5,9 @@ split" (the ablation pipeline's `AblationRun.variant`). The best table is writte
 `--config` accepts.
 
 - `ucb1(n_arms, pull, budget)`: pull every arm once, then the arm with the highest mean + c sqrt(ln n / n_i); the
-  best arm is the one with the highest mean (the hand table's arm when it ties for it). A round with the same seed is deterministic, so the CLI pulls an arm
-  again with the next seed (a fresh round): the bandit's noise is the training noise.
+  best arm is the one with the highest mean (the hand table's arm when it ties for it). A round with the same seed
+  is deterministic, so the CLI pulls an arm again with the next seed (a fresh round): the bandit's noise is the
+  training noise.
 - `weight_grid(table)`: 9 arms, the answer weight kappa and the six process weights each scaled by 0.5, 1 or 2.
 - `bo_search(score, n_trials)`: optuna over the 21 endpoints, each in [0, 2 x its paper value] (rho: [0, 1]).
 """
@@ -20,7 +21,7 @@ from evorag_core.config import WeightsConfig
 from evorag_core.env.scheduler import PAPER_TABLE, WEIGHT_NAMES, WeightTable
 
 __all__ = ["UcbResult", "ucb1", "weight_grid", "scaled", "search_space", "table_from_params", "bo_search",
-           "toml_snippet"]
+           "best_trial", "toml_snippet"]
 
 COLUMNS = ("start", "mid", "end")
 
@@ -109,6 +110,19 @@ def bo_search(score: Callable[[WeightTable, int], float], n_trials: int, *, seed
     if remaining > 0:
         study.optimize(objective, n_trials=remaining)
     return study
+
+
+def best_trial(study):
+    """The finished trial with the highest value, the earliest on a tie: trial 0 is the hand table (`bo_search`'s
+    `start`), so another table is named best only when it scored strictly higher (optuna's own `best_trial` leaves
+    the order of ties to the storage)."""
+    import optuna
+
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not done:
+        raise ValueError("no finished trial")
+    top = max(t.value for t in done)
+    return min((t for t in done if t.value == top), key=lambda t: t.number)
 
 
 def _params(table: WeightTable) -> dict[str, float]:
