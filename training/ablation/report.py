@@ -134,14 +134,15 @@ def figure(table: list[dict[str, Any]], title: str):
 
     shown = [r for r in table if r["evaluated"]]
     names = [r["name"] for r in shown]
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.75, 0.25], subplot_titles=("scores", "avg steps"))
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], subplot_titles=("scores", "avg steps"))
     for key, title_ in METRICS:
         if key == "avg_steps":
             continue
         fig.add_trace(go.Bar(name=title_, x=names, y=[r.get(key) for r in shown]), row=1, col=1)
     fig.add_trace(go.Bar(name="Avg steps", x=names, y=[r.get("avg_steps") for r in shown], showlegend=False,
                          marker_color="grey"), row=1, col=2)
-    fig.update_layout(barmode="group", title=title, width=1100, height=450)
+    fig.update_layout(barmode="group", title=title, width=1100, height=480)
+    fig.update_xaxes(tickangle=-30, row=1, col=2)  # six variant names side by side in the narrower panel
     return fig
 
 
