@@ -56,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
 def _tune(args, cfg, home, settings, plan, hand, run) -> int:
     from evorag_core.env.scheduler import WeightTable
     from evorag_core.pairs.rescore import Variant
-    from training.ablation.tune import best_trial, bo_search, table_from_params, toml_snippet, ucb1, weight_grid
+    from training.ablation.tune import (best_trial, bo_search, table_from_params, table_params, toml_snippet, ucb1,
+                                       weight_grid)
 
     run.prepare()
 
@@ -78,7 +79,7 @@ def _tune(args, cfg, home, settings, plan, hand, run) -> int:
         study = bo_search(lambda table, n: score(f"bo-{n}", table, plan.seed), args.trials, seed=plan.seed,
                           start=hand, storage=f"sqlite:///{plan.out / 'optuna.db'}")
         top = best_trial(study)  # the hand table (trial 0) keeps a tie
-        best = table_from_params({**_params(hand), **top.params})
+        best = table_from_params({**table_params(hand), **top.params})
         summary = {"best": f"bo-{top.number}", "best_dev_f1": top.value,
                    "trials": [{"number": t.number, "value": t.value, "state": t.state.name} for t in study.trials]}
     snippet = toml_snippet(best, f"evorag tune-weights --method {args.method}: best dev F1 "
@@ -94,10 +95,6 @@ def _tune(args, cfg, home, settings, plan, hand, run) -> int:
         print(snippet)
         print(f"written: {plan.out / 'best_weights.toml'}, {plan.out / 'tune.json'}")
     return 0
-
-
-def _params(table) -> dict[str, float]:
-    return dict(table.to_config().__dict__)
 
 
 def _heldout(args, cfg, home, settings, hand, best, run) -> dict:

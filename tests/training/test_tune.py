@@ -9,8 +9,8 @@ import pytest
 
 from evorag_core.config import load_config
 from evorag_core.env.scheduler import PAPER_TABLE, WeightTable
-from training.ablation.tune import (best_trial, bo_search, scaled, search_space, table_from_params, toml_snippet, ucb1,
-                                   weight_grid)
+from training.ablation.tune import (best_trial, bo_search, scaled, search_space, table_from_params, table_params,
+                                   toml_snippet, ucb1, weight_grid)
 
 
 def test_ucb1_picks_the_best_arm_of_a_bernoulli_bandit():
@@ -48,13 +48,9 @@ def test_bo_keeps_the_hand_table_on_a_flat_objective(tmp_path):
     table, kept in a sqlite study as the CLI keeps it; a later trial that scores higher replaces it."""
     study = bo_search(lambda table, n: 0.35, 4, seed=0, storage=f"sqlite:///{tmp_path / 'flat.db'}")
     top = best_trial(study)
-    assert top.number == 0 and table_from_params({**_flat(PAPER_TABLE), **top.params}) == PAPER_TABLE
+    assert top.number == 0 and table_from_params({**table_params(PAPER_TABLE), **top.params}) == PAPER_TABLE
     study = bo_search(lambda table, n: 0.35 + (n == 2) * 0.01, 4, seed=0, storage=f"sqlite:///{tmp_path / 'up.db'}")
     assert best_trial(study).number == 2
-
-
-def _flat(table: WeightTable) -> dict[str, float]:
-    return dict(table.to_config().__dict__)
 
 
 def test_weight_grid_holds_the_hand_table():

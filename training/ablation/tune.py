@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 from evorag_core.config import WeightsConfig
 from evorag_core.env.scheduler import PAPER_TABLE, WEIGHT_NAMES, WeightTable
 
-__all__ = ["UcbResult", "ucb1", "weight_grid", "scaled", "search_space", "table_from_params", "bo_search",
-           "best_trial", "toml_snippet"]
+__all__ = ["UcbResult", "ucb1", "weight_grid", "scaled", "search_space", "table_from_params", "table_params",
+           "bo_search", "best_trial", "toml_snippet"]
 
 COLUMNS = ("start", "mid", "end")
 
@@ -99,11 +99,11 @@ def bo_search(score: Callable[[WeightTable, int], float], n_trials: int, *, seed
                                 storage=storage, study_name=study_name, load_if_exists=storage is not None)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if start is not None and not study.trials:
-        study.enqueue_trial({k: v for k, v in _params(start).items() if k in space})
+        study.enqueue_trial({k: v for k, v in table_params(start).items() if k in space})
 
     def objective(trial) -> float:
         params = {k: trial.suggest_float(k, lo, hi) for k, (lo, hi) in space.items()}
-        base = _params(start or PAPER_TABLE)
+        base = table_params(start or PAPER_TABLE)
         return float(score(table_from_params({**base, **params}), trial.number))
 
     remaining = n_trials - len(done)
@@ -125,7 +125,8 @@ def best_trial(study):
     return min((t for t in done if t.value == top), key=lambda t: t.number)
 
 
-def _params(table: WeightTable) -> dict[str, float]:
+def table_params(table: WeightTable) -> dict[str, float]:
+    """The 21 endpoints by name (`kappa_end`, ...), as `search_space` and `table_from_params` name them."""
     return {f"{w}_{c}": float(col[w]) for c, col in zip(COLUMNS, (table.start, table.mid, table.end))
             for w in WEIGHT_NAMES}
 
