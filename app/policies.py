@@ -155,7 +155,7 @@ class PolicyProvider:
         name = adapter.name if adapter is not None else None
         backend = self._get_backend()
         if adapter is not None:
-            self._ensure_adapter(backend, adapter.name, adapter.path)
+            self._ensure_adapter(backend, adapter)
         lm = self._lm_policy(backend)
         label = f"LM {self._model_name()}" + (f" + adapter {name}" if name else " (base)")
         return StudioPolicy(
@@ -173,7 +173,7 @@ class PolicyProvider:
         adapter = self._adapter_for(choice, adapter_lookup)
         backend = self._get_backend()
         if adapter is not None:
-            self._ensure_adapter(backend, adapter.name, adapter.path)
+            self._ensure_adapter(backend, adapter)
         return backend, adapter.name if adapter is not None else None
 
     def model_name(self) -> str:
@@ -205,11 +205,16 @@ class PolicyProvider:
 
         return LMPolicy(backend, self.cfg.policy, self.cfg.answer)
 
-    def _ensure_adapter(self, backend: TransformersBackend, name: str, path: str) -> None:
+    def _ensure_adapter(self, backend: TransformersBackend, adapter: Any) -> None:
+        """Load the store's adapter row onto the backend unless it is loaded from the same folder already,
+        verified against the registry's checksum first (`load_verified`: AdapterError if refused)."""
+        from evorag_core.adapters.load import load_verified
+
         with self._lock:
-            if self._loaded_adapters.get(name) != path:
-                backend.load_adapter(name, Path(path))
-                self._loaded_adapters[name] = path
+            if self._loaded_adapters.get(adapter.name) != adapter.path:
+                self._loaded_adapters.pop(adapter.name, None)
+                load_verified(backend, adapter.name, adapter.path, getattr(adapter, "checksum", None))
+                self._loaded_adapters[adapter.name] = adapter.path
 
     def use(self, adapter: str | None) -> None:
         """Make `adapter` (None: the base model) the one the backend runs; call with the lock held."""

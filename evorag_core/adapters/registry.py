@@ -1,19 +1,21 @@
-"""Activating a registered adapter only when it is intact: the adapter registry's one safety rule.
+"""Registering and activating an adapter only when it is intact: the adapter registry's one safety rule.
 
-`verify_registered` checks the folder (`evorag_core.adapters.files.verify_adapter`: files, sha256 against its metadata, base
-model id, LoRA shapes) and that the weights are still the ones the registry recorded (its checksum column).
-`activate` runs it before flipping the active row, so a corrupt or incompatible adapter is refused with an
-`AdapterError` (saying what stays live) and the adapter active before stays active.
+`verify_folder` checks a folder (`evorag_core.adapters.files.verify_adapter`: files, sha256 against its metadata, base
+model id, LoRA shapes, finite tensors) and, given the registry's checksum, that the weights are still the ones the
+registry recorded; `verify_registered` runs it on a store row. `register_verified` runs it before recording a new row
+(a training round registers through it, so a diverged round registers nothing), and `activate` before flipping the
+active row, so a corrupt, non-finite or incompatible adapter is refused with an `AdapterError` (saying what stays
+live) and the adapter active before stays active.
 
 `activate` is the one activation path: `evorag adapters activate`, the studio's Activate button, the curriculum and
-the GPU check call it; the store's `mark_adapter_active` only flips the row. Running backends follow the active row
-through `evorag_core.adapters.watcher.AdapterWatcher`, which runs `verify_registered` again before loading (the folder
-may have changed since activation).
+the GPU check call it; the store's `mark_adapter_active` only flips the row. Loading onto a backend goes through
+`evorag_core.adapters.load.load_verified`, which runs `verify_folder` again (the folder may have changed since
+activation); the hot-swap watcher (`evorag_core.adapters.watcher.AdapterWatcher`) follows the active row with it.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.errors import AdapterError
 
@@ -24,22 +26,38 @@ if TYPE_CHECKING:
 
     from evorag_core.store import Adapter, Store
 
-__all__ = ["verify_registered", "activate", "adapter_json"]
+__all__ = ["verify_folder", "verify_registered", "register_verified", "activate", "adapter_json"]
+
+
+def verify_folder(name: str, path: Path | str, base_model_id: str, checksum: str | None = None,
+                  model: nn.Module | None = None) -> None:
+    """Raise AdapterError (naming adapter `name`) unless `path` holds an intact adapter for `base_model_id` whose
+    weights, when `checksum` (the registry's sha256) is given, are the ones the registry recorded."""
+    path = Path(path)
+    try:
+        verify_adapter(path, base_model_id, model)
+    except AdapterError as exc:
+        raise AdapterError(f"adapter {name!r} refused: {exc}") from None
+    if checksum and read_adapter_meta(path).get("sha256") != checksum:
+        raise AdapterError(
+            f"adapter {name!r} refused: {path / META_FILE} records other weights than the registry "
+            f"(sha256 {checksum[:12]}…); the folder was replaced after registration"
+        )
 
 
 def verify_registered(adapter: Adapter, base_model_id: str, model: nn.Module | None = None) -> None:
     """Raise AdapterError unless the store's `adapter` row points to an intact adapter for `base_model_id`."""
-    path = Path(adapter.path)
-    try:
-        verify_adapter(path, base_model_id, model)
-    except AdapterError as exc:
-        raise AdapterError(f"adapter {adapter.name!r} refused: {exc}") from None
-    recorded = adapter.checksum
-    if recorded and read_adapter_meta(path).get("sha256") != recorded:
-        raise AdapterError(
-            f"adapter {adapter.name!r} refused: {path / META_FILE} records other weights than the registry "
-            f"(sha256 {recorded[:12]}…); the folder was replaced after registration"
-        )
+    verify_folder(adapter.name, adapter.path, base_model_id, adapter.checksum, model)
+
+
+def register_verified(store: Store, name: str, path: Path | str, *, base_model_id: str, checksum: str,
+                      round_id: int | None = None, objective: str | None = None,
+                      metrics: Mapping[str, Any] | None = None) -> Adapter:
+    """Verify the folder (`verify_folder` against `checksum`), then record it in the store as adapter `name`
+    (inactive); returns its row. AdapterError, and nothing recorded, if it is corrupt, non-finite or foreign."""
+    verify_folder(name, path, base_model_id, checksum)
+    return store.register_adapter(name, str(path), base_model=base_model_id, round_id=round_id,
+                                  objective=objective, checksum=checksum, metrics=metrics)
 
 
 def activate(store: Store, name: str, base_model_id: str) -> Adapter:

@@ -3,21 +3,32 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from evorag_core.errors import AdapterError
 
-__all__ = ["resolve_adapter"]
+__all__ = ["AdapterSource", "resolve_adapter"]
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
-    """(name, folder) of a LoRA adapter given as a folder path or as a name registered in the store
-    (EVORAG_DB_URL, default `home/evorag.db`)."""
+@dataclass(frozen=True)
+class AdapterSource:
+    """Where an adapter argument points: the name to load it under, its folder and, for a registered name, the
+    registry's checksum of its weights (None for a folder given by path: its own metadata is checked)."""
+
+    name: str
+    folder: Path
+    checksum: str | None = None
+
+
+def resolve_adapter(spec: str, home: Path) -> AdapterSource:
+    """The LoRA adapter given as a folder path or as a name registered in the store (EVORAG_DB_URL, default
+    `home/evorag.db`)."""
     folder = Path(spec).expanduser()
     if folder.is_dir():
-        return (_SAFE_NAME.sub("-", folder.name).strip("-")[:64] or "adapter"), folder
+        return AdapterSource(_SAFE_NAME.sub("-", folder.name).strip("-")[:64] or "adapter", folder)
     url = os.environ.get("EVORAG_DB_URL")
     if url is None:
         db = Path(home) / "evorag.db"
@@ -34,4 +45,4 @@ def resolve_adapter(spec: str, home: Path) -> tuple[str, Path]:
         raise AdapterError(f"no adapter named {spec!r} in the store (registered: {known})") from None
     finally:
         store.close()
-    return row.name, Path(row.path)
+    return AdapterSource(row.name, Path(row.path), row.checksum or None)

@@ -1,12 +1,14 @@
 """Hot swap: a running backend follows the store's active adapter without reloading its base model.
 
 `AdapterWatcher.poll()` reads the active adapter row (one cheap query, at most once per `min_interval_s`); when it
-names another adapter than the backend runs, the watcher verifies the folder (files, checksum, base model), injects
-it next to the adapters already loaded (`backend.load_adapter`) and activates it; no active row means the base
-model. A corrupt or incompatible adapter is refused: the backend keeps the adapter it had, and the refusal is
-remembered (and logged once) until the active row changes again. A served backend (lm/openai_backend.py) also
-refuses at the switch when the server cannot be shown to serve the adapter (adapters/served.py); it then serves no
-call until the adapter it had is proved again (the next `activate`, e.g. `PinnedPolicy.act`'s).
+names another adapter than the backend runs, the watcher injects it next to the adapters already loaded through the
+one load path (`adapters.load.load_verified`: files, checksum against the row's, base model, finite tensors) and
+activates it; an adapter loaded before from the same folder is verified again before the switch. No active row
+means the base model. A corrupt, non-finite or incompatible adapter is refused: the backend keeps the adapter it
+had, and the refusal is remembered (and logged once) until the active row changes again. A served backend
+(lm/openai_backend.py) also refuses at the switch when the server cannot be shown to serve the adapter
+(adapters/served.py); it then serves no call until the adapter it had is proved again (the next `activate`, e.g.
+`PinnedPolicy.act`'s).
 
 Episodes in flight finish on the adapter they started with: `PinnedPolicy.begin()` polls the watcher and pins the
 adapter live at that moment, and every decision of the episode re-activates the pinned adapter first (under a lock
@@ -35,8 +37,8 @@ VerifyFn = Callable[["Adapter", str], None]  # (store Adapter row, base model id
 
 
 def _default_verify(adapter: Adapter, base_model_id: str) -> None:
-    """The check of `evorag_core.adapters.registry.activate` (the one activation path), run again before loading: the folder
-    may have changed since the row was activated."""
+    """The check of `evorag_core.adapters.registry.activate` (the one activation path), run again before switching to
+    an adapter loaded earlier: the folder may have changed since the row was activated."""
     from evorag_core.adapters.registry import verify_registered  # peft/safetensors, already loaded by a running backend
 
     verify_registered(adapter, base_model_id)
@@ -77,12 +79,14 @@ class AdapterWatcher:
         if key in self.refused:
             return
         try:
-            self.verify(row, self.backend.model_id)
             if self._loaded.get(row.name) != str(row.path):
-                if row.name in self.backend.list_adapters():
-                    self.backend.unload_adapter(row.name)
-                self.backend.load_adapter(row.name, row.path)
+                from evorag_core.adapters.load import load_verified
+
+                self._loaded.pop(row.name, None)
+                load_verified(self.backend, row.name, row.path, row.checksum)  # verify, unload the old copy, load
                 self._loaded[row.name] = str(row.path)
+            else:
+                self.verify(row, self.backend.model_id)
             self._switch(row.name)  # a served backend proves here that the server serves it (adapters/served.py)
         except AdapterError as exc:
             self.refused[key] = str(exc)

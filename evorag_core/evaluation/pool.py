@@ -85,8 +85,10 @@ class EvalWorker:
                     self._backend = policy_backend(self.spec.cfg.policy, Path(self.spec.home))
                 name = None
                 if folder is not None:
+                    from evorag_core.adapters.load import load_verified
+
                     name = f"eval-{len(self._methods)}"
-                    self._backend.load_adapter(name, folder)  # verifies the checksum; AdapterError reaches the driver
+                    load_verified(self._backend, name, folder)  # refused: the AdapterError reaches the driver
                 self._methods[folder] = agent_on(self._backend, self.runtime, name)
             elif folder is None:
                 from evorag_core.methods.registry import build_method

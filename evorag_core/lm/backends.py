@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evorag_core.adapters.load import load_verified
 from evorag_core.adapters.resolve import resolve_adapter
 from evorag_core.config import PolicyConfig
 from evorag_core.lm.base import PolicyBackend
@@ -32,10 +33,11 @@ def policy_backend(cfg: PolicyConfig, home: Path) -> PolicyBackend:
 
 
 def load_backend(rt: Runtime, adapter: str | None = None) -> tuple[PolicyBackend, str | None]:
-    """The configured policy backend (`policy_backend`), with `adapter` (store name or folder) loaded."""
+    """The configured policy backend (`policy_backend`), with `adapter` (store name or folder) verified and loaded
+    (`load_verified`: a registered name is checked against the registry's checksum)."""
+    source = resolve_adapter(adapter, rt.home) if adapter else None  # a bad name fails before the model loads
     backend = policy_backend(rt.cfg.policy, rt.home)
-    name = None
-    if adapter:
-        name, folder = resolve_adapter(adapter, rt.home)
-        backend.load_adapter(name, folder)
-    return backend, name
+    if source is None:
+        return backend, None
+    load_verified(backend, source.name, source.folder, source.checksum)
+    return backend, source.name

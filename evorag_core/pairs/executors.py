@@ -75,7 +75,9 @@ class RolloutWorker:
         self.runtime = Runtime(spec.cfg, Path(spec.home), dataset, _fixed_corpus(spec))
         self.backend = TransformersBackend(spec.cfg.policy, Path(spec.home))
         if spec.adapter is not None:
-            self.backend.load_adapter("rollout", Path(spec.adapter))
+            from evorag_core.adapters.load import load_verified
+
+            load_verified(self.backend, "rollout", spec.adapter)
             self.backend.activate("rollout")
         self.policy = LMPolicy(self.backend, spec.cfg.policy, spec.cfg.answer)
         self.policy_name = policy_name(self.backend.model_id, spec.adapter)

@@ -89,5 +89,7 @@ def load_reader_adapter(backend: PolicyBackend, path: str) -> str:
     folder = Path(path).expanduser().resolve()
     name = "reader-" + hashlib.sha256(str(folder).encode()).hexdigest()[:12]
     if name not in backend.list_adapters():
-        backend.load_adapter(name, folder)
+        from evorag_core.adapters.load import load_verified
+
+        load_verified(backend, name, folder)
     return name

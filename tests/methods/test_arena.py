@@ -18,7 +18,7 @@ from evorag_core.errors import AdapterError, ConfigError
 from evorag_core.evaluation.runner import compare_results, evaluate, summarize
 from evorag_core.methods.arena.method import METRIC_KEYS, ArenaMethod, span_reader
 from evorag_core.reader.arena.generator import ArenaGenerator, arena_answer
-from evorag_core.adapters.resolve import resolve_adapter
+from evorag_core.adapters.resolve import AdapterSource, resolve_adapter
 from evorag_core.reader.arena.parse import find_citations, lenient_answer, parse_arena, parse_id_list
 from evorag_core.reader.arena.prompt import SYSTEM_PROMPT, ArenaConfig, build_prompt, render_reference, render_user
 from evorag_core.methods.arena.rewards import (
@@ -338,7 +338,7 @@ def test_resolve_adapter(tmp_path, monkeypatch):
     monkeypatch.delenv("EVORAG_DB_URL", raising=False)
     folder = tmp_path / "round 3"
     folder.mkdir()
-    assert resolve_adapter(str(folder), tmp_path) == ("round-3", folder)
+    assert resolve_adapter(str(folder), tmp_path) == AdapterSource("round-3", folder, None)
     with pytest.raises(AdapterError, match="no database"):
         resolve_adapter("nope", tmp_path)
 

@@ -409,6 +409,7 @@ def _evaluate(plan: AblationPlan, runtime, backend, name: str, adapter_path: str
               pool=None) -> dict[str, Any]:
     """Greedy episodes of the base model or one adapter on the evaluation questions (<out>/eval/<name>.jsonl,
     resumed question by question; on `pool`'s processes when given); returns the summary and the results file."""
+    from evorag_core.adapters.load import load_verified
     from evorag_core.evaluation.runner import evaluate
     from evorag_core.methods.agent import agent_on
 
@@ -416,7 +417,7 @@ def _evaluate(plan: AblationPlan, runtime, backend, name: str, adapter_path: str
     run = pool.runner(adapter_path or None) if pool is not None else None
     if adapter_path and run is None:
         adapter = re.sub(r"[^A-Za-z0-9_-]", "_", f"ablate-{name}")[:64]  # the backend's adapter-name rule
-        backend.load_adapter(adapter, adapter_path)
+        load_verified(backend, adapter, adapter_path)
     path = plan.out / "eval" / f"{name}.jsonl"
     summary, _ = evaluate(agent_on(backend, runtime, adapter), questions, out_path=path, resume=True, run=run,
                           on_result=lambda r, rs: log.info("eval %s %d/%d %s em=%s steps=%d", name, len(rs),
