@@ -11,9 +11,10 @@ from evorag_core.config import TrainConfig
 
 
 def random_adapter(model: Path | str, folder: Path, seed: int, train: TrainConfig | None = None,
-                   base_id: str | None = None, scale: float = 0.5) -> Path:
+                   base_id: str | None = None, scale: float = 0.5, fill: float | None = None) -> Path:
     """Attach LoRA (`train`'s rank and targets; the defaults if None) to `model`, fill every B matrix with
-    N(0, scale²) draws seeded by `seed`, and save it to `folder` with `base_id` (default: `model`) as its base."""
+    N(0, scale²) draws seeded by `seed` (or, given `fill`, with that value: NaN makes a diverged adapter), and save
+    it to `folder` with `base_id` (default: `model`) as its base."""
     from transformers import AutoModelForCausalLM
 
     from training.lora import attach_lora, save_adapter
@@ -24,7 +25,7 @@ def random_adapter(model: Path | str, folder: Path, seed: int, train: TrainConfi
         gen = torch.Generator().manual_seed(seed)
         for name, p in lora.named_parameters():
             if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * scale)
+                p.copy_(torch.randn(p.shape, generator=gen) * scale if fill is None else torch.full(p.shape, fill))
     save_adapter(lora, folder, {"round_id": None, "objective": "test", "base_model_id": base_id or str(model),
                                 "metrics": {}})
     return folder

@@ -243,7 +243,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         objective = cfg.train.objective
         values = ({"stage": stage, "pairs": 10_000, "pairs_after": floor} if objective == "dpo"
                   else {"episode_ids": episodes, "data": str(plan.data)})
-        # reference: the policy this round rolled out with (in an unbroken run the newest adapter, `previous`; named,
+        # reference: the policy this round rolled out with (in an unbroken run the live adapter, `previous`; named,
         # so that a resumed round does not start from the adapter a cut-off attempt registered)
         done = _policy_round(store, cfg, home, objective,
                              {**values, "reference": watcher.current or "base", "max_steps": plan.max_steps})

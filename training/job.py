@@ -7,7 +7,7 @@ A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob
     pairs       DPO: how many queued pairs to claim (oldest first)          source, stage: filters for the claim
     pairs_after DPO: claim only pairs stored after the pair of this id (0: any; the curriculum: its round's own)
     episodes    GRPO/PPO: how many of the newest finished episodes to read  episode_ids: exactly these episodes
-    reference   previous (newest adapter of this base model, else base) | base | active | <adapter name>
+    reference   previous (the live adapter if it is of this base model, else base) | base | active | <adapter name>
     holdout     DPO: share of the claimed pairs' states held out to measure pair accuracy (0: none)
     vf_coef     PPO: weight of the value loss        max_steps: stop after this many optimiser steps (0: no cap)
     data        a data file to resolve passage ids of stored episodes that do not name one (arena-grpo: its questions)

@@ -1,20 +1,26 @@
 """What every round does around its training step: load the base model, pick the reference adapter, clear a
 killed attempt's leftovers, measure memory, register the saved adapter.
 
+A round registers only a usable adapter: a non-finite loss fails it (TrainingError), and the saved folder is verified
+before its row is written (`evorag_core.adapters.registry.register_verified`: checksum, shapes, finite tensors), so a
+diverged round fails with an AdapterError and registers nothing.
+
 Adapter folders live at `<home>/adapters/<round id>/` and are written atomically by `training.lora.save_adapter`.
 A killed attempt can leave a temporary `.N.tmp-*` folder, or (killed between saving and registering) a complete
 but unregistered folder; `prepare_adapter_dir` removes both before the next attempt trains again.
 """
 from __future__ import annotations
 
+import math
 import resource
 import shutil
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from evorag_core.adapters.registry import register_verified
 from evorag_core.lm.loading import base_model_id
-from evorag_core.errors import AdapterError, ConfigError
+from evorag_core.errors import AdapterError, ConfigError, TrainingError
 
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.processes import SINGLE, Processes
@@ -30,6 +36,7 @@ __all__ = [
     "registered",
     "prepare_adapter_dir",
     "register",
+    "refuse_nonfinite_loss",
     "RssSampler",
     "process_peak_rss_mb",
     "scalar_metrics",
@@ -47,14 +54,15 @@ def load_base(job: RoundJob) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, 
 def resolve_reference(store: Store, job: RoundJob, base_id: str) -> Adapter | None:
     """The store's Adapter row the round starts from and is regularised towards, or None for the base model.
 
-    previous: the newest registered adapter of this base model (None for the first round); active: the active one;
-    base: None; anything else: the adapter of that name, which must belong to this base model.
+    previous: the live (active) adapter when it belongs to this base model, else None (the base model): the policy
+    that is running, not merely the newest registered one; active: the active one; base: None; anything else: the
+    adapter of that name, which must belong to this base model.
     """
     if job.reference == "base":
         return None
     if job.reference == "previous":
-        mine = [a for a in store.list_adapters() if a.base_model == base_id and a.round_id != job.round_id]
-        return mine[-1] if mine else None
+        live = store.active_adapter()
+        return live if live is not None and live.base_model == base_id and live.round_id != job.round_id else None
     if job.reference == "active":
         found = store.active_adapter()
     else:
@@ -100,14 +108,27 @@ def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float | int | str | 
 def register(store: Store, job: RoundJob, path: Path, checksum: str, base_id: str, metrics: Mapping[str, Any],
              on_progress: ProgressFn | None = None) -> AdapterRef:
     """Record the saved adapter in the store under `job.adapter_name`, after the phase report "register" (where the
-    worker checks a last time for a cancel request: a cancelled round registers nothing). Under several processes
-    the main one records it; every process returns the same AdapterRef."""
+    worker checks a last time for a cancel request: a cancelled round registers nothing). A non-finite loss raises
+    TrainingError and a folder that fails verification (non-finite tensors included) AdapterError: nothing is
+    registered. Under several processes the main one records it; every process returns the same AdapterRef."""
     phase(on_progress, "register")
+    refuse_nonfinite_loss(job.round_id, metrics)
     job.processes.on_main(
-        store.register_adapter, job.adapter_name, str(path), base_model=base_id, round_id=job.round_id,
-        objective=job.objective, checksum=checksum, metrics=scalar_metrics(metrics),
+        register_verified, store, job.adapter_name, path, base_model_id=base_id, checksum=checksum,
+        round_id=job.round_id, objective=job.objective, metrics=scalar_metrics(metrics),
     )
     return AdapterRef(job.adapter_name, Path(path), job.round_id, job.objective, base_id, checksum, dict(metrics))
+
+
+def refuse_nonfinite_loss(round_id: int, metrics: Mapping[str, Any]) -> None:
+    """TrainingError if a loss the round reports (a `*loss` scalar or a `loss_history` entry) is NaN or ±inf."""
+    losses = [(k, v) for k, v in metrics.items() if k.endswith("loss")]
+    losses += [(f"loss at step {step}", v) for step, v in metrics.get("loss_history") or ()]
+    bad = [(k, v) for k, v in losses if isinstance(v, (int, float)) and not math.isfinite(v)]
+    if bad:
+        key, value = bad[0]
+        raise TrainingError(f"round {round_id}: the loss is not finite ({key} = {value}); the training diverged, "
+                            "no adapter is registered")
 
 
 def process_peak_rss_mb() -> float:

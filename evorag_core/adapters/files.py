@@ -14,10 +14,12 @@ from typing import Any, Mapping
 
 from peft import PeftModel
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file
 from torch import nn
 
 from evorag_core.checksum import sha256_file
 from evorag_core.errors import AdapterError
+from evorag_core.adapters.weights import refuse_nonfinite
 
 __all__ = ["WEIGHTS_FILE", "CONFIG_FILE", "META_FILE", "REQUIRED_META", "quiet_peft", "read_adapter_meta",
            "verify_adapter", "load_adapter"]
@@ -53,7 +55,8 @@ def verify_adapter(path: Path, base_model_id: str, model: nn.Module | None = Non
 
     Checks: the three files exist; the weights' sha256 matches the metadata; the recorded base model id equals
     `base_model_id`; every lora_A is [r, in] and lora_B is [out, r] with r from adapter_config.json; and, when
-    `model` (the base model, without LoRA) is given, that in/out match the targeted Linear layers.
+    `model` (the base model, without LoRA) is given, that in/out match the targeted Linear layers; no tensor holds
+    NaN or ±inf.
     """
     path = Path(path)
     if not path.is_dir():
@@ -73,6 +76,7 @@ def verify_adapter(path: Path, base_model_id: str, model: nn.Module | None = Non
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise AdapterError(f"{path / CONFIG_FILE}: unreadable LoRA rank ({exc})") from None
     _check_shapes(path / WEIGHTS_FILE, rank, model)
+    refuse_nonfinite(load_file(str(path / WEIGHTS_FILE)), path / WEIGHTS_FILE)
 
 
 def _check_shapes(weights: Path, rank: int, model: nn.Module | None) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
 from evorag_core.errors import AdapterError
 
-__all__ = ["AdapterSet", "read_adapter_config", "read_adapter_weights"]
+__all__ = ["AdapterSet", "read_adapter_config", "read_adapter_weights", "refuse_nonfinite"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SAVED_PREFIX = "base_model.model."  # keys written by PeftModel.save_pretrained
@@ -56,7 +57,16 @@ def read_adapter_weights(path: Path) -> dict[str, torch.Tensor]:
         raise AdapterError(f"{path}: the adapter weights are corrupt or unreadable: {exc}") from exc
     if not state:
         raise AdapterError(f"{path}: the adapter weight file is empty")
+    refuse_nonfinite(state, file)
     return {k.removeprefix(_SAVED_PREFIX): v for k, v in state.items()}
+
+
+def refuse_nonfinite(state: Mapping[str, torch.Tensor], where: Path | str) -> None:
+    """Raise AdapterError if any tensor of `state` holds NaN or ±inf (a diverged round: every output would be NaN)."""
+    bad = [key for key, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise AdapterError(f"{where}: {len(bad)} of {len(state)} tensors hold NaN or infinite values (e.g. {bad[0]}); "
+                           "a non-finite adapter is refused")
 
 
 class AdapterSet:

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from evorag_core.config import ANSWERERS, REPO_ROOT, Config, home_dir, load_config
 from evorag_core.errors import ConfigError
 
 __all__ = ["DEFAULT_DATA", "add_common", "add_answerer", "config_from_args", "home_from_args", "runtime_from_args",
-           "print_json"]
+           "finite_json", "print_json"]
 
 DEFAULT_DATA = REPO_ROOT / "data" / "demo" / "demo.jsonl"
 
@@ -65,7 +66,20 @@ def runtime_from_args(args: argparse.Namespace, cfg: Config):
     return Runtime(cfg, home_from_args(args), load_dataset(args.data), corpus)
 
 
+def finite_json(obj: Any) -> Any:
+    """`obj` with every NaN or ±inf float (in nested dicts, lists and tuples) replaced by None: JSON has no NaN, and
+    `json.dump` would write a bare `NaN` that JSON parsers reject."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, ensure_ascii=False, default=str)
+    """One JSON value on stdout (the `--json` contract): a non-finite number is written as null, never as NaN."""
+    json.dump(finite_json(obj), sys.stdout, ensure_ascii=False, default=str, allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()

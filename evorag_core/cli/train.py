@@ -44,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--kl", choices=["k2", "k3"], default=None, help="GRPO's KL estimator")
     p.add_argument("--beta", type=float, default=None, help="DPO's beta")
-    p.add_argument("--reference", default=None, help="previous (default) | base | active | <adapter name>")
+    p.add_argument("--reference", default=None,
+                   help="previous (default: the live adapter, else the base model) | base | active | <adapter name>")
     p.add_argument("--source", choices=["rollout", "human", "human-correction"], default=None, help="DPO: only pairs of this source")
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None, help="only pairs/episodes of a stage")
     p.add_argument("--holdout", type=float, default=None, help="DPO: share of states held out for pair accuracy")

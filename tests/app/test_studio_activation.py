@@ -114,3 +114,21 @@ def test_activate_with_nothing_live_keeps_the_base_model(svc, tmp_path):
     assert svc.store().active_adapter() is None and handlers.training_view(svc).live == "base model"
     with pytest.raises(ValueError, match="choose an adapter"):
         handlers.activate_adapter(svc, "")
+
+
+def test_the_policy_loader_refuses_weights_flipped_after_activation(svc, tmp_path):
+    """good is activated intact, then 64 bytes of its weights are inverted on disk: "LM · live adapter" (and
+    "lm:good") is refused by the studio's policy loader with the sha256 reason, and no adapter reaches the model."""
+    from app.handlers.common import adapter_lookup
+
+    folder = make_adapter(svc.cfg, svc.cfg.policy.model, tmp_path / "adapters" / "good", 1)
+    register(svc, "good", folder)
+    assert "Adapter good is live" in handlers.activate_adapter(svc, "good")
+    weights = folder / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(b ^ 0xFF for b in data[len(data) // 2:len(data) // 2 + 64])
+    weights.write_bytes(bytes(data))
+    for choice in (LIVE, "lm:good"):
+        with pytest.raises(AdapterError, match=r"adapter 'good' refused: .*sha256"):
+            svc.policies.make(choice, adapter_lookup=adapter_lookup(svc))
+    assert svc.policies._get_backend().list_adapters() == []

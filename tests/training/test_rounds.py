@@ -269,7 +269,8 @@ def test_grpo_max_steps_scores_only_the_samples_it_trains_on(world):
 def test_ppo_round_trains_policy_and_value_head(world):
     """6 steps from 2 episodes, batch 4, 2 epochs -> 4 optimiser steps. The value head starts at V ≡ 0, so the
     first value loss is ½ mean(R_t²) > 0 and it falls as the head learns; the head is saved beside the adapter.
-    A second round uses the first adapter as its reference (reference 'previous') and loads its value head."""
+    Once activated, the first adapter is the second round's reference (reference 'previous': the live adapter) and
+    the second round loads its value head."""
     cfg, home, store = world
     write_rollouts(store)
     from training.ppo_round import VALUE_HEAD_FILE
@@ -283,6 +284,9 @@ def test_ppo_round_trains_policy_and_value_head(world):
     assert m["final_loss"] != m["first_loss"] and all(t.abs().sum() > 0 for t in lora_b(ref.path).values())
     head = load_file(str(ref.path / VALUE_HEAD_FILE))
     assert head["linear.weight"].abs().sum() > 0
+    from evorag_core.adapters.registry import activate
+
+    activate(store, ref.name, str(cfg.policy.model))
     r2 = store.enqueue_round("ppo", {})
     second = run_round(job(cfg, home, r2, "ppo", epochs=1), store)
     assert second.metrics["reference"] == ref.name
