@@ -51,6 +51,7 @@ __all__ = [
     "ArenaSettings",
     "ANSWER_MODES",
     "YES_NO_CALIBRATIONS",
+    "YES_NO_METHODS",
     "ANSWER_RANKERS",
     "Config",
     "load_config",
@@ -596,6 +597,7 @@ class R2agConfig(_Checked):
 # "free" = the reader's greedy generation, cleaned (evorag_core/reader/answers.py)
 ANSWER_MODES: tuple[str, ...] = ("span", "free")
 YES_NO_CALIBRATIONS: tuple[str, ...] = ("none", "content_free")
+YES_NO_METHODS: tuple[str, ...] = ("evidence", "model")
 ANSWER_RANKERS: tuple[str, ...] = ("learned", "lm")
 
 
@@ -608,6 +610,8 @@ class AnswerConfig(_Checked):
     length_alpha: float = 0.0  # span score = log P(span + end) / (tokens + 1) ** length_alpha
     yes_no_calibration: str = "content_free"  # one of YES_NO_CALIBRATIONS
     yes_bias: float = 0.0  # added to the (calibrated) log P(yes) - log P(no)
+    yes_no: str = "evidence"  # one of YES_NO_METHODS: read from the entities' passages (reader/yes_no.py), else the model
+    answer_types: bool = True  # span mode: keep the candidates of the question's expected answer type (reader/answer_type.py)
     demos: bool = True  # span mode: two short-answer demonstrations as earlier chat turns of the reader prompt
     max_words: int = 8  # longest candidate span, in words
     max_candidates: int = 64  # candidates scored per answer (in passage order)
@@ -626,6 +630,8 @@ class AnswerConfig(_Checked):
         "length_alpha": NON_NEGATIVE,
         "yes_no_calibration": one_of(YES_NO_CALIBRATIONS),
         "yes_bias": Allowed("any finite number", lambda v: True),
+        "yes_no": one_of(YES_NO_METHODS),
+        "answer_types": FLAG,
         "demos": FLAG,
         "max_words": POSITIVE,
         "max_candidates": POSITIVE,

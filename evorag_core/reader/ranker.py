@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 from evorag_core.errors import ConfigError
 from evorag_core.metrics import normalize_answer
+from evorag_core.reader.answer_type import C_TYPES, Q_TYPES, candidate_type, question_type
 from evorag_core.types import Passage
 
 __all__ = ["FEATURES", "CandidateRanker", "YesNoModel", "RankerWeights", "candidate_features", "question_type",
@@ -33,15 +34,11 @@ __all__ = ["FEATURES", "CandidateRanker", "YesNoModel", "RankerWeights", "candid
 
 DEFAULT_RANKER = "ranker.json"
 
-Q_TYPES = ("who", "when", "where", "count", "which", "what", "either_or", "other")
-C_TYPES = ("date", "year", "number", "person", "name", "long_name", "lower", "other")
 _Q_STOP = frozenset(("what which who whom whose when where why how is are was were do does did the a an of in on at "
                      "to for by with and or from as that this these those it its his her their be been being has "
                      "have had than then name named also both same one".split()))
 _YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
 _NUM = re.compile(r"\d[\d,]*(?:\.\d+)?")
-_MONTH = re.compile(r"\b(January|February|March|April|May|June|July|August|September|October|November|December|"
-                    r"Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\b")
 _SENT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"“(])")
 _EARLIER = re.compile(r"\b(first|earlier|earliest|older|oldest|before|sooner|preceded)\b", re.I)
 _LATER = re.compile(r"\b(later|latest|younger|youngest|newer|newest|most recent(ly)?|last|after)\b", re.I)
@@ -57,49 +54,6 @@ def _words(text: str) -> list[str]:
 
 def _q_content(question: str) -> set[str]:
     return {w for w in _words(question) if w not in _Q_STOP and len(w) > 1}
-
-
-def question_type(question: str, options: Sequence[str]) -> str:
-    """One of Q_TYPES: the answer type the question asks for."""
-    if options:
-        return "either_or"
-    q = question.strip().lower()
-    if re.match(r"^(how (many|much|old|long|far|tall|high|large|big))\b", q) or "how many" in q or "how much" in q:
-        return "count"
-    if q.startswith("when") or re.search(r"\b(what|which|in what|in which) (year|date|decade|century|month)\b", q):
-        return "when"
-    if q.startswith(("who", "whom", "whose")) or re.search(r"\b(which|what) (person|man|woman|actor|actress|singer|"
-                                                          r"author|writer|director|player|musician)\b", q):
-        return "who"
-    if q.startswith("where") or re.search(r"\b(which|what) (city|country|state|town|county|region|place)\b", q):
-        return "where"
-    if q.startswith("which") or re.match(r"^\w+ which\b", q):
-        return "which"
-    if q.startswith("what") or " what " in q:
-        return "what"
-    return "other"
-
-
-def candidate_type(text: str) -> str:
-    """One of C_TYPES: the surface type of a candidate span."""
-    t = text.strip()
-    if _MONTH.search(t) and _YEAR.search(t):
-        return "date"
-    if re.fullmatch(r"(1[0-9]{3}|20[0-9]{2})s?", t):
-        return "year"
-    if any(ch.isdigit() for ch in t):
-        return "number"
-    words = t.split()
-    if t[:1].islower():
-        return "lower"
-    caps = [w for w in words if w[:1].isupper()]
-    if 2 <= len(words) <= 3 and len(caps) == len(words):
-        return "person"
-    if len(words) >= 4:
-        return "long_name"
-    if caps:
-        return "name"
-    return "other"
 
 
 def _sentences(text: str) -> list[str]:

@@ -4,14 +4,20 @@
 
 - no passages -> refusal, reason "no_passages" (counted in `SpanReader.refusals`);
 - a yes/no question (`is_yes_no`: it opens with an auxiliary verb - "Are both ...", "Did ..." - and offers no
-  "A or B" choice) -> `yes` or `no` by the labels' log-probabilities under the reader prompt, each label followed by
-  the end-of-turn token, with the calibration of `AnswerConfig.yes_no_calibration` (below);
+  "A or B" choice) -> `yes` or `no`: with `answer.yes_no = "evidence"` (the default) read from the passages about the
+  question's entities (`reader/yes_no.py`: "both American", "the same country", "located in Michigan"), scored
+  +-`EVIDENCE_LOGIT`; when they give nothing (and with `"model"`), by the labels' log-probabilities under the reader
+  prompt, each label followed by the end-of-turn token, with the calibration of `AnswerConfig.yes_no_calibration`
+  (below);
 - otherwise candidate spans extracted from the passages as the reader sees them (cut to `passage_chars`): titles,
   quoted strings, dates, numbers, runs of capitalised words; a candidate whose words all occur in the question is
   dropped (the answer to a bridge question is not named in it); a category question ("what type of sport", "what
   profession ... in common", "what century") adds the passages' lower-case content words; a question that offers "A or B" keeps just those
-  two when both occur in the passages; a numeric question ("how many", "what year", "when", ...) keeps the
-  candidates with a digit when there are any. Every candidate is scored as log P(span + end-of-turn | reader prompt)
+  two when both occur in the passages; a "yes" / "no" span is never a candidate; with `answer.answer_types` (the
+  default) only the candidates of the question's expected type are kept when there are any (`reader/answer_type.py`:
+  a full date for "when ... born", a year for "what year", a number for "how many", a name for "who" / "where"),
+  without it a numeric question ("how many", "what year", "when", ...) keeps the candidates with a digit when there
+  are any. Every candidate is scored as log P(span + end-of-turn | reader prompt)
   in one batched pass over the cached prompt (`backend.score_choices`: the shared-prefix block forward), divided by
   (tokens ** `length_alpha`). With `answer.ranker = "learned"` (the default) that score is one feature of the
   answer ranker (`reader/ranker.py`: where the span sits, how near the question's words it is, whether its type
@@ -58,8 +64,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from evorag_core.reader.answer_type import by_type, is_numeric_question, is_yes_no_span
 from evorag_core.reader.prompt import ANSWER_SYSTEM_CTX, render_passages
 from evorag_core.reader.ranker import candidate_features, load_ranker
+from evorag_core.reader.yes_no import decide_yes_no
 from evorag_core.metrics import normalize_answer
 from evorag_core.types import Passage
 
@@ -83,8 +91,6 @@ _CAPS = re.compile(rf"(?:{_WORD})(?:(?:\s+{_CONNECT})*\s+(?:{_WORD}))*")
 _OPENERS = frozenset(("the a an in on at he she it his her its they their this that these those after before "
                       "during from by as with for when while since however although but and or also both "
                       "there then").split())
-_NUMERIC_Q = re.compile(r"^(how (many|much|old|long|far|tall|high|large|big)|what (year|age|date|time)|"
-                        r"in (what|which) year|when)\b|\b(how many|how much|what year|which year|population)\b", re.I)
 _CATEGORY_Q = re.compile(r"\b(what|which) (type|kind|sort|profession|occupation|sport|genre|century|nationality|"
                          r"instrument|position|job)s?\b|\bin common\b", re.I)
 _LOWER_WORD = re.compile(r"(?<![\w'’-])[a-z][a-z-]{3,}(?![\w'’-])")
@@ -93,6 +99,7 @@ _STOP = frozenset(("also with from that this which were have been being their th
                    "during between since until through would could should first later became become part "
                    "each both either neither").split())
 _CONTENT_FREE = "N/A"
+EVIDENCE_LOGIT = 4.0  # the yes/no score of a decision read from the evidence (reader/yes_no.py): P = sigmoid(4) = 0.98
 
 SHORT_ANSWER_DEMOS: tuple[tuple[str, str], ...] = (
     ("[1] Mirrow: Mirrow is a mill town on the Sable River in Velmark Province, founded in 1402.\n"
@@ -125,10 +132,6 @@ class SpanAnswer:
 
 def _norm_words(text: str) -> list[str]:
     return normalize_answer(text).split()
-
-
-def is_numeric_question(question: str) -> bool:
-    return bool(_NUMERIC_Q.search(question.strip()))
 
 
 def _strip_opener(span: str) -> str:
@@ -223,24 +226,31 @@ def _source(span: str, passages: Sequence[Passage], chars: int) -> int:
 
 
 def is_yes_no(question: str, options: Sequence[str] = ()) -> bool:
-    """An auxiliary-verb question ("Are both ...?", "Did ...?") that offers no "A or B" choice."""
+    """An auxiliary-verb question ("Are both ...?", "Did ...?") that offers no "A or B" choice: no `options` found
+    in the passages, and no two sides of " or " in its text ("Is Baiyin or Xinghua a county-level city?" asks which).
+    A question opening with a wh-word ("Which ...", "Who ...") is never yes/no."""
     words = question.strip().split()
-    return bool(words) and words[0].lower() in _AUX and not options
+    return bool(words) and words[0].lower() in _AUX and not options and len(_question_options(question)) != 2
 
 
 def extract_candidates(question: str, passages: Sequence[Passage], chars: int, max_words: int = 8,
-                       limit: int = 64) -> list[tuple[str, int]]:
+                       limit: int = 64, types: bool = True) -> list[tuple[str, int]]:
     """Candidate answer spans (surface form, passage index), deduplicated by normalised form, in passage order; see
     the module docstring for the rules. Every span is a substring of a passage's title or its first `chars`
-    characters."""
+    characters. Never a "yes" / "no" span (a question that reaches the candidates is not yes/no); with `types`, only
+    the spans of the question's expected answer type when there are any (`answer_type.by_type`), else (the rule
+    before) the spans with a digit for a numeric question."""
     raw = _raw_candidates(passages, chars, words=bool(_CATEGORY_Q.search(question)))
     options = either_or(question, [s for s, _ in raw], passages, chars)
     if options:
         raw = [(o, _source(o, passages, chars)) for o in options]
     else:
         q_words = set(_norm_words(question))
-        raw = [(s, i) for s, i in raw if (w := _norm_words(s)) and len(w) <= max_words and not set(w) <= q_words]
-        if is_numeric_question(question):
+        raw = [(s, i) for s, i in raw if (w := _norm_words(s)) and len(w) <= max_words and not set(w) <= q_words
+               and not is_yes_no_span(s)]
+        if types:
+            raw = by_type(question, raw)
+        elif is_numeric_question(question):
             numeric = [(s, i) for s, i in raw if any(ch.isdigit() for ch in s)]
             raw = numeric or raw
     seen: set[str] = set()
@@ -343,10 +353,13 @@ class SpanReader:
     def _read(self, question, passages, temperature, n, seed) -> list[SpanAnswer]:
         if not passages:
             return [SpanAnswer("", "refusal", "no_passages")] * n
-        cands = extract_candidates(question, passages, self.chars, self.cfg.max_words, self.cfg.max_candidates)
+        cands = extract_candidates(question, passages, self.chars, self.cfg.max_words, self.cfg.max_candidates,
+                                   self.cfg.answer_types)
         options = either_or(question, [s for s, _ in _raw_candidates(passages, self.chars)], passages, self.chars)
         if is_yes_no(question, options):
-            margin = self.yes_no_margin(question, passages)
+            evidence = decide_yes_no(question, passages) if self.cfg.yes_no == "evidence" else None
+            margin = (EVIDENCE_LOGIT if evidence.answer == "yes" else -EVIDENCE_LOGIT) if evidence else \
+                self.yes_no_margin(question, passages)
             self.last_scores = {"yes": margin, "no": 0.0}
             picks = _pick([margin, 0.0], temperature, n, seed)
             probs = _probabilities([margin, 0.0])

@@ -86,18 +86,19 @@ def test_span_answers_are_passage_substrings(tiny_backend):
 
 
 def test_yes_no_is_the_higher_calibrated_score(tiny_backend):
+    """The model's yes/no (`answer.yes_no = "model"`; the evidence decider is tested in test_yes_no.py)."""
     q = "Is Mirrow on the Sable River?"
     for calibration in ("none", "content_free", "learned"):  # "learned": the answer ranker's yes/no model
         ranker = "learned" if calibration == "learned" else "lm"
         calibration = "content_free" if calibration == "learned" else calibration
-        reader = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker))
+        reader = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker, yes_no="model"))
         margin = reader.yes_no_margin(q, PASSAGES)
         answer = reader.answer(q, PASSAGES)
         assert answer.text == ("yes" if margin > 0 else "no") and answer.source_pid is None  # no source passage
         # a bias that moves the margin across zero flips the answer, either way
-        up = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker,
+        up = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker, yes_no="model",
                                                    yes_bias=abs(margin) + 1))
-        down = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker,
+        down = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration=calibration, ranker=ranker, yes_no="model",
                                                      yes_bias=-abs(margin) - 1))
         assert up.answer(q, PASSAGES).text == "yes" and down.answer(q, PASSAGES).text == "no"
     raw = SpanReader(tiny_backend, AnswerConfig(yes_no_calibration="none", ranker="lm")).yes_no_margin(q, PASSAGES)
