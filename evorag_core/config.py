@@ -158,8 +158,16 @@ class EnvConfig(_Checked):
     t_max: int = 20
     top_k: int = 5
     corpus: str = "pooled"  # pooled | per-question
+    # "pooled" only: also pool the passages of these data files, comma-separated paths (e.g. every shared benchmark
+    # file: tens of thousands of passages with every question's distractors, where one retrieval is not enough)
+    corpus_from: str = ""
 
-    RULES: ClassVar[Rules] = {"t_max": POSITIVE, "top_k": POSITIVE, "corpus": one_of(("pooled", "per-question"))}
+    RULES: ClassVar[Rules] = {"t_max": POSITIVE, "top_k": POSITIVE, "corpus": one_of(("pooled", "per-question")),
+                              "corpus_from": Allowed("comma-separated data file paths", lambda v: True)}
+
+    @property
+    def corpus_files(self) -> tuple[str, ...]:
+        return tuple(f.strip() for f in self.corpus_from.split(",") if f.strip())
 
 
 @dataclass(frozen=True)
@@ -299,6 +307,9 @@ class PolicyConfig(_Checked):
     first_query: str = "question"  # the greedy first SEARCH: "question" (the question itself) | "generate"
     query_mode: str = "grounded"  # later SEARCH arguments, one of QUERY_MODES (see evorag_core/policy/queries.py)
     query_score: str = "pmi"  # grounded candidates ranked by, one of QUERY_SCORES (pmi: +0.067 full support on dev)
+    # the hop planner (evorag_core/policy/hops.py): nats added to SEARCH's label score while the evidence lacks a hop
+    # (and the greedy query is the plan's), to ANSWER's once it holds every hop; 0 = off (the LM alone decides)
+    hop_gate: float = 4.0
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
     prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)
@@ -331,6 +342,7 @@ class PolicyConfig(_Checked):
         "shared_prefix_siblings": FLAG,
         "query_mode": one_of(QUERY_MODES),
         "query_score": one_of(QUERY_SCORES),
+        "hop_gate": NON_NEGATIVE,
         "base_url": matching(r"(https?://\S+)?", "empty or an http(s):// URL"),
         "served_model": Allowed("a string", lambda v: True),
         "api_key_env": matching(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from evorag_core.config import Config
-from evorag_core.data.corpus import build_corpus
+from evorag_core.data.corpus import build_corpus, pool_passages
 from evorag_core.env.env import RagEnv
 from evorag_core.env.scheduler import WeightTable
 from evorag_core.env.judges import GoldCoverageJudge, SufficiencyJudge
@@ -36,7 +36,14 @@ class Runtime:
 
     @cached_property
     def pooled_corpus(self) -> Corpus:
-        return build_corpus(self.dataset, "pooled")
+        """The data file's passages pooled, with those of `env.corpus_from`'s files when it names any."""
+        files = self.cfg.env.corpus_files
+        if not files:
+            return build_corpus(self.dataset, "pooled")
+        from evorag_core.data.datasets import load_dataset
+
+        others = [load_dataset(f) for f in files]
+        return pool_passages(p for d in (self.dataset, *others) for q in d.questions for p in q.passages)
 
     def corpus_for(self, question: Question) -> Corpus:
         if self.fixed_corpus is not None:

@@ -145,11 +145,14 @@ def score_candidates(backend: PolicyBackend, prompt: str, texts: Sequence[str]) 
 
 def choose_queries(backend: PolicyBackend, view: AgentView, search_prompt: str, generated: Sequence[str],
                    passage_chars: int, temperature: float, seed: int, max_bridges: int = 3,
-                   baseline_prompt: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+                   baseline_prompt: str | None = None, extra: Sequence[QueryCandidate] = ()
+                   ) -> list[tuple[str, dict[str, Any]]]:
     """One query per row whose generated query is `generated[row]`: the best-scored candidate (greedy), or a draw
     from softmax(score / temperature) (sampled siblings); with the query info each decision reports (chosen
-    source, candidates with scores, filter counts)."""
+    source, candidates with scores, filter counts). `extra`: candidates built elsewhere (the hop planner's query),
+    pooled with the grounded ones."""
     pool, filtered = grounded_candidates(view, passage_chars, max_bridges)
+    pool = [*_keep(extra, earlier_queries(view), [], filtered), *pool]
     passages = _shown(view.passages, passage_chars)
     own = _keep([QueryCandidate(" ".join(g.split()), "generated") for g in generated],
                 earlier_queries(view), passages, filtered)

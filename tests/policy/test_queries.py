@@ -100,7 +100,7 @@ def search_only(monkeypatch):
 
 
 def test_greedy_query_is_the_best_scored_candidate(tiny_backend, search_only):
-    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", query_score="mean"))
+    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", query_score="mean", hop_gate=0))
     d = policy.act(VIEW)
     assert isinstance(d.action, Search) and d.query is not None
     listed = d.query["candidates"]
@@ -115,7 +115,7 @@ def test_greedy_query_is_the_best_scored_candidate(tiny_backend, search_only):
 
 
 def test_sampled_siblings_stay_inside_the_candidate_pool(tiny_backend, search_only):
-    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded"))
+    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", hop_gate=0))
     sibs = policy.candidates(VIEW, k=6, temperature=1.0, seed=3)
     assert all(isinstance(d.action, Search) for d in sibs)
     for d in sibs:
@@ -127,7 +127,7 @@ def test_sampled_siblings_stay_inside_the_candidate_pool(tiny_backend, search_on
 
 def test_free_mode_searches_the_generated_query(tiny_backend, search_only):
     """query_mode = "free": the argument is the greedy generation after "SEARCH:", with no query info."""
-    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="free"))
+    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="free", hop_gate=0))
     d = policy.act(VIEW)
     gen = tiny_backend.generate(d.prompt + LABELS["SEARCH"], policy.cfg.max_query_tokens, stop=("\n",))[0]
     expected = " ".join(gen.text.split()) or QUESTION
@@ -157,7 +157,7 @@ def test_query_mode_is_validated():
 def test_pmi_score_subtracts_the_question_only_prompt(tiny_backend, search_only):
     """query_score = "pmi": each candidate's score is its mean token log-prob after the agent prompt minus the same
     after the question-only prompt, and the greedy query is the best by that score."""
-    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", query_score="pmi"))
+    policy = LMPolicy(tiny_backend, PolicyConfig(query_mode="grounded", query_score="pmi", hop_gate=0))
     d = policy.act(VIEW)
     listed = d.query["candidates"]
     texts = [c["text"] for c in listed]
