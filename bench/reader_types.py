@@ -1,11 +1,14 @@
 """The span reader on the questions' gold passages: yes/no from the evidence, no yes/no span for other questions,
 answer-type agreement (issue 42, item 4).
 
-    python -m bench.reader_types --split tune|heldout [--variant NAME:KEY=VALUE,...]... [--before FILE]
-                                 [--record FILE] [--ranker-path PATH] [--threads 1] [--out FILE]
+    python -m bench.reader_types --split tune|heldout [--sets hotpot 2wiki] [--passages gold|all]
+                                 [--variant NAME:KEY=VALUE,...]... [--before FILE]... [--record FILE]
+                                 [--ranker-path PATH] [--threads 1] [--out FILE]
+    python -m bench.reader_types --split heldout --merge PART.json... --before FILE... --out FILE
 
 Every question is read from exactly its gold passages (the benchmark's supporting paragraphs, in file order), so the
-figures measure the reader, not retrieval. Splits, declared before any held-out run: `tune` = HotpotQA dev 0:100 and
+figures measure the reader, not retrieval; `--passages all`: from all of the question's own paragraphs (gold and the
+benchmark's distractors, 10 per question, in file order), closer to what an agent's reader sees. Splits, declared before any held-out run: `tune` = HotpotQA dev 0:100 and
 2Wiki dev 0:50 (rules designed on these only), `heldout` = HotpotQA dev 100:300 and 2Wiki dev 50:182 (reported).
 
 Each variant is an `[answer]` override set (e.g. `model:yes_no=model`) of the embedded SmolLM2-135M span reader; all
@@ -13,7 +16,8 @@ variants share one LM cache (the same prompt and span are scored once). `--recor
 per-question answers (the reader at the commit it ran on: the "before" reader); `--before FILE` reads such a record
 and compares every variant with it, paired by question (`metrics.paired_bootstrap`). Per variant: EM, F1, yes/no
 accuracy on the questions whose gold is yes/no, the yes/no answers given to the other questions, how often "yes" was
-said. Results: `--out` (default bench/results/reader_types_<split>.json).
+said. Results: `--out` (default bench/results/reader_types_<split>[_all][_<set>].json). A long run can be cut by
+set (`--sets hotpot`, then `--sets 2wiki`) and reported together with `--merge` (no LM).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ BENCH = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpot": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl"}
 SPLITS = {"tune": (("hotpot", 0, 100), ("2wiki", 0, 50)), "heldout": (("hotpot", 100, 300), ("2wiki", 50, 182))}
 DEV_RANKER = ROOT / "bench" / "results" / "ranker_dev.json"
+PASSAGES = {"gold": "gold passages only", "all": "all the question's paragraphs (gold and distractors)"}
 
 
 class CachedScores:
@@ -133,40 +138,65 @@ def _commit() -> str:
         return ""
 
 
+def _run(args: argparse.Namespace, variants: list[tuple[str, dict[str, str]]]) -> tuple[dict, float]:
+    """Every variant's rows over the split's questions (only the sets in `args.sets`, if given)."""
+    from evorag_core.reader.span import SpanReader
+
+    backend = _backend(args.threads)
+    chars = load_config(None, {}).policy.passage_chars
+    readers = [(name, SpanReader(backend, _answer_cfg(ov, args.ranker_path), chars)) for name, ov in variants]
+    questions = [(k, q) for k, q in _questions(args.split, args.limit) if not args.sets or k in args.sets]
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in readers}
+    start = time.perf_counter()
+    for k, (key, q) in enumerate(questions):
+        passages = [ps for ps in q.passages if args.passages == "all" or ps.pid in q.gold_pids]
+        for name, reader in readers:
+            rows[name].append(_row(key, q, reader.answer(q.question, passages)))
+        if (k + 1) % 25 == 0:
+            print(f"{k + 1}/{len(questions)} questions, {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return rows, time.perf_counter() - start
+
+
+def _merged(paths: Sequence[Path]) -> tuple[dict, float, list[tuple[str, dict[str, str]]]]:
+    """The rows, seconds and variants of earlier results (parts of one split, e.g. one set each), concatenated."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    variants: dict[str, dict[str, str]] = {}
+    seconds = 0.0
+    for path in paths:
+        part = json.loads(path.read_text())
+        seconds += part["seconds"]
+        for name, entry in part["variants"].items():
+            variants.setdefault(name, entry["overrides"])
+            rows.setdefault(name, []).extend(part["rows"][name])
+    return rows, seconds, list(variants.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--split", choices=sorted(SPLITS), default="tune")
+    p.add_argument("--sets", nargs="*", default=[], help="only these sets of the split (hotpot, 2wiki)")
+    p.add_argument("--passages", choices=("gold", "all"), default="gold")
     p.add_argument("--variant", action="append", default=[])
     p.add_argument("--ranker-path", default=str(DEV_RANKER), help="the ranker's weights ('' = the packaged ones)")
     p.add_argument("--limit", type=int, default=0, help="first N questions of each set (0 = all)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--record", type=Path, default=None)
-    p.add_argument("--before", type=Path, default=None)
+    p.add_argument("--before", type=Path, action="append", default=[], help="recorded reader(s) to compare with")
+    p.add_argument("--merge", type=Path, nargs="*", default=[], help="report these results' rows together, no run")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
-    from evorag_core.reader.span import SpanReader
-
-    variants = [_variant(v) for v in (args.variant or ["default:"])]
-    backend = _backend(args.threads)
-    chars = load_config(None, {}).policy.passage_chars
-    readers = [(name, SpanReader(backend, _answer_cfg(ov, args.ranker_path), chars)) for name, ov in variants]
-    questions = _questions(args.split, args.limit)
-    rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in readers}
-    start = time.perf_counter()
-    for k, (key, q) in enumerate(questions):
-        gold = [ps for ps in q.passages if ps.pid in q.gold_pids]
-        for name, reader in readers:
-            rows[name].append(_row(key, q, reader.answer(q.question, gold)))
-        if (k + 1) % 25 == 0:
-            print(f"{k + 1}/{len(questions)} questions, {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    seconds = time.perf_counter() - start
-    before = {}
-    if args.before:
-        before = {(r["set"], r["id"]): r for r in json.loads(args.before.read_text())["rows"]}
-    result: dict[str, Any] = {"split": args.split, "sets": [list(s) for s in SPLITS[args.split]],
-                              "passages": "gold passages only", "ranker_path": args.ranker_path,
+    if args.merge:
+        rows, seconds, variants = _merged(args.merge)
+    else:
+        variants = [_variant(v) for v in (args.variant or ["default:"])]
+        rows, seconds = _run(args, variants)
+    before = {(r["set"], r["id"]): r for path in args.before for r in json.loads(path.read_text())["rows"]}
+    result: dict[str, Any] = {"split": args.split, "sets": [list(s) for s in SPLITS[args.split]
+                                                            if not args.sets or s[0] in args.sets],
+                              "passages": PASSAGES[args.passages], "ranker_path": args.ranker_path,
                               "commit": _commit(), "threads": args.threads, "seconds": round(seconds, 1),
-                              "before": str(args.before or ""), "variants": {}}
+                              "before": [str(b) for b in args.before], "merged": [str(m) for m in args.merge],
+                              "variants": {}}
     for name, ov in variants:
         entry: dict[str, Any] = {"overrides": ov, "summary": summary(rows[name])}
         if before:
@@ -178,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     _print(result)
     if args.record:
         args.record.parent.mkdir(parents=True, exist_ok=True)
-        args.record.write_text(json.dumps({"commit": result["commit"], "split": args.split,
+        args.record.write_text(json.dumps({"commit": result["commit"], "split": args.split, "passages": args.passages,
                                            "ranker_path": args.ranker_path, "rows": rows[variants[0][0]]}, indent=1))
-    out = args.out or ROOT / "bench" / "results" / f"reader_types_{args.split}.json"
+    suffix = ("" if args.passages == "gold" else "_all") + "".join(f"_{k}" for k in args.sets)
+    out = args.out or ROOT / "bench" / "results" / f"reader_types_{args.split}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result["rows"] = rows
     out.write_text(json.dumps(result, indent=1))

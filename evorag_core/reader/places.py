@@ -4,7 +4,8 @@ nationality or a country from, and what a "which country" question's answer must
 `country_mentions(text)` -> the countries a text names, in order of first mention, each as its canonical key
 ("American", "the United States", "U.S.", "Nevada" -> "united states"; "Scottish", "England", "UK" -> "united
 kingdom": the nations of the UK are one nationality here). `language_mentions(text)` -> the languages a text names
-("French libretto" -> "french"); `state_mentions(text)` the US states it names. `is_country(span)`: the span is a country's name (not a nationality word). Names
+("French libretto" -> "french"); `state_mentions(text)` the US states it names. `is_country(span)`: the span is a country's name (not a nationality word); `is_nationality(span)` the
+reverse. Names
 are matched as written, capitalised ("US" the country, not "us"). Pure functions of strings; the tables are literal.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["country_mentions", "country_words", "state_mentions", "language_mentions", "is_country", "COUNTRIES", "US_STATES", "LANGUAGES"]
+__all__ = ["country_mentions", "country_words", "state_mentions", "is_nationality", "language_mentions", "is_country", "COUNTRIES", "US_STATES", "LANGUAGES"]
 
 # canonical key | the country's names | its nationality words
 COUNTRIES: tuple[str, ...] = tuple(row.strip() for row in """
@@ -157,3 +158,10 @@ def is_country(span: str) -> bool:
     _, canon, countries = _table()
     name = " ".join(re.sub(r"^the\s+", "", span.strip(), flags=re.I).split())
     return name.lower() in countries and canon.get(name) is not None and name not in US_STATES
+
+
+def is_nationality(span: str) -> bool:
+    """`span` is a nationality word ("Swedish", "South Korean"), not a country's name."""
+    _, canon, countries = _table()
+    name = " ".join(span.split())
+    return name in canon and name.lower() not in countries

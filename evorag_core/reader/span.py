@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from evorag_core.reader.answer_type import by_type, is_numeric_question, is_yes_no_span
+from evorag_core.reader.answer_type import by_type, is_numeric_question, is_yes_no_span, name_facts
 from evorag_core.reader.prompt import ANSWER_SYSTEM_CTX, render_passages
 from evorag_core.reader.ranker import candidate_features, load_ranker
 from evorag_core.reader.yes_no import decide_yes_no
@@ -249,7 +249,7 @@ def extract_candidates(question: str, passages: Sequence[Passage], chars: int, m
         raw = [(s, i) for s, i in raw if (w := _norm_words(s)) and len(w) <= max_words and not set(w) <= q_words
                and not is_yes_no_span(s)]
         if types:
-            raw = by_type(question, raw)
+            raw = by_type(question, raw, facts=name_facts(passages))
         elif is_numeric_question(question):
             numeric = [(s, i) for s, i in raw if any(ch.isdigit() for ch in s)]
             raw = numeric or raw

@@ -3,8 +3,8 @@ and no yes/no span for a question that is not yes/no."""
 from __future__ import annotations
 
 from evorag_core.config import AnswerConfig
-from evorag_core.reader.answer_type import (DATE, DIGITS, NAMES, NUMBER, YEAR, by_type, expected_kinds, fits,
-                                            is_yes_no_span)
+from evorag_core.reader.answer_type import (DATE, DIGITS, LOCATED, NAMES, NUMBER, PLACE, YEAR, NameFacts, by_type,
+                                            expected_kinds, fits, is_yes_no_span, name_facts)
 from evorag_core.reader.span import SpanReader, extract_candidates
 from evorag_core.types import Passage
 
@@ -20,7 +20,7 @@ def test_expected_kinds_of_questions():
     assert expected_kinds("In what year was Mirrow founded?") == (YEAR, DATE)
     assert expected_kinds("How many people came?") == (NUMBER, DIGITS)
     assert expected_kinds("Who founded Harwick Polytechnic?") == (NAMES,)
-    assert expected_kinds("What is the place of birth of Ansel Travine?") == (NAMES,)
+    assert expected_kinds("What is the place of birth of Ansel Travine?") == (LOCATED, PLACE, NAMES)
     assert expected_kinds("Which country is Mirrow in?")[0] == frozenset({"country"})
     assert expected_kinds("Which came first, A or B?", ["A", "B"]) == ()  # the options are the candidates
     assert expected_kinds("What lamp did he invent?") == ()
@@ -60,3 +60,16 @@ def test_a_which_question_gets_no_yes_no_span(tiny_backend):
     for cfg in (AnswerConfig(), AnswerConfig(answer_types=False)):
         answer = SpanReader(tiny_backend, cfg).answer(q, [BOMBER])
         assert answer.kind == "span" and not is_yes_no_span(answer.text)
+
+
+def test_a_place_question_keeps_places_not_people():
+    """Travine's page opens with life dates (a person); Mirrow follows "born in" (a place); "Swedish" is a
+    nationality word, not a place."""
+    director = Passage("s", "Lena Oster", "Lena Oster (born 1950) is a director. Her film starred Ansel Travine.")
+    facts = name_facts([TRAVINE, director])
+    assert facts.persons == {"ansel travine", "lena oster"} and "mirrow" in facts.located
+    assert fits(LOCATED, "Mirrow", facts) and not fits(LOCATED, "Ansel Travine", facts)
+    assert not fits(PLACE, "Lena Oster", facts) and fits(PLACE, "Harwick", facts) and not fits(PLACE, "Swedish")
+    spans = [s for s, _ in extract_candidates("Where was the director's star born?", [director, TRAVINE], 300)]
+    assert spans == ["Mirrow"]
+    assert by_type("Where was he born?", [("Lena Oster", 0)], facts=NameFacts()) == [("Lena Oster", 0)]
