@@ -109,7 +109,7 @@ def plan_hop(question: str, passages: Sequence[Passage], searched: Sequence[str]
     """The plan at this point of an episode (see the module docstring). `passages`: every passage retrieved on the
     active chain; `searched`: the queries issued so far (active and dropped), the question included; `chars`: the
     passage characters the policy's prompt shows (0: all); `max_bridges`: bridge searches allowed in an episode."""
-    done = " " + " ".join(f" {title_key(q)} " for q in searched) + " "
+    done = " " + " ".join(f" {title_key(q)} " for q in searched[1:]) + " "  # the question names every entity
     entities = question_entities(question)
     for entity in entities:
         if not any(_covers(p.title, entity, question) for p in passages) and f" {title_key(entity)} " not in done:
