@@ -418,3 +418,29 @@ def test_real_benchmark_files(tmp_path, name):
     out = tmp_path / name
     write_jsonl(ds, out)
     assert out.read_bytes() == source.read_bytes()  # the writer reproduces the shared files byte for byte
+
+
+def test_env_corpus_from_pools_other_files(tmp_path):
+    """`env.corpus_from` (comma-separated files) adds their passages to the pooled corpus of the data file, in every
+    command that builds a Runtime; a missing file fails with the data-format error naming it."""
+    from evorag_core.config import load_config
+    from evorag_core.data.corpus import build_corpus
+    from evorag_core.errors import DatasetFormatError
+    from evorag_core.runtime import Runtime
+    from tests.paths import DEMO, FIXTURES
+
+    demo = load_dataset(DEMO)
+    others = [FIXTURES / "hotpotqa_distractor_tiny.json", FIXTURES / "musique_ans_dev_tiny.jsonl"]
+    own = len(build_corpus(demo, "pooled"))
+    extra = len({(p.title, p.text) for f in others for q in load_dataset(f).questions for p in q.passages})
+    cfg = load_config(None, {"env.corpus_from": ",".join(str(f) for f in others)})
+    assert cfg.env.corpus_files == tuple(str(f) for f in others)
+    rt = Runtime(cfg, tmp_path, demo)
+    pooled = rt.corpus_for(demo.questions[0])
+    assert len(pooled) == own + extra  # de-duplicated by (title, text); the demo shares none with the fixtures
+    kept = {p.pid for p in pooled.passages} | set(pooled.aliases)
+    assert {p.pid for q in load_dataset(others[0]).questions for p in q.passages} <= kept
+    assert len(Runtime(load_config(), tmp_path, demo).corpus_for(demo.questions[0])) == own
+    bad = Runtime(load_config(None, {"env.corpus_from": str(tmp_path / "nope.jsonl")}), tmp_path, demo)
+    with pytest.raises(DatasetFormatError, match="nope.jsonl"):
+        bad.corpus_for(demo.questions[0])
