@@ -37,7 +37,8 @@ def make_auth(svc: Services, auth: str | None) -> Callable[[str, str], Awaitable
     if auth == "store":
         store = svc.store()
         if not store.list_users():
-            raise ConfigError("--auth store: the store has no users yet; add one first")
+            raise ConfigError(f"--auth store: the store {store.url} has no users yet; add one with `evorag users "
+                              "add NAME --store` (with the studio's --db or --home)")
         return threaded_check(lambda name, password: store.verify_user(name, password) is not None)
     users = load_users(Path(auth))
     svc.auth_users = {name: user.role for name, user in users.items()}  # name -> role

@@ -11,7 +11,7 @@ import sys
 
 from evorag_core.errors import EvoRagError
 
-__all__ = ["main", "configure_logging", "COMMANDS"]
+__all__ = ["main", "configure_logging", "COMMANDS", "QUIET_LOGGERS"]
 
 # subcommand name -> module in evorag_core.cli (one literal table; no registries)
 COMMANDS: dict[str, str] = {
@@ -44,15 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# loggers that say at INFO what is routine for every command, shown with -v only: faiss's loader logs every optimised
+# build it tries and cannot load (`ModuleNotFoundError(... swigfaiss_avx512_spr)`: harmless, a build that fits loads
+# next); Alembic's ~20 lines (plugins, "Context impl SQLiteImpl", each migration) as every command opens the store
+QUIET_LOGGERS = ("faiss.loader", "alembic")
+
+
 def configure_logging(verbose: bool) -> None:
-    """INFO (DEBUG with -v) on stderr. faiss's loader logs at INFO every optimised build it tries and cannot load
-    (`ModuleNotFoundError(... swigfaiss_avx512_spr)`: harmless, a build that fits loads next); those stay quiet."""
+    """INFO (DEBUG with -v) on stderr; the QUIET_LOGGERS at WARNING unless -v."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("faiss.loader").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:

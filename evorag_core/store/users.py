@@ -17,17 +17,26 @@ __all__ = ["UserOps"]
 
 
 class UserOps(StoreBase):
-    def add_user(self, name: str, password: str, role: str = "annotator") -> User:
+    def add_user(self, name: str, password: str, role: str = "annotator", *, replace: bool = False) -> User:
+        """Store user `name` with an argon2 hash of `password`; an existing name is a StoreError unless `replace`
+        (then its password and role are set anew)."""
         check_choice("role", role, USER_ROLES)
         if not name or not password:
             raise ValueError("a user needs a non-empty name and password")
         row = {"name": name, "password_hash": hash_password(password), "role": role, "created_at": utcnow()}
         try:
             with self._write() as conn:
-                user_id = conn.execute(users.insert().values(**row)).inserted_primary_key[0]
-        except IntegrityError as exc:
+                found = conn.execute(select(users.c.id, users.c.created_at).where(users.c.name == name)).first()
+                if found is None:
+                    user_id = conn.execute(users.insert().values(**row)).inserted_primary_key[0]
+                    return User(id=int(user_id), name=name, role=role, created_at=row["created_at"])
+                if not replace:
+                    raise StoreError(f"a user named {name!r} already exists")
+                conn.execute(users.update().where(users.c.id == found.id)
+                             .values(password_hash=row["password_hash"], role=role))
+                return User(id=found.id, name=name, role=role, created_at=found.created_at)
+        except IntegrityError as exc:  # added by another process since the select
             raise StoreError(f"a user named {name!r} already exists") from exc
-        return User(id=int(user_id), name=name, role=role, created_at=row["created_at"])
 
     def verify_user(self, name: str, password: str) -> User | None:
         """The user if `password` is theirs, else None (unknown name or wrong password; both take as long)."""
