@@ -37,6 +37,7 @@ CSS = """
   margin-left: 4px; vertical-align: middle; }
 .badge.gold { background: #ffd54f; color: #5d4300; }
 .badge.human { background: #e1bee7; color: #4a148c; }
+.badge.plan { background: #e3f2fd; color: #0d47a1; font-weight: 500; }
 .badge.answerable { background: #c8e6c9; color: #1b5e20; }
 .badge.unanswerable { background: #ffcdd2; color: #b71c1c; }
 .badge.done { background: #cfd8dc; color: #263238; }

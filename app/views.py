@@ -107,6 +107,7 @@ def steps_table(record: EpisodeRecord | None) -> str:
         signals = "".join(_cell(float(s.signals.get(k, 0.0))) for k in SIGNAL_NAMES)
         name = action_to_dict(s.action)["action"]
         override = ' <span class="badge human">override</span>' if s.verdict and s.verdict.judge == "human" else ""
+        override += _plan_badge(s)
         rows.append(
             f"<tr{cur}><td>{s.t}</td><td><span class=\"act act-{name.lower()}\">{name}</span>{override}</td>"
             f'<td class="arg">{esc(_argument(s))}</td>{signals}'
@@ -116,6 +117,22 @@ def steps_table(record: EpisodeRecord | None) -> str:
         '<table class="evo-table" id="evo-steps"><thead><tr><th>t</th><th>action</th><th>sub-query / answer</th>'
         f"{head}<th>R<sub>t</sub></th><th>return</th><th>by</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+_PLAN_WORDS = {"entity": "missing page", "bridge": "bridge hop", "complete": "evidence complete",
+               "exhausted": "nothing left to search"}
+
+
+def _plan_badge(step: StepRecord) -> str:
+    """The hop planner's verdict at the step (`policy/hops.py`; recorded when `policy.hop_gate` > 0): why the agent
+    searched (the missing page or bridge it went for) or answered; empty when the step has none."""
+    plan = (step.info or {}).get("plan")
+    if not plan:
+        return ""
+    words = _PLAN_WORDS.get(plan.get("reason"), str(plan.get("reason")))
+    label = f'{words}: {plan["target"]}' if plan.get("target") else words
+    tip = "the hop planner: " + ("search " + repr(plan.get("query")) if plan.get("search") else "answer")
+    return f' <span class="badge plan" title="{esc(tip)}">{esc(label)}</span>'
 
 
 def _actor_cell(step: StepRecord) -> str:

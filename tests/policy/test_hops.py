@@ -156,3 +156,25 @@ def test_gate_changes_the_distribution_not_the_recorded_logprobs(demo_runtime, t
     assert isinstance(answered.action, Answer) or answered.fallback in ("empty_answer", "low_confidence")
     if type(plain.action) is type(gated.action):
         assert plain.action_logprob == pytest.approx(gated.action_logprob, abs=1e-4)
+
+
+def test_studio_step_table_shows_the_plan(demo_runtime, tiny_policy_backend):
+    """The studio's step info carries the decision's plan (`app.policies._info`), and the step table shows why the
+    agent searched ("bridge hop: Mirrow", the query as its tooltip); a step without a plan shows no badge."""
+    from app.policies import _info
+    from app.views import steps_table
+    from evorag_core.env.episode import EpisodeRecord, StepRecord
+
+    view = AgentView(BRIDGE_Q, (Hop(BRIDGE_Q, (TRAVINE, HARWICK_HILL)),), (), 2, 20)
+    d = LMPolicy(tiny_policy_backend, PolicyConfig(hop_gate=50.0), demo_runtime.cfg.answer).act(view)
+    info = _info(d)
+    assert info["plan"] == {"search": True, "reason": "bridge", "target": "Mirrow", "query": "Mirrow river birthplace"}
+
+    def table(step_info):
+        step = StepRecord(t=2, action=d.action, passages=(), signals={}, weights={}, reward=0.0, info=step_info)
+        return steps_table(EpisodeRecord("e", "q", "demo", BRIDGE_Q, "discovery", "time_dynamic", "full", 5, 20,
+                                         steps=(step,)))
+
+    assert 'class="badge plan"' in table(info) and "bridge hop: Mirrow" in table(info)
+    assert "Mirrow river birthplace" in table(info)
+    assert "badge plan" not in table({})
