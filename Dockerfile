@@ -9,8 +9,8 @@
 # (Docker Compose / Swarm: declare users.toml as a secret; it lands at the same path.) To log in against the users
 # kept in the store instead: `docker run ... evorag evorag studio --host 0.0.0.0 --auth store`. To serve it open,
 # e.g. behind an authenticating proxy: `... evorag evorag studio --host 0.0.0.0 --insecure-no-auth`.
-# Failed logins are limited per name and per client address; behind a reverse proxy every client shares the
-# proxy's address unless the proxy runs on the container's 127.0.0.1 (uvicorn trusts X-Forwarded-For only there).
+# Failed logins are limited per name and client address, per address and per name; behind a reverse proxy every
+# client shares the proxy's address unless the proxy is named: `evorag studio ... --trusted-proxy 172.17.0.1`.
 FROM python:3.11-slim
 
 ENV PIP_NO_CACHE_DIR=1 \

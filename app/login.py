@@ -2,17 +2,24 @@
 
 Gradio (6.x) calls `auth(username, password)` from its /login route without the request, so the client address is
 not visible there: `LoginGuard`, an ASGI middleware given to Gradio's FastAPI app, reads the form's username and the
-client address (uvicorn's: the peer, or X-Forwarded-For when the peer is a proxy on 127.0.0.1), asks the
-`LoginLimiter` first and answers 429 "too many failed logins ... wait N s" (with Retry-After) without checking the
-password once a name or an address is over its limit; Gradio's own reply (200, or 400 for wrong credentials) tells
-the limiter the outcome. The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB),
-at most two at a time, so a burst of logins neither stalls the event loop nor the machine.
+client address, asks the `LoginLimiter` first and answers 429 "too many failed logins ... wait N s" (with
+Retry-After) without checking the password once the name from this address, the address, or the name from anywhere
+but its known-good addresses is over its limit; Gradio's own reply (200, or 400 for wrong credentials) tells the
+limiter the outcome. The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at
+most two at a time, so a burst of logins neither stalls the event loop nor the machine.
+
+The client address is uvicorn's: the peer, or the X-Forwarded-For client when the peer is one of
+`studio.trusted_proxies` (none by default: the header is ignored). uvicorn trusts loopback unless told otherwise, and
+Gradio builds uvicorn's Config without a say in it: `trusting_proxies` sets the variable uvicorn reads
+(FORWARDED_ALLOW_IPS) while `launch` builds the server, and restores it afterwards.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterator, Sequence
 
 import anyio
 from starlette.requests import Request
@@ -24,10 +31,11 @@ from evorag_core.auth.users_file import FileUser
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-__all__ = ["LoginGuard", "threaded_check", "file_check", "login_message"]
+__all__ = ["LoginGuard", "threaded_check", "file_check", "login_message", "trusting_proxies"]
 
 MAX_FORM_BYTES = 64 * 1024
 _CHECK_SLOTS = threading.BoundedSemaphore(2)
+_UVICORN_TRUST = "FORWARDED_ALLOW_IPS"  # uvicorn.Config reads it when not given forwarded_allow_ips
 
 
 def file_check(users: dict[str, FileUser]) -> Callable[[str, str], bool]:
@@ -58,8 +66,23 @@ def threaded_check(check: Callable[[str, str], bool]) -> Callable[[str, str], Aw
 def login_message(limiter: LoginLimiter) -> str:
     """The note on the login page (Gradio shows only 'incorrect credentials' itself, and nothing for a 429)."""
     lim = limiter.limits
-    return (f"After {lim.per_user} failed logins for a name, or {lim.per_address} from one address, within "
-            f"{lim.window_s / 60:g} minutes, further logins are refused for a while.")
+    return (f"After {lim.per_user} failed logins for a name from one address, or {lim.per_address} from one address, "
+            f"within {lim.window_s / 60:g} minutes, further logins from there are refused for a while.")
+
+
+@contextlib.contextmanager
+def trusting_proxies(proxies: Sequence[str]) -> Iterator[None]:
+    """While the block runs (Gradio's `launch` building its uvicorn server), uvicorn honours X-Forwarded-For from
+    exactly `proxies` (IPs or networks; none: from no one) instead of its default, loopback."""
+    before = os.environ.get(_UVICORN_TRUST)
+    os.environ[_UVICORN_TRUST] = ",".join(proxies)  # "" trusts no one (uvicorn never matches an empty host)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_UVICORN_TRUST, None)
+        else:
+            os.environ[_UVICORN_TRUST] = before
 
 
 class LoginGuard:

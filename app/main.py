@@ -21,7 +21,7 @@ from evorag_core.auth.users_file import load_users
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 
-from app.login import LoginGuard, file_check, login_message, threaded_check
+from app.login import LoginGuard, file_check, login_message, threaded_check, trusting_proxies
 from app.services import Services
 
 __all__ = ["make_auth", "check_exposure", "is_loopback", "launch", "run"]
@@ -69,7 +69,9 @@ def is_loopback(host: str) -> bool:
 def launch(svc: Services, *, host: str, port: int, auth: str | None = None, block: bool = True,
            quiet: bool = False, limiter: LoginLimiter | None = None):
     """Build the UI and serve it; returns the Blocks (with `block=False` the server runs in the background).
-    With `auth`, failed logins are limited per user and per client address (`limiter`, default LoginLimits())."""
+    With `auth`, failed logins are limited per name and client address, per address and per name (`limiter`,
+    default LoginLimits()); the client address comes from X-Forwarded-For only when the peer is one of
+    `studio.trusted_proxies`."""
     from starlette.middleware import Middleware
 
     from app.style import CSS
@@ -86,11 +88,12 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
     # _frontend=False skips only Gradio's "is localhost reachable" probe: one HEAD / with a 3 s timeout, and the page
     # (a ~380 kB config walked per request) took 3-6 s on a loaded 2-core machine, so the studio exited at start with
     # "When localhost is not accessible, a shareable link must be created" (2026-11-27, load average 9).
-    demo.launch(
-        server_name=host, server_port=port, auth=auth_fn, prevent_thread_lock=True, show_error=False,
-        quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False,
-        _frontend=False, **extra,
-    )
+    with trusting_proxies(svc.cfg.studio.trusted_proxies):  # X-Forwarded-For only from these (app/login.py)
+        demo.launch(
+            server_name=host, server_port=port, auth=auth_fn, prevent_thread_lock=True, show_error=False,
+            quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False,
+            _frontend=False, **extra,
+        )
     log.info("studio serving on http://%s:%d", host, port)
     if block:
         demo.block_thread()

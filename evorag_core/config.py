@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import ipaddress
 import math
 import os
 import re
@@ -95,6 +96,14 @@ def one_of(choices: tuple[str, ...]) -> Allowed:
 
 def matching(pattern: str, what: str) -> Allowed:
     return Allowed(what, lambda v: re.fullmatch(pattern, v) is not None)
+
+
+def _is_network(value: Any) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 POSITIVE = at_least(1)  # counts, sizes and token budgets where 0 means nothing would happen
@@ -474,13 +483,16 @@ class StudioConfig(_Checked):
     start_worker: bool = True
     prepare_next: bool = True  # compute the next greedy LM decision while the person reads a step (app/session.py)
     data_roots: tuple[str, ...] = ()  # folders the studio may read data files from, besides data/ and uploads
-    max_question_chars: int = 2000  # longest question typed in the studio
+    max_question_chars: int = 2000  # longest text typed in the studio (a question, a query, an answer, a name)
+    trusted_proxies: tuple[str, ...] = ()  # reverse proxies (IPs or networks) whose X-Forwarded-For is honoured
 
     RULES: ClassVar[Rules] = {
         "host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG,
         "data_roots": Allowed("a list of non-empty folder paths",
                               lambda v: isinstance(v, tuple) and all(isinstance(r, str) and r.strip() for r in v)),
         "max_question_chars": POSITIVE,
+        "trusted_proxies": Allowed("a list of IP addresses or networks (e.g. 10.0.0.5, 10.0.0.0/24)",
+                                   lambda v: isinstance(v, tuple) and all(_is_network(a) for a in v)),
     }
 
 

@@ -23,6 +23,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--auth", default=None, metavar="FILE|store",
                    help="require login: a users file written by `evorag users add` (argon2 hashes), or 'store' "
                         "(the store's users); failed logins are limited per user and per address")
+    p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", default=[], metavar="IP|NET",
+                   help="a reverse proxy whose X-Forwarded-For names the client (repeatable; default [studio] "
+                        "trusted_proxies, none: the header is ignored, as the login limit needs)")
     p.add_argument("--insecure-no-auth", action="store_true",
                    help="serve on a non-loopback --host without any login (refused otherwise)")
     p.add_argument("--no-worker", action="store_true", help="do not start the background training worker")
@@ -34,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 def main(args: argparse.Namespace) -> int:
     from app.main import run
 
-    cfg = config_from_args(args, {"policy.model": args.model})
+    cfg = config_from_args(args, {"policy.model": args.model,
+                                  "studio.trusted_proxies": tuple(args.trusted_proxies) or None})
     home = home_from_args(args)
     db_url = args.db or None
     return run(

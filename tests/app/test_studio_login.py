@@ -1,10 +1,12 @@
 """Logging in to a launched studio over HTTP (Gradio's POST /login on 127.0.0.1, no language model): a users file
 written by `evorag users add` lets its user in and refuses a wrong password; failed logins are refused with 429
-"too many failed logins ... wait N s" once a name, then an address, is over its limit, before any password is
-checked. Before hashing and the limit, the users file held `name = "password"` and 30 wrong logins took 0.19 s.
+"too many failed logins ... wait N s" once a name from an address, then an address, is over its limit, before any
+password is checked; X-Forwarded-For counts only from a configured trusted proxy. Before hashing and the limit, the
+users file held `name = "password"` and 30 wrong logins took 0.19 s.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import time
@@ -22,6 +24,7 @@ from evorag_core.auth.users_file import add_user
 from evorag_core.config import load_config
 
 LIMITS = LoginLimits(per_user=3, per_address=6, window_s=600)
+PROXY = "127.0.0.2"  # the studio's one trusted proxy (all of 127.0.0.0/8 reaches a server bound to 127.0.0.1)
 
 
 def _free_port() -> int:
@@ -32,12 +35,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def studio(session_home, tmp_path_factory):
-    """(base url, limiter) of a studio served in this process with a two-user file and LIMITS."""
+    """(base url, limiter) of a studio served in this process with a two-user file, LIMITS and PROXY trusted."""
     work = tmp_path_factory.mktemp("studio_login")
     users = work / "users.toml"
     add_user(users, "alice", "alice's password")
     add_user(users, "bob", "bob's password", role="annotator")
-    svc = Services(load_config(), session_home, data_path=DEMO, db_url=f"sqlite:///{work / 'studio.db'}")
+    cfg = load_config(overrides={"studio.trusted_proxies": (PROXY,)})
+    svc = Services(cfg, session_home, data_path=DEMO, db_url=f"sqlite:///{work / 'studio.db'}")
     port = _free_port()
     limiter = LoginLimiter(LIMITS)
     demo = launch(svc, host="127.0.0.1", port=port, auth=str(users), block=False, quiet=True, limiter=limiter)
@@ -74,12 +78,13 @@ def test_hashed_password_logs_in_and_a_wrong_one_is_refused(studio):
     status, body, _ = login(base, "alice", "not alice's password")
     assert status == 400 and body["detail"] == "Incorrect credentials."
     assert limiter.failures(user="alice") == 1
-    assert login(base, "alice", "alice's password")[0] == 200  # a success forgets alice's failures
-    assert limiter.failures(user="alice") == 0
+    assert login(base, "alice", "alice's password")[0] == 200  # a success forgets alice's failures from here ...
+    assert limiter.failures("alice", "127.0.0.1") == 0
+    assert limiter.failures(user="alice") == 1  # ... not those of the name from anywhere (a guesser's)
 
 
 def test_failed_logins_hit_the_limit_per_user_then_per_address(studio):
-    """LIMITS: 3 per user, 6 per address, 600 s window; every request comes from 127.0.0.1, which starts with
+    """LIMITS: 3 per name and address, 6 per address, 600 s window; every request comes from 127.0.0.1, which starts with
     `before` failures (1 after the test above: its wrong password; each success took only its own attempt back).
     carol x3 -> 400 (checked); carol's 4th -> 429 without a check (not counted). dave until the address holds 6
     failures -> 400 each (6 - before - 3 of them), then dave -> 429, and alice with her right password -> 429 too:
@@ -103,3 +108,36 @@ def test_failed_logins_hit_the_limit_per_user_then_per_address(studio):
                     + [("alice", 429)]), seen
     assert limiter.failures(address="127.0.0.1") == LIMITS.per_address
     print(f"{len(seen)} login attempts ({3 + n_dave} argon2 checks) took {elapsed:.2f} s")
+
+
+def login_from(base: str, source: str, user: str, password: str, forwarded: str | None = None) -> int:
+    """The status of POST /login sent from the local address `source`, with an X-Forwarded-For header if given."""
+    port = int(base.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if forwarded is not None:
+        headers["X-Forwarded-For"] = forwarded
+    try:
+        conn.request("POST", "/login", urllib.parse.urlencode({"username": user, "password": password}), headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_forwarded_headers_count_only_from_a_configured_trusted_proxy(studio):
+    """#44 item 6. Before, uvicorn took X-Forwarded-For from any loopback peer: a client on the machine (or behind
+    a proxy that passes the header on) named a new address per request and never met the per-address limit (25 of
+    25 failures, no 429). Now from 127.0.0.1, not a trusted proxy here, the header is ignored: the failure counts
+    against 127.0.0.1 (or, once 127.0.0.1 is over its limit after the test above, it is refused with 429), never
+    against 203.0.113.7. From PROXY it names the client: the failure counts against 203.0.113.7, not PROXY."""
+    base, limiter = studio
+    before = limiter.failures(address="127.0.0.1")
+    status = login_from(base, "127.0.0.1", "eve", "guess", forwarded="203.0.113.7")
+    assert limiter.failures(address="203.0.113.7") == 0
+    assert (status, limiter.failures(address="127.0.0.1")) in ((400, before + 1), (429, before))
+    assert login_from(base, PROXY, "eve", "guess", forwarded="203.0.113.7") == 400
+    assert limiter.failures(address="203.0.113.7") == 1 and limiter.failures(address=PROXY) == 0
+    assert login_from(base, PROXY, "eve", "guess") == 400  # the proxy's own request: its own address
+    assert limiter.failures(address=PROXY) == 1

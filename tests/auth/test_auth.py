@@ -180,11 +180,12 @@ class Clock:
         return self.now
 
 
-def test_limiter_refuses_a_user_after_n_failures_until_the_oldest_ages_out():
-    """per_user 3, window 60 s. Failures at t = 0, 10, 20 -> the 4th attempt at t = 30 must wait until the failure
-    at t = 0 is 60 s old: 60 - 30 = 30 s. At t = 60 one is allowed (and counts): failures at 10, 20, 60 -> at t = 61
-    the wait is 10 + 60 - 61 = 9 s. Another name from the same address is not affected; a success forgets the
-    user's failures."""
+def test_limiter_refuses_a_name_from_one_address_after_n_failures_until_the_oldest_ages_out():
+    """per_user 3 (one name from one address), window 60 s. alice from 10.0.0.1 fails at t = 0, 10, 20 -> the 4th
+    attempt at t = 30 must wait until the failure at t = 0 is 60 s old: 60 - 30 = 30 s. alice from 10.0.0.2 and bob
+    from 10.0.0.1 are let through. At t = 60 one is allowed (and counts): failures at 10, 20, 60 -> at t = 61 the
+    wait is 10 + 60 - 61 = 9 s; alice from any address has 4 failures in the window then (10, 20, 30 from 10.0.0.2,
+    60). A success forgets the (name, address) failures."""
     clock = Clock()
     lim = LoginLimiter(LoginLimits(per_user=3, per_address=100, window_s=60), clock=clock)
     for t in (0, 10, 20):
@@ -192,19 +193,62 @@ def test_limiter_refuses_a_user_after_n_failures_until_the_oldest_ages_out():
         assert lim.attempt("alice", "10.0.0.1") == 0.0
     clock.now = 1030.0
     assert lim.attempt("alice", "10.0.0.1") == 30.0
-    assert lim.attempt("alice", "10.0.0.2") == 30.0  # per user, whatever the address
+    assert lim.attempt("alice", "10.0.0.2") == 0.0  # per name and address: another address is not locked out
     assert lim.attempt("bob", "10.0.0.1") == 0.0
     clock.now = 1060.0
     assert lim.attempt("alice", "10.0.0.1") == 0.0
     clock.now = 1061.0
     assert lim.attempt("alice", "10.0.0.1") == 9.0
-    assert lim.failures(user="alice") == 3
+    assert lim.failures("alice", "10.0.0.1") == 3 and lim.failures(user="alice") == 4
     lim.succeeded("bob", "10.0.0.1")
-    assert lim.failures(user="bob") == 0
+    assert lim.failures("bob", "10.0.0.1") == 0
     clock.now = 1080.0  # failures at 20 and 60 remain (10 aged out): below 3
     assert lim.attempt("alice", "10.0.0.1") == 0.0
     lim.succeeded("alice", "10.0.0.1")
-    assert lim.failures(user="alice") == 0 and lim.attempt("alice", "10.0.0.1") == 0.0
+    assert lim.failures("alice", "10.0.0.1") == 0 and lim.attempt("alice", "10.0.0.1") == 0.0
+
+
+def test_a_strangers_guesses_do_not_lock_the_right_password_out_from_another_address():
+    """#44 item 6, default limits (5 per name and address, 20 per address, 50 per name, 300 s). Before: five wrong
+    guesses for boss from anywhere refused boss's real password for ~300 s. Now the stranger's address waits 300 s
+    (to the second: all five failures at t = 0), and boss from another address is let through at once."""
+    clock = Clock()
+    lim = LoginLimiter(clock=clock)
+    for _ in range(5):
+        assert lim.attempt("boss", "203.0.113.9") == 0.0
+    assert lim.attempt("boss", "203.0.113.9") == 300.0
+    assert lim.attempt("boss", "192.0.2.1") == 0.0
+    lim.succeeded("boss", "192.0.2.1")
+    assert lim.failures(user="boss") == 5 and lim.failures("boss", "192.0.2.1") == 0
+
+
+def test_a_name_guessed_from_many_addresses_is_refused_except_from_its_known_good_addresses():
+    """per_user 2, per_address 100, per_name 6, window 60 s, known_s 100 s. boss logs in from 192.0.2.1 at t = 0
+    (known-good from then on). Three addresses guess twice each at t = 1..6: 6 failures for boss, the name-wide limit,
+    no pair over its own. A fourth address at t = 10 waits until boss's oldest failure (t = 1) is 60 s old:
+    1 + 60 - 10 = 51 s; boss from 192.0.2.1 is let through (and logs in: known-good again at t = 10). At t = 120 that
+    is 110 s ago (> known_s): after six new guesses at t = 120..125, 192.0.2.1 waits like anyone, 120 + 60 - 126 =
+    54 s."""
+    clock = Clock()
+    lim = LoginLimiter(LoginLimits(per_user=2, per_address=100, per_name=6, window_s=60, known_s=100), clock=clock)
+
+    def guess(addresses, t0):
+        for i, address in enumerate(a for a in addresses for _ in range(2)):
+            clock.now = 1000.0 + t0 + i
+            assert lim.attempt("boss", address) == 0.0
+
+    assert lim.attempt("boss", "192.0.2.1") == 0.0
+    lim.succeeded("boss", "192.0.2.1")
+    guess(("198.51.100.1", "198.51.100.2", "198.51.100.3"), 1)
+    clock.now = 1010.0
+    assert lim.attempt("boss", "198.51.100.4") == 51.0
+    assert lim.attempt("boss", "198.51.100.1") == 51.0  # its own pair is over too (failures at t = 1, 2)
+    assert lim.attempt("boss", "192.0.2.1") == 0.0
+    lim.succeeded("boss", "192.0.2.1")
+    assert lim.attempt("carol", "198.51.100.4") == 0.0  # another name is not affected
+    guess(("198.51.100.5", "198.51.100.6", "198.51.100.7"), 120)
+    clock.now = 1126.0
+    assert lim.attempt("boss", "192.0.2.1") == 54.0
 
 
 def test_limiter_refuses_an_address_after_n_failures_across_names():
@@ -240,7 +284,7 @@ def test_limiter_forgets_names_and_addresses_once_their_failures_age_out():
         lim.attempt(f"name{i}", f"10.1.0.{i}")
     clock.now += 25  # two windows later the next attempt sweeps every stale key
     lim.attempt("fresh", "10.2.0.1")
-    assert len(lim._failures) == 2
+    assert len(lim._failures) == 3  # fresh's (name, address), its address and its name
 
 
 # -- exposure ---------------------------------------------------------------------------------------------------
@@ -267,3 +311,16 @@ def test_the_old_plain_text_users_file_stops_the_studio_with_the_fix(tmp_path, c
     code = cli_main(["studio", "--host", "127.0.0.1", "--port", "1", "--auth", str(old), "--no-worker", "--no-warm",
                      "--home", str(tmp_path), "--db", f"sqlite:///{tmp_path / 'db.sqlite'}"])
     assert code == 2 and "plain-text passwords for alice" in capsys.readouterr().err
+
+
+def test_trusted_proxies_are_ip_addresses_or_networks(capsys):
+    """`--trusted-proxy` (studio.trusted_proxies) takes IPs and networks; a host name is refused before anything
+    starts (exit 2), as a --set of a bad value is."""
+    from evorag_core.config import load_config
+
+    cfg = load_config(overrides={"studio.trusted_proxies": ("10.0.0.5", "10.1.0.0/16", "::1")})
+    assert cfg.studio.trusted_proxies == ("10.0.0.5", "10.1.0.0/16", "::1")
+    assert load_config().studio.trusted_proxies == ()
+    assert cli_main(["studio", "--trusted-proxy", "proxy.example.org", "--port", "1", "--no-worker",
+                     "--no-warm"]) == 2
+    assert "studio.trusted_proxies must be a list of IP addresses or networks" in capsys.readouterr().err
