@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from evorag_core.config import Config, apply_overrides
 from evorag_core.errors import ConfigError
 from evorag_core.objectives import OBJECTIVES
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
@@ -78,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
     for value, what in ((args.pairs, "--pairs"), (args.episodes, "--episodes"), (args.epochs, "--epochs"),
                         (args.rounds, "--rounds"), (args.max_steps, "--max-steps")):
         _check(value, what)
+    _check_train_flags(args, cfg)
     if args.curriculum:
         from training.curriculum import run_curriculum_command
 
@@ -94,6 +96,7 @@ def main(args: argparse.Namespace) -> int:
         beta=args.beta, reference=args.reference, source=args.source, stage=args.stage, holdout=args.holdout,
         max_steps=args.max_steps, base_model=args.model, data=str(args.data) if args.data else None,
     )
+    _check_job(objective, config, cfg, home)
     with open_store(db_url_from_args(args, home)) as store:
         round_id = store.enqueue_round(objective, config, max_attempts=cfg.train.max_attempts)
         if not args.wait:
@@ -165,3 +168,30 @@ def _print_summary(r: Round) -> None:
 def _check(value: int | None, what: str) -> None:
     if value is not None and value < 1:
         raise ConfigError(f"{what} must be at least 1")
+
+
+_TRAIN_FLAGS = {"lr": "train.lr", "beta": "train.beta"}  # flags that set a [train] value for the round
+
+
+def _check_train_flags(args: argparse.Namespace, cfg: Config) -> None:
+    """--lr and --beta by the [train] RULES a `--set train.KEY=VALUE` meets (finite, > 0): ConfigError naming the
+    flag, before anything is queued."""
+    for flag, key in _TRAIN_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            try:
+                apply_overrides(cfg, {key: value})
+            except ConfigError as exc:
+                raise ConfigError(f"--{flag}: {exc}; nothing queued") from None
+
+
+def _check_job(objective: str, config: dict[str, Any], cfg: Config, home: Path) -> None:
+    """The round's job read as the worker will read it (training.job.RoundJob): a value the worker would fail the
+    round for (--holdout outside [0, 1), say) is refused here instead, and nothing is queued."""
+    from training.job import RoundJob
+
+    try:
+        RoundJob.from_config(0, objective, config, cfg, home)
+    except ConfigError as exc:
+        problem = str(exc).removeprefix("round 0: ")
+        raise ConfigError(f"the worker would refuse this round: {problem}; nothing queued") from None

@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
                            help="the store's users (for `evorag studio --auth store`) instead of a users file")
         q.add_argument("--db", default=None, metavar="URL",
                        help="with --store: database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
-        q.add_argument("--home", type=Path, default=None, help="with --store: home folder (default $EVORAG_HOME or ./.evorag)")
+        q.add_argument("--home", type=Path, default=None,
+                       help="with --store: home folder (default $EVORAG_HOME or ./.evorag)")
         q.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     return p
 
