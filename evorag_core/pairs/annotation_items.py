@@ -14,9 +14,11 @@ optional. A refusal item (kind "refusal") is an evidence set to judge answerable
     {"kind": "refusal", "question": "...", "passages": [{"title": ..., "text": ...}, ...],
      "episode_db_id": 12, "t": 4}
 
-With `episode_db_id` and `t`, its label is stored as a human override of that step's verdict.
+With `episode_db_id` and `t` (both or neither), its label is stored as a human override of that step's verdict:
+`import_items` refuses an item whose step is not in the store.
 `read_items` validates every line before anything is queued: a malformed line raises DatasetFormatError naming the
-file, the line and the field, and nothing is imported.
+file, the line and the field, and nothing is imported (lines are limited as `evorag pairs import` limits them:
+evorag_core/pairs/io.py, MAX_LINE_BYTES and MAX_DEPTH; `stage` is a curriculum stage, `branch_return` finite).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evorag_core.errors import DatasetFormatError
-from evorag_core.pairs.io import json_lines
+from evorag_core.pairs.io import check_number, check_stage, json_lines
 from evorag_core.store.records import NewAnnotationItem
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_CANDIDATES", "item_from_record", "read_items", "import_items", "rollout_items"]
 
 MAX_CANDIDATES = 9  # the keys 1-9
-_OPTIONAL_TEXT = ("stage", "question_id", "dataset")
+_OPTIONAL_TEXT = ("question_id", "dataset")
 
 
 def _fail(path: str, line: int, field: str | None, problem: str) -> DatasetFormatError:
@@ -58,9 +60,7 @@ def _candidates(raw: Any, path: str, line: int) -> list[dict[str, Any]]:
         where = f"candidates[{i}]"
         if not isinstance(c, Mapping) or not isinstance(c.get("completion"), str) or not c["completion"].strip():
             raise _fail(path, line, where, "needs a non-empty completion, e.g. \"SEARCH: Mirrow\"")
-        ret = c.get("branch_return")
-        if ret is not None and (isinstance(ret, bool) or not isinstance(ret, (int, float))):
-            raise _fail(path, line, f"{where}.branch_return", f"must be a number or null, got {ret!r}")
+        check_number(c.get("branch_return"), path, line, f"{where}.branch_return")
         if not isinstance(c.get("preview", ""), str):
             raise _fail(path, line, f"{where}.preview", "must be a string")
     if len({c["completion"] for c in raw}) != len(raw):
@@ -80,12 +80,17 @@ def item_from_record(raw: Any, path: str = "<items>", line: int = 1) -> NewAnnot
     for name in _OPTIONAL_TEXT:
         if raw.get(name) is not None and not isinstance(raw[name], str):
             raise _fail(path, line, name, "must be a string or null")
+    check_stage(raw.get("stage"), path, line)
     for name in ("t", "episode_db_id"):
-        if raw.get(name) is not None and (isinstance(raw[name], bool) or not isinstance(raw[name], int)):
-            raise _fail(path, line, name, "must be an integer or null")
+        value = raw.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise _fail(path, line, name, "must be a non-negative integer or null")
     payload = dict(raw)
     payload.pop("kind", None)
     if kind == "refusal":
+        if (raw.get("episode_db_id") is None) != (raw.get("t") is None):
+            raise _fail(path, line, "t" if raw.get("t") is None else "episode_db_id",
+                        "episode_db_id and t go together: the stored step whose verdict the label overrides")
         payload["passages"] = _passages(raw.get("passages"), path, line, "passages")
         return NewAnnotationItem("refusal", payload, "import")
     if not isinstance(raw.get("prompt"), str) or not raw["prompt"].strip():
@@ -101,15 +106,42 @@ def item_from_record(raw: Any, path: str = "<items>", line: int = 1) -> NewAnnot
 
 def read_items(path: Path | str) -> list[NewAnnotationItem]:
     """Every line of a JSON-lines file as an item; the first malformed line raises DatasetFormatError."""
-    out = [item_from_record(raw, str(path), number) for number, raw in json_lines(path)]
+    return [item for _, item in _numbered_items(path)]
+
+
+def import_items(store: Store, path: Path | str) -> list[int]:
+    """Queue every item of the file in one transaction (all or nothing); returns the new ids. A refusal item whose
+    episode_db_id and t name no stored step is refused (DatasetFormatError naming the line): its label would
+    override nothing."""
+    numbered = _numbered_items(path)
+    steps: dict[int, set[int] | None] = {}  # episode id -> its steps' t (None: no such episode)
+    for number, item in numbered:
+        if item.kind == "refusal" and item.payload.get("episode_db_id") is not None:
+            _check_step(store, steps, item.payload, str(path), number)
+    return store.add_annotation_items([item for _, item in numbered])
+
+
+def _numbered_items(path: Path | str) -> list[tuple[int, NewAnnotationItem]]:
+    out = [(number, item_from_record(raw, str(path), number)) for number, raw in json_lines(path)]
     if not out:
         raise DatasetFormatError(str(path), None, None, "no items in the file")
     return out
 
 
-def import_items(store: Store, path: Path | str) -> list[int]:
-    """Queue every item of the file in one transaction (all or nothing); returns the new ids."""
-    return store.add_annotation_items(read_items(path))
+def _check_step(store: Store, steps: dict[int, set[int] | None], payload: Mapping[str, Any], path: str,
+                line: int) -> None:
+    episode_id, t = int(payload["episode_db_id"]), int(payload["t"])
+    if episode_id not in steps:
+        try:
+            steps[episode_id] = {s.t for s in store.get_episode(episode_id).steps}
+        except KeyError:
+            steps[episode_id] = None
+    found = steps[episode_id]
+    if found is None:
+        raise _fail(path, line, "episode_db_id", f"no stored episode {episode_id} (leave episode_db_id and t out to "
+                                                 "label the evidence alone)")
+    if t not in found:
+        raise _fail(path, line, "t", f"episode {episode_id} has no step t={t}")
 
 
 def _passage_dicts(pids: Any, passages: Mapping[str, Passage]) -> list[dict[str, Any]]:

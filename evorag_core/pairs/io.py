@@ -17,23 +17,30 @@ without a chat template) is exported as a single user message holding the raw te
 ignores the other columns.
 
 Import validates every line before writing anything and then inserts all pairs in one transaction: a malformed
-line raises `DatasetFormatError` naming the file, the line and the field, and nothing is imported.
+line raises `DatasetFormatError` naming the file, the line and the field, and nothing is imported. A line longer than
+MAX_LINE_BYTES or nested deeper than MAX_DEPTH is malformed (it is refused before it is read whole, or decoded
+further); `stage` is one of the curriculum's stages or null and `margin` a finite number or null.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from evorag_core.env.scheduler import STAGES
 from evorag_core.errors import DatasetFormatError
 
 if TYPE_CHECKING:
     from evorag_core.store import NewPair, Store
 
-__all__ = ["json_lines", "pair_record", "new_pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
+__all__ = ["MAX_LINE_BYTES", "MAX_DEPTH", "json_lines", "check_stage", "check_number", "pair_record",
+           "new_pair_record", "new_pair_from_record", "write_pairs", "read_pairs", "export_pairs", "import_pairs",
            "split_chatml", "join_chatml"]
 
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: a pair's prompt or an item's chain of passages is ~10-100 kB
+MAX_DEPTH = 32  # nesting of objects and lists in one line (a record needs ~6)
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n", re.DOTALL)
 _OPENER = "<|im_start|>assistant\n"
 _ROLES = ("system", "user", "assistant")
@@ -88,6 +95,23 @@ def new_pair_record(pair: NewPair) -> dict[str, Any]:
                    stage=pair.stage, margin=pair.margin, annotator=pair.annotator)
 
 
+def check_stage(stage: Any, path: str, line: int) -> None:
+    """DatasetFormatError unless `stage` is one of the curriculum's STAGES or None."""
+    if stage is not None and stage not in STAGES:
+        raise DatasetFormatError(path, f"line {line}", "stage", f"must be one of {', '.join(STAGES)} or null, "
+                                                              f"got {str(stage)[:40]!r}")
+
+
+def check_number(value: Any, path: str, line: int, field: str) -> float | None:
+    """`value` as a float if it is a finite number, None if it is None, else DatasetFormatError (JSON lines may
+    hold NaN and Infinity, which Python's json reads)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DatasetFormatError(path, f"line {line}", field, f"must be a finite number or null, got {value!r}")
+    return float(value)
+
+
 def _messages(raw: Any, path: str, line: int, field: str, *, roles: tuple[str, ...]) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not raw:
         raise DatasetFormatError(path, f"line {line}", field, "must be a non-empty list of chat messages")
@@ -128,12 +152,10 @@ def new_pair_from_record(raw: Any, path: str = "<pairs>", line: int = 1) -> NewP
     source = raw.get("source", "rollout")
     if source not in PAIR_SOURCES:
         raise DatasetFormatError(path, f"line {line}", "source", f"must be one of {', '.join(PAIR_SOURCES)}")
-    margin = raw.get("margin")
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))):
-        raise DatasetFormatError(path, f"line {line}", "margin", f"must be a number or null, got {margin!r}")
-    for name in ("stage", "annotator"):
-        if raw.get(name) is not None and not isinstance(raw[name], str):
-            raise DatasetFormatError(path, f"line {line}", name, "must be a string or null")
+    margin = check_number(raw.get("margin"), path, line, "margin")
+    check_stage(raw.get("stage"), path, line)
+    if raw.get("annotator") is not None and not isinstance(raw["annotator"], str):
+        raise DatasetFormatError(path, f"line {line}", "annotator", "must be a string or null")
     meta = raw.get("metadata") or {}
     if not isinstance(meta, Mapping):
         raise DatasetFormatError(path, f"line {line}", "metadata", "must be a JSON object")
@@ -143,8 +165,8 @@ def new_pair_from_record(raw: Any, path: str = "<pairs>", line: int = 1) -> NewP
             meta[name] = raw[name]
     if raw.get("id") is not None:
         meta.setdefault("imported_from_id", raw["id"])
-    return NewPair(prompt, texts["chosen"], texts["rejected"], source, raw.get("annotator"),
-                   None if margin is None else float(margin), raw.get("stage"), meta)
+    return NewPair(prompt, texts["chosen"], texts["rejected"], source, raw.get("annotator"), margin,
+                   raw.get("stage"), meta)
 
 
 def write_pairs(pairs: Iterable, path: Path | str) -> int:
@@ -162,21 +184,48 @@ def write_pairs(pairs: Iterable, path: Path | str) -> int:
 
 def json_lines(path: Path | str) -> list[tuple[int, Any]]:
     """(line number, decoded value) of every non-blank line of a JSON-lines file; an unreadable file or the first
-    line that is not JSON raises `DatasetFormatError` naming the file (and the line)."""
+    line that is not JSON, is longer than MAX_LINE_BYTES or nests deeper than MAX_DEPTH raises `DatasetFormatError`
+    naming the file (and the line)."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetFormatError(str(path), None, None, f"cannot read the file: {exc}") from None
     out = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            out.append((number, json.loads(text)))
-        except json.JSONDecodeError as exc:
-            raise DatasetFormatError(str(path), f"line {number}", None, f"invalid JSON: {exc.msg}") from None
+    try:
+        with path.open("rb") as fh:
+            for number, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 2), b""), start=1):
+                text = raw.rstrip(b"\r\n")
+                if len(text) > MAX_LINE_BYTES:  # read no further: the rest of the line may be any size
+                    raise DatasetFormatError(str(path), f"line {number}", None,
+                                             f"the line is longer than {MAX_LINE_BYTES:,} bytes")
+                if text.strip():
+                    out.append((number, _decode(text, str(path), number)))
+    except OSError as exc:
+        raise DatasetFormatError(str(path), None, None, f"cannot read the file: {exc}") from None
     return out
+
+
+def _decode(text: bytes, path: str, number: int) -> Any:
+    try:
+        value = json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(path, f"line {number}", None, f"not UTF-8 text: {exc.reason}") from None
+    except json.JSONDecodeError as exc:
+        raise DatasetFormatError(path, f"line {number}", None, f"invalid JSON: {exc.msg}") from None
+    except RecursionError:  # the decoder's own recursion (100,000 brackets)
+        raise DatasetFormatError(path, f"line {number}", None, f"nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(value) > MAX_DEPTH:
+        raise DatasetFormatError(path, f"line {number}", None, f"nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and lists nest in `value` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def read_pairs(path: Path | str) -> list:
