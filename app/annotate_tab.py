@@ -109,10 +109,6 @@ class AnnotateTabs:
     first_item: tuple  # (fn, inputs, outputs) that loads the user's first item (the page load, for non-admins)
 
 
-def _who(typed: str | None, request: gr.Request | None) -> str:
-    return annotator_name(typed, request) or roles.LOCAL_USER
-
-
 def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> AnnotateTabs:
     """Both tabs, created inside the caller's `gr.Tabs`."""
     with gr.Tab("Annotate", id="annotate", elem_id="evo-annotate-tab") as tab:
@@ -143,6 +139,9 @@ def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> Annotat
         detail = gr.HTML(elem_id="evo-review-item")
 
     shown = [item, progress, message]
+
+    def _who(typed: str | None, request: gr.Request | None) -> str:
+        return annotator_name(typed, request, svc.cfg.studio.max_question_chars) or roles.LOCAL_USER
 
     def on_command(value, typed, request: gr.Request):
         roles.require(svc, request, "label")

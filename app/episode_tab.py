@@ -230,8 +230,11 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
             *outs, shown_now = _outputs(view, shown_now)
             yield (*outs, shown_now, sess)
 
+    def _annotator(who: str | None, request: gr.Request | None) -> str:
+        return annotator_name(who, request, svc.cfg.studio.max_question_chars)
+
     def on_override(sess, shown_now, t, v, who, request: gr.Request):
-        view, sess = handlers.override_verdict(sess, t, v, annotator_name(who, request))
+        view, sess = handlers.override_verdict(sess, t, v, _annotator(who, request))
         return (*_outputs(view, shown_now), sess)
 
     def on_sample(sess, shown_now, kk, temp, sd):
@@ -257,7 +260,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         return views.message_html("Stopping the scoring at the next policy step…", "warn")
 
     def on_pair(sess, shown_now, i, j, who, request: gr.Request):
-        msg, _ = handlers.queue_pair(sess, svc, i, j, annotator_name(who, request))
+        msg, _ = handlers.queue_pair(sess, svc, i, j, _annotator(who, request))
         html = views.message_html(msg, "ok")
         return html, {**(shown_now or {}), "pair_msg": html}, handlers.pairs_count_html(svc)
 
@@ -272,7 +275,7 @@ def build_tab(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> EpisodeT
         return (*_outputs(view, shown_now), sess, name, arg)
 
     def on_human(sess, shown_now, name, arg, queue, who, request: gr.Request):
-        view, sess, _ = handlers.human_step(sess, svc, name, arg, annotator_name(who, request), bool(queue))
+        view, sess, _ = handlers.human_step(sess, svc, name, arg, _annotator(who, request), bool(queue))
         return (*_outputs(view, shown_now), sess, "", handlers.pairs_count_html(svc))
 
     ep_outputs = [*outputs, shown, session]

@@ -15,6 +15,7 @@ import gradio as gr
 from evorag_core.errors import EvoRagError, PermissionDenied
 
 from app import roles, views
+from app.handlers.common import check_typed
 
 if TYPE_CHECKING:
     from app.services import Services
@@ -151,7 +152,8 @@ def on(trigger: Callable, fn: Callable, inputs: Any, outputs: Any, *, quiet: boo
     return trigger(guard(fn, n, quiet=quiet), inputs, outputs, **kwargs)
 
 
-def annotator_name(typed: str | None, request: gr.Request | None) -> str:
-    """Who made an annotation: the logged-in user when the studio requires login, else the name typed in the page."""
+def annotator_name(typed: str | None, request: gr.Request | None, limit: int) -> str:
+    """Who made an annotation: the logged-in user when the studio requires login, else the name typed in the page
+    (ValueError if it is longer than `limit`, studio.max_question_chars)."""
     user = getattr(request, "username", None) if request is not None else None
-    return user or (typed or "").strip()
+    return user or check_typed((typed or "").strip(), limit, "annotator name")

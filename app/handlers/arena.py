@@ -29,7 +29,7 @@ from app import views
 from app.arena_view import render_arena_answer
 from app.policies import BASE, LIVE
 from app.services import Services
-from app.handlers.common import adapter_lookup, in_thread
+from app.handlers.common import adapter_lookup, check_typed, in_thread
 
 __all__ = ["ArenaRequest", "ArenaTask", "ArenaStatus", "MAX_TOKENS_LIMIT", "NO_ADAPTER", "adapter_choices",
            "prepare_task", "task_rewards", "side_html", "empty_side", "arena_generate"]
@@ -76,11 +76,8 @@ def adapter_choices(svc: Services) -> list[tuple[str, str]]:
 
 def prepare_task(svc: Services, request: ArenaRequest) -> ArenaTask:
     """The question and references `request` asks for (ValueError / KeyError with a readable message)."""
-    limit = svc.cfg.studio.max_question_chars
-    typed = " ".join((request.typed_question or "").split())
-    if len(typed) > limit:
-        raise ValueError(f"the typed question has {len(typed):,} characters; questions are at most {limit:,} "
-                         "characters long here (studio.max_question_chars)")
+    typed = check_typed(" ".join((request.typed_question or "").split()), svc.cfg.studio.max_question_chars,
+                        "typed question")
     tokens = int(request.max_new_tokens or 0)
     if not 1 <= tokens <= MAX_TOKENS_LIMIT:
         raise ValueError(f"the reply budget must be 1 to {MAX_TOKENS_LIMIT} tokens, got {tokens}")

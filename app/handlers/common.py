@@ -7,7 +7,7 @@ from typing import Any, Callable, TypeVar
 from app.policies import FeatureUnavailable
 from app.services import Services
 
-__all__ = ["short", "none_if_all", "adapter_lookup", "in_thread"]
+__all__ = ["short", "none_if_all", "check_typed", "adapter_lookup", "in_thread"]
 
 T = TypeVar("T")
 
@@ -21,6 +21,16 @@ def short(text: str, n: int) -> str:
 def none_if_all(value: str | None) -> str | None:
     """A filter value from a picker: 'all' or empty means no filter."""
     return None if value in (None, "", "all") else value
+
+
+def check_typed(text: str, limit: int, what: str) -> str:
+    """`text` if it has at most `limit` characters, else ValueError naming `what`, its length and the limit. The one
+    limit on every text a person types in the studio (`studio.max_question_chars`): a question, a query or answer
+    typed to act in the policy's place, a pair's edited completions, the annotator's name."""
+    if len(text) > limit:
+        raise ValueError(f"the {what} has {len(text):,} characters; texts typed in the studio are at most "
+                         f"{limit:,} characters long (studio.max_question_chars)")
+    return text
 
 
 def adapter_lookup(svc: Services) -> Callable[[str | None], Any]:

@@ -36,7 +36,7 @@ from evorag_core.metrics import exact_match, f1_score
 
 from app import round_progress, views
 from app.handlers import training as th
-from app.handlers.common import in_thread
+from app.handlers.common import check_typed, in_thread
 from app.policies import BASE
 from app.services import Services
 
@@ -136,11 +136,8 @@ def next_decision(svc: Services, session: DynaKragSession) -> Decision | None:
 def start(svc: Services, data_path: str | None, question_id: str | None, typed_question: str = "",
           controller: str = UNIFORM) -> DynaKragSession:
     """s_0 for the picked question, or for `typed_question` over the picked question's corpus."""
-    limit = svc.cfg.studio.max_question_chars
-    typed = " ".join((typed_question or "").split())
-    if len(typed) > limit:
-        raise ValueError(f"the typed question has {len(typed):,} characters; questions are at most {limit:,} "
-                         "characters long here (studio.max_question_chars)")
+    typed = check_typed(" ".join((typed_question or "").split()), svc.cfg.studio.max_question_chars,
+                        "typed question")
     if not question_id:
         raise ValueError("pick a question of the data file (a typed question is searched in its corpus)")
     rt = svc.runtime(data_path or None)

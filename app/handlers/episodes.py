@@ -19,7 +19,7 @@ from app import grading_view, views
 from app.policies import FeatureUnavailable, policy_choices
 from app.services import Services
 from app.session import EpisodeSession, EpisodeSettings
-from app.handlers.common import adapter_lookup, short
+from app.handlers.common import adapter_lookup, check_typed, short
 
 __all__ = [
     "DataInfo",
@@ -105,10 +105,7 @@ def start_episode(svc: Services, settings: EpisodeSettings, loading: str = "") -
     `loading`: what the page said this Reset would load first (`human.loading_note`); the message says how long it
     took."""
     start = time.perf_counter()
-    limit = svc.cfg.studio.max_question_chars
-    if len(settings.free_question.strip()) > limit:
-        raise ValueError(f"the typed question has {len(settings.free_question.strip()):,} characters; questions "
-                         f"are at most {limit:,} characters long here (studio.max_question_chars)")
+    check_typed(settings.free_question.strip(), svc.cfg.studio.max_question_chars, "typed question")
     rt = svc.runtime(settings.data_path or None)
     policy = svc.policies.make(settings.policy, script=settings.script, adapter_lookup=adapter_lookup(svc))
     session = EpisodeSession.start(settings, rt, policy, svc.store_or_none())

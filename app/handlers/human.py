@@ -10,7 +10,7 @@ from app import views
 from app.human import HUMAN_SOURCE, Correction, correction_metadata, human_action
 from app.services import Services
 from app.session import EpisodeSession, EpisodeSettings
-from app.handlers.common import adapter_lookup
+from app.handlers.common import adapter_lookup, check_typed
 from app.handlers.episodes import EpisodeView, _completion, _prompt, _require, episode_view
 
 __all__ = ["propose_action", "human_step", "queue_correction", "pairs_count_html", "loading_note",
@@ -32,8 +32,9 @@ def human_step(session: EpisodeSession | None, svc: Services, name: str | None, 
     """A person's step instead of the policy's; with `queue`, the human-correction pair where it replaced a
     different proposal. Returns (view, session, pair id or None). The policy continues with the next Step / Run."""
     session = _require(session)
-    action = human_action(name, argument)
-    who = who.strip() or "anonymous"
+    limit = svc.cfg.studio.max_question_chars
+    action = human_action(name, check_typed((argument or "").strip(), limit, "typed query or answer"))
+    who = check_typed(who.strip(), limit, "annotator name") or "anonymous"
     if queue:  # refused before the step is taken: no half-done action
         proposal = session.propose()
         if proposal.prompt is None:

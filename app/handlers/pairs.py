@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evorag_core.env.scheduler import STAGES
+
 from app import views
 from app.services import Services
-from app.handlers.common import none_if_all, short
+from app.handlers.common import check_typed, none_if_all, short
 
 __all__ = ["PairsView", "pairs_view", "pair_fields", "edit_pair", "discard_pair", "restore_pair"]
 
@@ -47,14 +49,21 @@ def pair_fields(svc: Services, pair_id: int | None) -> tuple[str, str, str, str]
 
 
 def edit_pair(svc: Services, pair_id: int | None, chosen: str, rejected: str, stage: str) -> str:
+    """Store the typed completions (each within studio.max_question_chars) and stage (a curriculum stage, or empty
+    for none) of a pair."""
     if pair_id is None:
         raise ValueError("choose a pair to edit")
-    if not chosen.strip() or not rejected.strip():
+    limit = svc.cfg.studio.max_question_chars
+    chosen = check_typed(chosen.strip(), limit, "chosen completion")
+    rejected = check_typed(rejected.strip(), limit, "rejected completion")
+    if not chosen or not rejected:
         raise ValueError("chosen and rejected must not be empty")
-    if chosen.strip() == rejected.strip():
+    if chosen == rejected:
         raise ValueError("chosen and rejected must differ")
-    p = svc.store().update_pair(int(pair_id), chosen=chosen.strip(), rejected=rejected.strip(),
-                                stage=stage.strip() or None)
+    stage = stage.strip()
+    if stage and stage not in STAGES:
+        raise ValueError(f"the stage is one of {', '.join(STAGES)}, or empty for none; got {stage[:40]!r}")
+    p = svc.store().update_pair(int(pair_id), chosen=chosen, rejected=rejected, stage=stage or None)
     return f"Pair #{p.id} saved."
 
 

@@ -136,6 +136,24 @@ def test_a_correction_pair_needs_an_lm_and_is_refused_before_the_step(svc):
         handlers.human_step(sess, svc, "SEARCH", "", "ann")
 
 
+def test_typed_queries_answers_and_names_over_the_limit_are_refused_before_the_step(svc):
+    """#44 item 7: a 1 MB query or answer, and a 1 MB annotator name, were stored as a human step. With
+    studio.max_question_chars = 2000, 2,001 characters are refused with the limit in the message and nothing is
+    stepped; 2,000 are taken."""
+    limit = svc.cfg.studio.max_question_chars
+    view, sess = handlers.start_episode(svc, EpisodeSettings(question_id="demo-001", policy="oracle"))
+    with pytest.raises(ValueError, match="the typed query or answer has 2,001 characters; texts typed in the "
+                                         "studio are at most 2,000 characters long"):
+        handlers.human_step(sess, svc, "SEARCH", "q" * (limit + 1), "ann")
+    with pytest.raises(ValueError, match="the typed query or answer has 1,000,000 characters"):
+        handlers.human_step(sess, svc, "ANSWER", "a" * 1_000_000, "ann")
+    with pytest.raises(ValueError, match="the annotator name has 1,000,000 characters"):
+        handlers.human_step(sess, svc, "REFUSE", "", "n" * 1_000_000)
+    assert sess.record.steps == ()
+    view, sess, _ = handlers.human_step(sess, svc, "SEARCH", "q" * limit, "n" * limit)
+    assert sess.record.steps[0].action == Search("q" * limit) and sess.record.steps[0].info["annotator"] == "n" * limit
+
+
 def test_header_and_episode_tab_show_the_pair_counts(svc):
     store = svc.store()
     before = store.count_pairs("status")

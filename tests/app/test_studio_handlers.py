@@ -215,6 +215,12 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
     assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
     with pytest.raises(ValueError, match="differ"):
         handlers.edit_pair(svc, a, "same", "same", "")
+    with pytest.raises(ValueError, match="the chosen completion has 1,000,000 characters; texts typed in the "
+                                         "studio are at most 2,000"):  # #44 item 7: was stored
+        handlers.edit_pair(svc, a, "SEARCH: " + "x" * 999_992, "SEARCH: a", "")
+    with pytest.raises(ValueError, match="the stage is one of discovery, refinement, or empty"):
+        handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "bogus-stage")
+    assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
     assert "discarded" in handlers.discard_pair(svc, b)
     assert store.get_pair(b).status == "discarded"
     assert b in [pid for _, pid in handlers.pairs_view(svc, "all", "discarded", "", "all").ids]
@@ -318,11 +324,16 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
 
 
 def test_annotator_is_the_logged_in_user_when_there_is_one():
+    """Else the typed name, up to studio.max_question_chars (2,000): a 1 MB name was stored before #44 item 7."""
     class Req:
         username = "alice"
 
-    assert annotator_name("typed name", Req()) == "alice"
-    assert annotator_name(" typed name ", None) == "typed name"
+    assert annotator_name("typed name", Req(), 2000) == "alice"
+    assert annotator_name(" typed name ", None, 2000) == "typed name"
+    assert annotator_name("x" * 2000, None, 2000) == "x" * 2000
+    with pytest.raises(ValueError, match="the annotator name has 1,000,000 characters; texts typed in the studio "
+                                         "are at most 2,000 characters long"):
+        annotator_name("x" * 1_000_000, None, 2000)
 
 
 def test_run_streams_one_view_per_step_and_refuses_a_finished_episode(svc):
