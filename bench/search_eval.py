@@ -8,7 +8,8 @@ Per method: EM, F1, steps, documents retrieved (distinct passages), seconds per 
 questions whose gold answer is yes/no, and how many questions whose gold is not yes/no got a yes/no answer; the
 reader's F1 on the questions where every gold passage was among the passages it read (`reader_pids` of the agent's
 ANSWER step; fixed-k's retrieved passages). Then the agent against each other method: the paired bootstrap of F1 and
-EM (10,000 resamples), the number of questions with the same answer, the documents ratio; and, on the questions
+EM (10,000 resamples) and of the share of questions with every gold passage read / retrieved, the number of questions
+with the same answer, the documents ratio; and, on the questions
 where the agent's first search missed a gold passage, the share where a later search found a new one.
 """
 from __future__ import annotations
@@ -111,8 +112,14 @@ def main(argv: list[str] | None = None) -> int:
             em = asdict(paired_bootstrap([r["em"] for r in agent], [r["em"] for r in other]))
             same = sum(normalize_answer(a["prediction"]) == normalize_answer(b["prediction"])
                        for a, b in zip(agent, other))
+            read = [[float(bool(gold[r["question_id"]]) and gold[r["question_id"]] <= set(_read_pids(r))) for r in rows]
+                    for rows in (agent, other)]
+            found = [[float(bool(gold[r["question_id"]]) and gold[r["question_id"]] <= set(r["passages"])) for r in rows]
+                     for rows in (agent, other)]
             docs = report["methods"]["agent"]["documents"] / max(report["methods"][m]["documents"], 1e-9)
-            report["agent_vs"][m] = {"f1": f1, "em": em, "same_answer": same, "documents_ratio": docs}
+            report["agent_vs"][m] = {"f1": f1, "em": em, "same_answer": same, "documents_ratio": docs,
+                                     "all_gold_read": asdict(paired_bootstrap(*read)),
+                                     "all_gold_retrieved": asdict(paired_bootstrap(*found))}
     text = json.dumps(report, indent=1, default=str)
     print(text)
     if args.out:
