@@ -217,3 +217,15 @@ def test_embedded_model_answers_demo_questions_with_passage_spans(session_home):
         assert span_in_passages(q.answers[0], q.passages, 300), rows[q.id]["answers"]
         answer = reader.answer(q.question, q.passages)
         assert answer and (answer in ("yes", "no") or _in_passage_exactly(answer, q.passages)), (q.question, answer)
+
+
+def test_a_word_cut_by_the_passage_limit_is_no_candidate():
+    """The reader sees 40 characters: "Her best-known role is Paige Matthews" is cut inside "Matthews"; the cut word
+    ("Paige Ma") is no candidate, the whole words before it are."""
+    from evorag_core.reader.span import extract_candidates
+
+    p = Passage("p", "Rose McGowan", "Her best-known role is Paige Matthews in Charmed.")
+    spans = [s for s, _ in extract_candidates("Which role is Rose McGowan best known for?", [p], 30)]
+    assert "Paige Ma" not in spans and not any(s.endswith("Ma") for s in spans)
+    assert "Paige" in spans
+    assert "Paige Matthews" in [s for s, _ in extract_candidates("Which role is Rose McGowan best known for?", [p], 40)]
