@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
+import socket
 import sys
 import threading
 from collections import OrderedDict
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from evorag_core.config import REPO_ROOT, Config
 from evorag_core.errors import DataAccessError, StoreError
-from evorag_core.procs import die_with_parent
 from evorag_core.runtime import Runtime
 
 from app.policies import FeatureUnavailable, PolicyProvider
+from app.worker_process import WorkerProcess
 
 if TYPE_CHECKING:
     from evorag_core.retrieval import RetrievalService
@@ -40,56 +40,6 @@ def worker_command_available() -> bool:
     from evorag_core.cli.main import COMMANDS
 
     return "worker" in COMMANDS
-
-
-WORKER_NICE = 10  # the worker trains at a lower CPU priority than the studio, so that the page stays responsive
-
-
-def _worker_child_setup() -> None:  # runs in the child between fork and exec (Linux only)
-    os.nice(WORKER_NICE)
-    die_with_parent()
-
-
-class WorkerProcess:
-    """The background `evorag worker` subprocess: started with the studio, stopped with it.
-
-    On Linux the child runs at nice +10 (training must not starve the page) and gets SIGTERM if the studio dies
-    without cleaning up (PR_SET_PDEATHSIG).
-    """
-
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path):
-        self.argv, self.env, self.log_path = argv, env, log_path
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_worker_child_setup if sys.platform.startswith("linux") else None,
-            )
-        log.info("started worker pid %s: %s (log %s)", self.proc.pid, " ".join(self.argv), self.log_path)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def describe(self) -> str:
-        if self.proc is None:
-            return "worker: not started"
-        code = self.proc.poll()
-        return f"worker: running (pid {self.proc.pid})" if code is None else f"worker: exited with code {code}"
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=timeout)
-        log.info("worker pid %s stopped (code %s)", self.proc.pid, self.proc.returncode)
 
 
 class Services:
@@ -217,15 +167,31 @@ class Services:
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     def start_worker(self) -> WorkerProcess | None:
-        """Start `evorag worker` against this studio's home and database, if that command exists."""
+        """Start `evorag worker` against this studio's home and database, if that command exists, supervised: when it
+        dies the rounds it held are reaped at once (run again while attempts remain) and it is restarted after a
+        backoff (studio.worker_restart_s, doubling up to studio.worker_restart_max_s; app/worker_process.py)."""
         if not worker_command_available():
             log.info("no `evorag worker` command yet: training rounds stay queued until a worker runs")
             return None
         env = dict(os.environ, EVORAG_HOME=str(self.home), EVORAG_DB_URL=self.db_url)
         argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", "--home", str(self.home), "--db", self.db_url]
-        self.worker = WorkerProcess(argv, env, self.home / "logs" / "worker.log")
+        self.worker = WorkerProcess(argv, env, self.home / "logs" / "worker.log",
+                                    backoff_s=self.cfg.studio.worker_restart_s,
+                                    max_backoff_s=self.cfg.studio.worker_restart_max_s, on_exit=self.worker_exited)
         self.worker.start()
         return self.worker
+
+    def worker_exited(self, pid: int, code: int) -> None:
+        """A worker process of this machine died: its running rounds (lease owner `host:pid:`, training/worker.py's
+        worker id) are reaped now - queued again while attempts remain, else failed - their pairs released."""
+        store = self.store_or_none()
+        if store is None:
+            return
+        report = store.reap_worker(f"{socket.gethostname()}:{pid}:", f"exited with code {code}")
+        if report.failed or report.requeued or report.cancelled:
+            log.warning("worker pid %s exited with code %s: rounds requeued %s, failed %s, cancelled %s; %d pair(s) "
+                        "released", pid, code, list(report.requeued), list(report.failed), list(report.cancelled),
+                        report.released_pairs)
 
     def close(self) -> None:
         if self.worker is not None:

@@ -485,9 +485,12 @@ class StudioConfig(_Checked):
     data_roots: tuple[str, ...] = ()  # folders the studio may read data files from, besides data/ and uploads
     max_question_chars: int = 2000  # longest text typed in the studio (a question, a query, an answer, a name)
     trusted_proxies: tuple[str, ...] = ()  # reverse proxies (IPs or networks) whose X-Forwarded-For is honoured
+    worker_restart_s: float = 1.0  # a dead worker is restarted after this, doubled while it keeps dying
+    worker_restart_max_s: float = 60.0  # ... up to this
 
     RULES: ClassVar[Rules] = {
         "host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG,
+        "worker_restart_s": above(0), "worker_restart_max_s": above(0),
         "data_roots": Allowed("a list of non-empty folder paths",
                               lambda v: isinstance(v, tuple) and all(isinstance(r, str) and r.strip() for r in v)),
         "max_question_chars": POSITIVE,

@@ -12,7 +12,8 @@ report raises `RoundLost` and training stops without touching the round. Cancel 
 records a request; every progress report (each training step, each phase change) reads it, so training stops
 within one step: `RoundCancelled` is raised from the report, and the worker ends the round `cancelled` with its
 claimed pairs released and no adapter registered (registering is itself a phase, checked first). SIGTERM and
-Ctrl-C fail the running round ("worker stopped") before the process exits, so its pairs are released at once.
+Ctrl-C fail the running round ("worker stopped") before the process exits, so its pairs are released at once (in the
+transaction that fails it; a second signal while it does so is ignored).
 
 Each round's log lines (this module's and the objectives' INFO+ records while the round runs: the claim, each phase,
 step lines with the loss, warnings, a failure's traceback, the outcome) also go to the store's `round_logs`
@@ -357,8 +358,8 @@ def _cancel(store: Store, round_id: int, worker_id: str, progress: dict[str, Any
 def _fail(store: Store, round_id: int, worker_id: str, error: str) -> Round | None:
     try:
         return store.finish_round(round_id, error=error, worker_id=worker_id)
-    except StoreError as exc:  # reaped or cancelled meanwhile: the store already released its pairs
-        log.warning("round %s could not be marked failed: %s", round_id, exc)
+    except (StoreError, SQLAlchemyError) as exc:  # reaped or cancelled meanwhile (the store released its pairs),
+        log.warning("round %s could not be marked failed: %s", round_id, exc)  # or locked: the lease reaps it later
         return store.get_round(round_id)
 
 
@@ -387,8 +388,22 @@ def serve(store: Store, cfg: Config, home: Path, opts: WorkerOptions, *, worker_
     return count
 
 
-def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+class _StopOnce:
+    """The worker's SIGTERM and SIGINT handler: the first signal raises KeyboardInterrupt in the main thread (the
+    running round is failed, its pairs released, on the way out); later ones are only logged. A second signal comes
+    often - the studio's SIGTERM on close and then the kernel's when the studio exits (PR_SET_PDEATHSIG), or Ctrl-C
+    reaching both processes of a terminal - and raised inside the transaction that fails the round it would leave the
+    round running with its pairs claimed until the lease runs out."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            log.info("worker already stopping (signal %d ignored)", signum)
+            return
+        self.stopping = True
+        raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,7 +424,8 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
         torch.set_num_threads(cfg.policy.threads)
     tame_malloc()
     quiet_progress_bars()
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    stop_once = _StopOnce()
+    previous = signal.signal(signal.SIGTERM, stop_once), signal.signal(signal.SIGINT, stop_once)
     stop = threading.Event()
     processes = round_processes(cfg.policy.device)  # SINGLE unless started by a multi-process accelerate launch
     try:
@@ -419,7 +435,8 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
         log.info("worker stopped")
         return 0
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
 
 
 _M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc mallopt parameters (malloc.h)

@@ -201,9 +201,25 @@ class RoundOps(StoreBase):
     def expire_leases(self, now: datetime | None = None) -> ExpiryReport:
         """Reap running rounds whose lease expired before `now`; see the module docstring."""
         now = now or utcnow()
+        return self._reap(rounds.c.lease_expires_at < now, now, lambda r: (
+            f"attempt {r.attempts}: the lease of worker {r.lease_owner!r} expired at "
+            f"{r.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC (last heartbeat {r.heartbeat_at:%H:%M:%S})"))
+
+    def reap_worker(self, owner_prefix: str, why: str) -> ExpiryReport:
+        """Reap the running rounds leased to a worker known to be dead (lease owner starting with `owner_prefix`,
+        e.g. `host:pid:` of a process that exited) at once, as an expired lease would be, with `why` in the note."""
+        if not owner_prefix:
+            raise ValueError("owner_prefix must not be empty")
+        escaped = owner_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return self._reap(rounds.c.lease_owner.like(f"{escaped}%", escape="\\"), utcnow(),
+                          lambda r: f"attempt {r.attempts}: worker {r.lease_owner!r} {why}")
+
+    def _reap(self, which: Any, now: datetime, note: Any) -> ExpiryReport:
+        """Running rounds matching `which`: cancelled (if asked to), queued again while attempts remain, else failed
+        with `note(round)`; their claimed pairs released - all in one transaction."""
         overdue = (
             select(rounds)
-            .where(rounds.c.status == "running", rounds.c.lease_expires_at < now)
+            .where(rounds.c.status == "running", which)
             .order_by(rounds.c.id)
             .with_for_update(skip_locked=True)
         )
@@ -220,16 +236,12 @@ class RoundOps(StoreBase):
                     )
                     cancelled.append(r.id)
                     continue
-                note = (
-                    f"attempt {r.attempts}: the lease of worker {r.lease_owner!r} expired at "
-                    f"{r.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC (last heartbeat {r.heartbeat_at:%H:%M:%S})"
-                )
                 retry = r.attempts < r.max_attempts
                 conn.execute(
                     rounds.update()
                     .where(rounds.c.id == r.id, rounds.c.status == "running")
                     .values(
-                        status="queued" if retry else "failed", error=note,
+                        status="queued" if retry else "failed", error=note(r),
                         lease_owner=None if retry else r.lease_owner, lease_expires_at=None,
                         finished_at=None if retry else now,
                     )

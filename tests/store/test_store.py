@@ -490,6 +490,26 @@ def test_expired_round_is_retried_while_attempts_remain(store: Store) -> None:
     assert store.expire_leases(now=t0 + timedelta(seconds=60)).failed == (round_id,)
 
 
+
+def test_a_dead_workers_rounds_are_reaped_at_once_by_owner_prefix(store: Store) -> None:
+    """Worker "vm:41:ab" (host vm, pid 41) holds round 1 with 6 pairs claimed (lease 600 s), "vm:411:cd" holds round
+    2. The studio saw pid 41 exit with -9: reap_worker("vm:41:") queues round 1 again (attempt 1 of 2) with its 6
+    pairs released and a note naming the exit, long before its lease; round 2 (pid 411, same prefix digits) and
+    a "%"-prefix (a LIKE wildcard, escaped) touch nothing."""
+    store.add_pairs([NewPair(f"s{i}", "a", "b") for i in range(6)])
+    first, second = store.enqueue_round("dpo", max_attempts=2), store.enqueue_round("dpo")
+    store.claim_round("vm:41:ab", lease_s=600)
+    assert len(store.claim_pairs(first, 6)) == 6
+    store.claim_round("vm:411:cd", lease_s=600)
+    assert store.reap_worker("%", "exited").requeued == ()
+    report = store.reap_worker("vm:41:", "exited with code -9")
+    assert (report.requeued, report.failed, report.released_pairs) == ((first,), (), 6)
+    again = store.get_round(first)
+    assert again.status == "queued" and again.error == "attempt 1: worker 'vm:41:ab' exited with code -9"
+    assert store.count_pairs("status") == {"queued": 6} and store.get_round(second).status == "running"
+    with pytest.raises(ValueError):
+        store.reap_worker("", "exited")
+
 # --- adapters, users, pairs, episodes, datasets ------------------------------------------------------------------
 
 

@@ -274,3 +274,68 @@ def test_sigkill_mid_round_without_retry_fails_the_round_and_releases_its_pairs(
     again = store.enqueue_round("dpo", {"pairs": 8})
     store.claim_round("w", 30)
     assert len(store.claim_pairs(again, 8)) == 8
+
+
+@pytest.mark.slow
+def test_sigterm_mid_round_fails_the_round_and_releases_its_pairs_at_once(world, tiny):
+    """SIGTERM (what the studio sends on close, and what the kernel sends when the studio dies: PR_SET_PDEATHSIG)
+    while the round trains, and at once a second signal (Ctrl-C reaching both processes of a terminal): before the
+    worker exits the round is failed ("the worker was stopped") and its 8 claimed pairs are queued again, in one
+    transaction that the second signal does not interrupt - no lease to wait for."""
+    home, url, store, cfg = world
+    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6})
+    worker = Worker(home, url, tiny)
+    try:
+        wait_for(lambda: (store.get_round(rid).progress or {}).get("step", 0) >= 1, 240, "training progress", worker)
+        assert store.count_pairs("status") == {"claimed": 8}
+        worker.proc.send_signal(signal.SIGTERM)
+        worker.proc.send_signal(signal.SIGINT)
+        assert worker.proc.wait(60) == 0, worker.tail()
+    finally:
+        worker.stop()
+    stopped = store.get_round(rid)
+    assert stopped.status == "failed" and "the worker was stopped" in stopped.error, worker.tail()
+    assert store.count_pairs("status") == {"queued": 8} and stopped.lease_expires_at is None
+
+
+PARENT = """
+import sys, time
+from pathlib import Path
+from app.services import WorkerProcess
+argv, log = sys.argv[1:-1], Path(sys.argv[-1])
+WorkerProcess(argv, dict(__import__("os").environ), log).start()
+print("started", flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.slow
+def test_the_studio_killed_mid_round_fails_the_round_and_releases_its_pairs(world, tiny):
+    """The process that started the worker as the studio does (app.services.WorkerProcess: PR_SET_PDEATHSIG) is
+    SIGKILLed mid-round: the kernel sends the worker SIGTERM, and the worker fails the round ("the worker was
+    stopped") with its 8 pairs queued again before it exits - no lease to wait for."""
+    import psutil
+
+    home, url, store, cfg = world
+    rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6})
+    log = home / "worker.log"
+    argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", *cli_args(home, url, tiny),
+            "--lease", "600", "--poll", "0.3"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, *argv, str(log)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "started"
+        child = psutil.Process(parent.pid).children()[0]
+        tail = lambda: log.read_text(errors="replace")[-3000:] if log.exists() else ""
+        wait_for(lambda: (store.get_round(rid).progress or {}).get("step", 0) >= 1 or not child.is_running(), 240,
+                 "training progress")
+        assert store.count_pairs("status") == {"claimed": 8}, tail()
+        parent.kill()
+        parent.wait(10)
+        child.wait(60)  # not our child: psutil cannot read its exit code
+    finally:
+        parent.kill()
+    stopped = store.get_round(rid)
+    assert stopped.status == "failed" and "the worker was stopped" in stopped.error, tail()
+    assert store.count_pairs("status") == {"queued": 8}
