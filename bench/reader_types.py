@@ -16,7 +16,8 @@ variants share one LM cache (the same prompt and span are scored once). `--recor
 per-question answers (the reader at the commit it ran on: the "before" reader); `--before FILE` reads such a record
 and compares every variant with it, paired by question (`metrics.paired_bootstrap`). Per variant: EM, F1, yes/no
 accuracy on the questions whose gold is yes/no, the yes/no answers given to the other questions, how often "yes" was
-said. Results: `--out` (default bench/results/reader_types_<split>[_all][_<set>].json). A long run can be cut by
+said. Results: `--out` (default bench/results/reader_types[_tune][_all][_<set>].json: the held-out split, gold
+passages, is the report, bench/results/reader_types.json). A long run can be cut by
 set (`--sets hotpot`, then `--sets 2wiki`) and reported together with `--merge` (no LM).
 """
 from __future__ import annotations
@@ -210,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         args.record.parent.mkdir(parents=True, exist_ok=True)
         args.record.write_text(json.dumps({"commit": result["commit"], "split": args.split, "passages": args.passages,
                                            "ranker_path": args.ranker_path, "rows": rows[variants[0][0]]}, indent=1))
-    suffix = ("" if args.passages == "gold" else "_all") + "".join(f"_{k}" for k in args.sets)
-    out = args.out or ROOT / "bench" / "results" / f"reader_types_{args.split}{suffix}.json"
+    suffix = ("" if args.split == "heldout" else f"_{args.split}") + ("" if args.passages == "gold" else "_all") \
+        + "".join(f"_{k}" for k in args.sets)
+    out = args.out or ROOT / "bench" / "results" / f"reader_types{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result["rows"] = rows
     out.write_text(json.dumps(result, indent=1))
