@@ -92,7 +92,7 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
         demo.launch(
             server_name=host, server_port=port, auth=auth_fn, prevent_thread_lock=True, show_error=False,
             quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False,
-            _frontend=False, **extra,
+            _frontend=False, max_file_size=int(svc.cfg.studio.max_upload_mb * 2**20), **extra,
         )
     log.info("studio serving on http://%s:%d", host, port)
     if block:
@@ -137,6 +137,7 @@ def run(
     try:
         demo = launch(svc, host=host, port=port, auth=auth, block=False)
         print(f"EVO-RAG Studio: http://{host}:{port}", flush=True)
+        svc.clean_uploads()  # uploads unused for studio.upload_max_age_hours
         if cfg.studio.start_worker if start_worker is None else start_worker:
             svc.start_worker()  # after the page is served: its imports would only slow the start down
         if warm:

@@ -20,6 +20,7 @@ from evorag_core.errors import DataAccessError, StoreError
 from evorag_core.runtime import Runtime
 
 from app.policies import FeatureUnavailable, PolicyProvider
+from app import uploads
 from app.worker_process import WorkerProcess
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ class Services:
         from evorag_core.data.datasets import load_dataset
 
         resolved = self.allowed_data_path(path) if path else self.default_data
+        if _in(resolved, self.uploads_dir.resolve()):
+            uploads.touch(resolved)  # in use: not deleted by age
         with self._lock:
             if resolved in self._runtimes:
                 self._runtimes.move_to_end(resolved)
@@ -119,6 +122,41 @@ class Services:
             if resolved != self.default_data and resolved not in self.extra_files and not _in(resolved, BENCHMARKS_DIR):
                 self.extra_files.append(resolved)
         return rt
+
+    def add_upload(self, src: str | Path) -> Path:
+        """Keep an uploaded data file (at most studio.max_upload_mb; one content-addressed copy: app/uploads.py), load
+        it, and offer it in the pickers in place of an earlier upload of the same name; DataAccessError when too
+        large, the loader's error (and nothing kept) when it does not load. Old uploads are deleted first."""
+        self.clean_uploads()
+        target, new = uploads.store_upload(Path(src), self.uploads_dir.resolve(), max_mb=self.cfg.studio.max_upload_mb)
+        try:
+            self.runtime(target)
+        except Exception:
+            if new:
+                self._forget([target])
+                target.unlink(missing_ok=True)
+            raise
+        with self._lock:
+            self.extra_files = [f for f in self.extra_files
+                                if f == target or f.name != target.name or not _in(f, self.uploads_dir.resolve())]
+        return target
+
+    def clean_uploads(self) -> list[Path]:
+        """Delete uploads unused for studio.upload_max_age_hours (not those loaded now); returns them."""
+        with self._lock:
+            loaded = list(self._runtimes)
+        gone = uploads.clean_uploads(self.uploads_dir, self.cfg.studio.upload_max_age_hours * 3600.0, keep=loaded)
+        self._forget(gone)
+        if gone:
+            log.info("deleted %d upload(s) unused for %g h", len(gone), self.cfg.studio.upload_max_age_hours)
+        return gone
+
+    def _forget(self, paths: list[Path]) -> None:
+        with self._lock:
+            dropped = {p.resolve() for p in paths}
+            self.extra_files = [f for f in self.extra_files if f not in dropped]
+            for p in dropped:
+                self._runtimes.pop(p, None)
 
     def data_files(self) -> list[tuple[str, str]]:
         """(label, path) of the data files offered in the pickers: the default, the benchmark samples, uploads."""

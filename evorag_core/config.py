@@ -487,10 +487,13 @@ class StudioConfig(_Checked):
     trusted_proxies: tuple[str, ...] = ()  # reverse proxies (IPs or networks) whose X-Forwarded-For is honoured
     worker_restart_s: float = 1.0  # a dead worker is restarted after this, doubled while it keeps dying
     worker_restart_max_s: float = 60.0  # ... up to this
+    max_upload_mb: float = 50.0  # largest data file the studio accepts as an upload
+    upload_max_age_hours: float = 168.0  # uploads not used for this long are deleted (at start and on each upload)
 
     RULES: ClassVar[Rules] = {
         "host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG,
-        "worker_restart_s": above(0), "worker_restart_max_s": above(0),
+        "worker_restart_s": above(0), "worker_restart_max_s": above(0), "max_upload_mb": above(0),
+        "upload_max_age_hours": above(0),
         "data_roots": Allowed("a list of non-empty folder paths",
                               lambda v: isinstance(v, tuple) and all(isinstance(r, str) and r.strip() for r in v)),
         "max_question_chars": POSITIVE,

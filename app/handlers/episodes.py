@@ -2,7 +2,6 @@
 and human preference pairs, and the episode's rendered view."""
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -65,13 +64,9 @@ def load_data(svc: Services, path: str | None) -> DataInfo:
 
 
 def upload_data(svc: Services, uploaded: str) -> DataInfo:
-    """Keep an uploaded data file under <home>/uploads/ (Gradio's temp files are short-lived) and load it."""
-    src = Path(uploaded)
-    target_dir = svc.uploads_dir
-    target_dir.mkdir(parents=True, exist_ok=True)
-    target = target_dir / src.name
-    shutil.copyfile(src, target)
-    return load_data(svc, str(target))
+    """Keep an uploaded data file under <home>/uploads/ (Gradio's temp files are short-lived; app/uploads.py: a size
+    limit, one content-addressed copy) and load it."""
+    return load_data(svc, str(svc.add_upload(uploaded)))
 
 
 @dataclass(frozen=True)

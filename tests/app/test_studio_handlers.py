@@ -6,6 +6,7 @@ t = 1: beta = 2.0, rho = 0.5, eta = 0.02;  t = 2: p = 1/19, rho = 0.5, eta = 0.0
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -149,7 +150,9 @@ def test_passage_text_from_an_uploaded_file_is_escaped(svc, tmp_path):
     path = tmp_path / "evil.jsonl"
     path.write_text(json.dumps(evil) + "\n", encoding="utf-8")
     info = handlers.upload_data(svc, str(path))
-    assert info.questions[0][1] == "x1" and (svc.home / "uploads" / "evil.jsonl").is_file()
+    kept = Path(info.path)
+    assert info.questions[0][1] == "x1" and kept.name == "evil.jsonl" and kept.is_file()
+    assert kept.parent.parent == (svc.home / "uploads").resolve()  # uploads/<content hash>/evil.jsonl
     view, sess = handlers.start_episode(svc, _settings(data_path=info.path, question_id="x1"))
     view, sess = handlers.run_to_end(sess)
     html_out = view.status + view.steps + view.passages + handlers.episode_view(sess).passages
