@@ -356,11 +356,18 @@ def _cancel(store: Store, round_id: int, worker_id: str, progress: dict[str, Any
 
 
 def _fail(store: Store, round_id: int, worker_id: str, error: str) -> Round | None:
-    try:
-        return store.finish_round(round_id, error=error, worker_id=worker_id)
-    except (StoreError, SQLAlchemyError) as exc:  # reaped or cancelled meanwhile (the store released its pairs),
-        log.warning("round %s could not be marked failed: %s", round_id, exc)  # or locked: the lease reaps it later
-        return store.get_round(round_id)
+    """Mark the round failed with `error`, its pairs released (one transaction). A database error is tried once more
+    on fresh connections (an interrupt may have left one mid-transaction); then the lease reaps the round later."""
+    for attempt in (1, 2):
+        try:
+            return store.finish_round(round_id, error=error, worker_id=worker_id)
+        except StoreError as exc:  # reaped or cancelled meanwhile: the store already released its pairs
+            log.warning("round %s could not be marked failed: %s", round_id, exc)
+            return store.get_round(round_id)
+        except SQLAlchemyError as exc:
+            log.warning("round %s could not be marked failed (attempt %d): %s", round_id, attempt, exc)
+            store.engine.dispose()
+    return None
 
 
 def serve(store: Store, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id: str | None = None,

@@ -279,9 +279,9 @@ def test_sigkill_mid_round_without_retry_fails_the_round_and_releases_its_pairs(
 @pytest.mark.slow
 def test_sigterm_mid_round_fails_the_round_and_releases_its_pairs_at_once(world, tiny):
     """SIGTERM (what the studio sends on close, and what the kernel sends when the studio dies: PR_SET_PDEATHSIG)
-    while the round trains, and at once a second signal (Ctrl-C reaching both processes of a terminal): before the
-    worker exits the round is failed ("the worker was stopped") and its 8 claimed pairs are queued again, in one
-    transaction that the second signal does not interrupt - no lease to wait for."""
+    while the round trains, and at once SIGINT (Ctrl-C reaching both processes of a terminal): before the worker
+    exits the round is failed ("the worker was stopped") and its 8 claimed pairs are queued again, in one
+    transaction - no lease to wait for."""
     home, url, store, cfg = world
     rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6})
     worker = Worker(home, url, tiny)
@@ -297,6 +297,42 @@ def test_sigterm_mid_round_fails_the_round_and_releases_its_pairs_at_once(world,
     assert stopped.status == "failed" and "the worker was stopped" in stopped.error, worker.tail()
     assert store.count_pairs("status") == {"queued": 8} and stopped.lease_expires_at is None
 
+
+
+def test_only_the_first_stop_signal_interrupts_the_worker():
+    """The worker's SIGTERM/SIGINT handler raises KeyboardInterrupt once (the round is failed on the way out); a
+    second signal - the studio's SIGTERM and then the kernel's when the studio exits - returns, so it cannot break
+    into the transaction that fails the round."""
+    from training.worker import _StopOnce
+
+    handler = _StopOnce()
+    with pytest.raises(KeyboardInterrupt):
+        handler(signal.SIGTERM, None)
+    assert handler(signal.SIGTERM, None) is None and handler(signal.SIGINT, None) is None
+
+
+def test_a_database_error_while_failing_a_round_is_retried_on_fresh_connections(world, monkeypatch):
+    """finish_round raises an OperationalError once (a connection the interrupt left mid-transaction): the worker
+    disposes of the pool and tries again, so the round is failed and its 8 pairs released."""
+    from sqlalchemy.exc import OperationalError
+
+    from training.worker import _fail
+
+    _, _, store, _ = world
+    rid = store.enqueue_round("dpo", {"pairs": 8})
+    store.claim_round("w", 30)
+    assert len(store.claim_pairs(rid, 8)) == 8
+    real, calls = store.finish_round, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("BEGIN IMMEDIATE", {}, Exception("cannot start a transaction within a transaction"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "finish_round", flaky)
+    done = _fail(store, rid, "w", "interrupted")
+    assert done.status == "failed" and len(calls) == 2 and store.count_pairs("status") == {"queued": 8}
 
 PARENT = """
 import sys, time
