@@ -113,3 +113,43 @@ def test_uploads_unused_for_the_max_age_are_deleted_when_the_studio_starts(tmp_p
         assert _files(restarted.uploads_dir) == [new] and not old.parent.exists()
     finally:
         restarted.close()
+
+
+def test_a_launched_studio_stops_an_upload_over_the_limit_while_it_streams(tmp_path, gradio_tmp):
+    """Gradio's upload route of a studio served in this process with max_upload_mb = 0.01 (10,485 bytes): a
+    20,000-byte file is answered 413 with the limit in bytes, before any handler runs (nothing reaches uploads/); a
+    5,000-byte file is taken."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from app.main import launch
+
+    svc = _studio(tmp_path, max_upload_mb=0.01)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = launch(svc, host="127.0.0.1", port=port, block=False, quiet=True)
+
+    def post(size: int) -> tuple[int, str]:
+        boundary = "evorag-upload-test"
+        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="f.jsonl"\r\n'
+                f"Content-Type: application/octet-stream\r\n\r\n")
+        body = head.encode() + b"x" * size + f"\r\n--{boundary}--\r\n".encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/gradio_api/upload", data=body, method="POST",
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    try:
+        status, text = post(20_000)
+        assert status == 413 and "maximum allowed size of 10485 bytes" in text, text
+        status, text = post(5_000)
+        assert status == 200 and "f.jsonl" in text, text
+        assert _files(svc.uploads_dir) == []
+    finally:
+        demo.close()
+        svc.close()
