@@ -8,6 +8,9 @@ but its known-good addresses is over its limit; Gradio's own reply (200, or 400 
 limiter the outcome. The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at
 most two at a time, so a burst of logins neither stalls the event loop nor the machine.
 
+`UploadGuard`, another middleware, answers 403 to POST /gradio_api/upload unless the session's user (Gradio's login
+cookie) may upload (`app.roles`, the admin role), before the body is read.
+
 The client address is uvicorn's: the peer, or the X-Forwarded-For client when the peer is one of
 `studio.trusted_proxies` (none by default: the header is ignored). uvicorn trusts loopback unless told otherwise, and
 Gradio builds uvicorn's Config without a say in it: `trusting_proxies` sets the variable uvicorn reads
@@ -31,7 +34,7 @@ from evorag_core.auth.users_file import FileUser
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-__all__ = ["LoginGuard", "threaded_check", "file_check", "login_message", "trusting_proxies"]
+__all__ = ["LoginGuard", "UploadGuard", "threaded_check", "file_check", "login_message", "trusting_proxies"]
 
 MAX_FORM_BYTES = 64 * 1024
 _CHECK_SLOTS = threading.BoundedSemaphore(2)
@@ -93,7 +96,7 @@ class LoginGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not _is_login(scope):
+        if scope["type"] != "http" or scope["method"] != "POST" or not _is_route(scope, "/login"):
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
@@ -119,9 +122,36 @@ class LoginGuard:
         await self.app(scope, _replay(body, receive), watch)
 
 
-def _is_login(scope: dict) -> bool:
+class UploadGuard:
+    """ASGI middleware: Gradio's upload route only for users whose role may "upload" (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, may_upload: Callable[[str | None], bool]):
+        self.app = app
+        self.may_upload = may_upload
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and _is_route(scope, "/gradio_api/upload"):
+            user = _session_user(scope)
+            if user is None or not self.may_upload(user):
+                await _reply(send, 403, f"{user or 'this session'} may not upload files: uploads need the admin role")
+                return
+        await self.app(scope, receive, send)
+
+
+def _session_user(scope: dict) -> str | None:
+    """The logged-in user of the request, as Gradio's routes find it (its login cookie in the app's tokens)."""
+    gradio_app = scope.get("app")
+    cookie_id = getattr(gradio_app, "cookie_id", None)
+    if cookie_id is None:
+        return None
+    cookies = Request(scope).cookies
+    token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
+    return gradio_app.tokens.get(token) if token else None
+
+
+def _is_route(scope: dict, route: str) -> bool:
     path = scope["path"].rstrip("/")
-    return path == "/login" or path == scope.get("root_path", "").rstrip("/") + "/login"
+    return path == route or path == scope.get("root_path", "").rstrip("/") + route
 
 
 async def _read_body(receive: Callable) -> bytes | None:

@@ -8,6 +8,7 @@ SIGTERM by itself should the studio die without cleaning up).
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import signal
@@ -21,7 +22,8 @@ from evorag_core.auth.users_file import load_users
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 
-from app.login import LoginGuard, file_check, login_message, threaded_check, trusting_proxies
+from app import roles
+from app.login import LoginGuard, UploadGuard, file_check, login_message, threaded_check, trusting_proxies
 from app.services import Services
 
 __all__ = ["make_auth", "check_exposure", "is_loopback", "launch", "run"]
@@ -71,7 +73,7 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
     """Build the UI and serve it; returns the Blocks (with `block=False` the server runs in the background).
     With `auth`, failed logins are limited per name and client address, per address and per name (`limiter`,
     default LoginLimits()); the client address comes from X-Forwarded-For only when the peer is one of
-    `studio.trusted_proxies`."""
+    `studio.trusted_proxies`; uploads need the admin role (app/login.py UploadGuard)."""
     from starlette.middleware import Middleware
 
     from app.style import CSS
@@ -81,8 +83,10 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
     extra: dict = {}
     if auth_fn is not None:
         limiter = limiter or LoginLimiter()
+        may_upload = functools.partial(roles.name_allowed, svc, action="upload")
         extra = {"auth_message": login_message(limiter),
-                 "app_kwargs": {"middleware": [Middleware(LoginGuard, limiter=limiter)]}}
+                 "app_kwargs": {"middleware": [Middleware(LoginGuard, limiter=limiter),
+                                               Middleware(UploadGuard, may_upload=may_upload)]}}
     demo = build_ui(svc)
     demo.queue(default_concurrency_limit=4)
     # _frontend=False skips only Gradio's "is localhost reachable" probe: one HEAD / with a 3 s timeout, and the page

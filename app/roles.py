@@ -6,7 +6,8 @@ Roles come from the users file (`[users.NAME] role = ...`, `evorag studio --auth
 
 - annotator: label items of the annotation queue;
 - reviewer: that, and resolve disagreements;
-- admin: everything: episodes, launch and cancel rounds, activate adapters, manage pairs and the queue.
+- admin: everything: episodes, launch and cancel rounds, activate adapters, manage pairs and the queue, upload data
+  files.
 A store user with role viewer may do none of these.
 """
 from __future__ import annotations
@@ -20,7 +21,8 @@ from evorag_core.errors import PermissionDenied
 if TYPE_CHECKING:
     from app.services import Services
 
-__all__ = ["ACTIONS", "PERMISSIONS", "session_user", "user_role", "allowed", "require"]
+__all__ = ["ACTIONS", "PERMISSIONS", "TAB_ACTIONS", "session_user", "name_role", "user_role", "allowed",
+           "name_allowed", "require"]
 
 ACTIONS: dict[str, str] = {
     "label": "label items of the annotation queue",
@@ -29,12 +31,20 @@ ACTIONS: dict[str, str] = {
     "adapters": "activate adapters",
     "queue": "manage the pairs and the annotation queue",
     "episodes": "run episodes, evaluations and comparisons",
+    "upload": "upload data files",
 }
 PERMISSIONS: dict[str, frozenset[str]] = {
     "annotator": frozenset({"label"}),
     "reviewer": frozenset({"label", "review"}),
     "admin": frozenset(ACTIONS),
     "viewer": frozenset(),
+}
+# The action a tab's events need, by the tab's id (app/event_roles.py checks every event against it; a tab missing
+# here fails the build).
+TAB_ACTIONS: dict[str, str] = {
+    "episode": "episodes", "pairs": "queue", "training": "train", "compare": "episodes", "evaluate": "episodes",
+    "r2ag": "episodes", "dynakrag": "episodes", "arena": "episodes", "traces": "episodes",
+    "annotate": "label", "review": "review",
 }
 LOCAL_USER = "local"  # who labels in a studio without a login (unless a name is typed in the header)
 
@@ -46,7 +56,11 @@ def session_user(request: gr.Request | None) -> str | None:
 
 def user_role(svc: Services, request: gr.Request | None) -> str:
     """The role of the session's user: admin without a login; else from the users file or the store."""
-    name = session_user(request)
+    return name_role(svc, session_user(request))
+
+
+def name_role(svc: Services, name: str | None) -> str:
+    """The role of the user `name`: admin for no name (no login); viewer for a name the users do not know."""
     if not name:
         return "admin"
     if svc.auth_users is not None:
@@ -56,7 +70,12 @@ def user_role(svc: Services, request: gr.Request | None) -> str:
 
 
 def allowed(svc: Services, request: gr.Request | None, action: str) -> bool:
-    return action in PERMISSIONS.get(user_role(svc, request), frozenset())
+    return name_allowed(svc, session_user(request), action)
+
+
+def name_allowed(svc: Services, name: str | None, action: str) -> bool:
+    """Whether the user `name` (None: no login) may do `action`."""
+    return action in PERMISSIONS.get(name_role(svc, name), frozenset())
 
 
 def require(svc: Services, request: gr.Request | None, action: str) -> None:

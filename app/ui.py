@@ -1,6 +1,7 @@
 """Layout of the studio: the header and the tabs (each tab module builds its own). No logic here: every event calls
 a function of `handlers` and maps its plain result onto components; events are wired through `app.wiring.on`, so an
-error becomes a one-line message in the page (a toast), never a stack trace.
+error becomes a one-line message in the page (a toast), never a stack trace, and every event of the built page checks
+the user's role (`app.event_roles`).
 """
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import gradio as gr
 from evorag_core.env.scheduler import STAGES
 from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 
-from app import (annotate_tab, arena_tab, compare_tab, dynakrag_tab, episode_tab, handlers, r2ag_tab, roles,
-                 traces_tab, training_tab, views)
+from app import (annotate_tab, arena_tab, compare_tab, dynakrag_tab, episode_tab, event_roles, handlers, r2ag_tab,
+                 roles, traces_tab, training_tab, views)
 from app.episode_tab import Reload
 from app.services import Services
-from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on, requiring
+from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
 
 __all__ = ["build_ui", "HIDE_TABS_JS"]
 
@@ -46,41 +47,38 @@ def build_ui(svc: Services) -> gr.Blocks:
             header = gr.HTML(elem_id="evo-header")
             annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=0, min_width=180,
                                    elem_id="evo-annotator")
-        # the admin tabs' events check the user's role on the server (app.wiring.requiring); the Annotate and Review
-        # tabs check their own actions
+        # every event checks the user's role on the server against the tab its components sit in
+        # (app.event_roles.check_roles, at the end; app.roles.TAB_ACTIONS)
         with gr.Tabs() as tabs:
-            with gr.Tab("Episode", id="episode") as tab_episode, requiring(svc, "episodes"):
+            with gr.Tab("Episode", id="episode") as tab_episode:
                 episode = episode_tab.build_tab(svc, annotator, demo)
-            with gr.Tab("Pairs", id="pairs") as tab_pairs, requiring(svc, "queue"):
+            with gr.Tab("Pairs", id="pairs") as tab_pairs:
                 pairs_reload = _pairs_tab(svc, demo)
-            with gr.Tab("Training", id="training") as tab_training, requiring(svc, "train"):
+            with gr.Tab("Training", id="training") as tab_training:
                 training = training_tab.build_tab(svc, episode.policy_dd, tab_training)
-            with requiring(svc, "episodes"):
-                with gr.Tab("Compare", id="compare") as tab_compare:
-                    compare = compare_tab.build_tab(svc)
-                with gr.Tab("Evaluate", id="evaluate") as tab_eval:
-                    _eval_tab(svc).wire(tab_eval.select)
-                with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
-                    r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
-                tab_dynakrag = dynakrag_tab.build_tab(svc)
-                tab_arena = arena_tab.build_tab(svc)
-                tab_traces = traces_tab.build_tab(svc, demo, tabs)
+            with gr.Tab("Compare", id="compare") as tab_compare:
+                compare = compare_tab.build_tab(svc)
+            with gr.Tab("Evaluate", id="evaluate") as tab_eval:
+                _eval_tab(svc).wire(tab_eval.select)
+            with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
+                r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
+            tab_dynakrag = dynakrag_tab.build_tab(svc)
+            tab_arena = arena_tab.build_tab(svc)
+            tab_traces = traces_tab.build_tab(svc, demo, tabs)
             annotation = annotate_tab.build_tabs(svc, annotator, demo)
         admin_tabs = [tab_episode, tab_pairs, tab_training, tab_compare, tab_eval, tab_r2ag, tab_dynakrag, tab_arena,
                       tab_traces]
         # every tab reloads its data when selected, and the Pairs tab after the Episode tab queues pairs
-        with requiring(svc, "episodes"):
-            episode.reload.wire(tab_episode.select)
-            compare_inputs = [compare.policy_a, compare.policy_b, compare.question]
-            on(tab_compare.select, lambda data, q: compare_tab.on_select(svc, data, q),
-               [compare.data, compare.question], compare_inputs, api_visibility="private")
-            on(training.compare.click, lambda name, data, q: (gr.Tabs(selected="compare"),
-                                                              *compare_tab.preset_for_adapter(svc, name, data, q)),
-               [training.adapter, compare.data, compare.question], [tabs, *compare_inputs], api_visibility="private")
-        with requiring(svc, "queue"):
-            pairs_reload.wire(tab_pairs.select)
-            for queued in episode.pair_events:
-                pairs_reload.wire(queued.then)
+        episode.reload.wire(tab_episode.select)
+        compare_inputs = [compare.policy_a, compare.policy_b, compare.question]
+        on(tab_compare.select, lambda data, q: compare_tab.on_select(svc, data, q),
+           [compare.data, compare.question], compare_inputs, api_visibility="private")
+        on(training.compare.click, lambda name, data, q: (gr.Tabs(selected="compare"),
+                                                          *compare_tab.preset_for_adapter(svc, name, data, q)),
+           [training.adapter, compare.data, compare.question], [tabs, *compare_inputs], api_visibility="private")
+        pairs_reload.wire(tab_pairs.select)
+        for queued in episode.pair_events:
+            pairs_reload.wire(queued.then)
 
         header_shown = gr.State(("", ""))
 
@@ -113,7 +111,7 @@ def build_ui(svc: Services) -> gr.Blocks:
         loaded.then(None, role_box, None, js=HIDE_TABS_JS, api_visibility="private")
         first_fn, first_in, first_out = annotation.first_item
         on(loaded.then, first_fn, first_in, first_out, api_visibility="private")
-    return demo
+    return event_roles.check_roles(demo, svc)
 
 
 def _pairs_tab(svc: Services, demo: gr.Blocks) -> Reload:
