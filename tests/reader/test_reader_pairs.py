@@ -94,7 +94,8 @@ def test_an_episodes_states_give_storable_pairs_once_per_passage_list(tiny_backe
     assert pairs and {p.metadata["t"] for p in pairs} == {3}
     for p in pairs:
         assert p.metadata["kind"] == READER_PAIR and p.metadata["question_id"] == "q-1"
-        assert p.metadata["passages"] == [TRAVINE.pid, MIRROW.pid] and p.stage == "refinement"
+        # the reader reads the chain: Mirrow's page, linked from the named page (Ansel Travine), first
+        assert p.metadata["passages"] == [MIRROW.pid, TRAVINE.pid] and p.stage == "refinement"
         assert p.margin == p.metadata["score_chosen"] - p.metadata["score_rejected"] >= 0.5
     with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         ids = store.add_pairs(pairs)
