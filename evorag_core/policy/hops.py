@@ -107,9 +107,12 @@ def linked_pages(named: Sequence[Passage], passages: Sequence[Passage], chars: i
 def plan_hop(question: str, passages: Sequence[Passage], searched: Sequence[str], chars: int = 0,
              max_bridges: int = 3) -> HopPlan:
     """The plan at this point of an episode (see the module docstring). `passages`: every passage retrieved on the
-    active chain; `searched`: the queries issued so far (active and dropped), the question included; `chars`: the
-    passage characters the policy's prompt shows (0: all); `max_bridges`: bridge searches allowed in an episode."""
-    done = " " + " ".join(f" {title_key(q)} " for q in searched[1:]) + " "  # the question names every entity
+    active chain; `searched`: the queries issued so far (active and dropped; the question, which names every
+    entity, is not a search for any of them, however often it was searched); `chars`: the passage characters the
+    policy's prompt shows (0: all); `max_bridges`: bridge searches allowed in an episode."""
+    asked = title_key(question)
+    searched = [q for q in searched if title_key(q) != asked]
+    done = " " + " ".join(f" {title_key(q)} " for q in searched) + " "
     entities = question_entities(question)
     for entity in entities:
         if not any(_covers(p.title, entity, question) for p in passages) and f" {title_key(entity)} " not in done:
@@ -120,7 +123,7 @@ def plan_hop(question: str, passages: Sequence[Passage], searched: Sequence[str]
     if linked_pages(named, passages, chars):
         return HopPlan(False, None, "complete")
     entity_keys = {title_key(e) for e in entities}
-    if sum(title_key(q) not in entity_keys for q in searched[1:]) >= max_bridges:
+    if sum(title_key(q) not in entity_keys for q in searched) >= max_bridges:
         return HopPlan(False, None, "exhausted")
     q_terms = set(content_terms(question))
     titles = [p.title for p in passages]

@@ -178,3 +178,14 @@ def test_studio_step_table_shows_the_plan(demo_runtime, tiny_policy_backend):
     assert 'class="badge plan"' in table(info) and "bridge hop: Mirrow" in table(info)
     assert "Mirrow river birthplace" in table(info)
     assert "badge plan" not in table({})
+
+
+def test_the_question_searched_again_is_no_search_of_its_entities():
+    """The agent's searched list holds the question twice (as the question and as the first hop's query): neither
+    is a search for "Harwick", so the comparison's missing side is still searched."""
+    from evorag_core.policy.queries import earlier_queries
+
+    view = AgentView(COMPARE_Q, (Hop(COMPARE_Q, (LANTRY, HARWICK_HILL)),), (), 2, 20)
+    assert earlier_queries(view) == (COMPARE_Q, COMPARE_Q)
+    plan = plan_hop(COMPARE_Q, view.passages, earlier_queries(view))
+    assert plan.search and plan.query == "Harwick"
