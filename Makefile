@@ -31,8 +31,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
+# llama.cpp is built for a portable x86-64 (AVX2), not -march=native: the native build's AMX/AVX512 kernels crashed the
+# server (SIGSEGV on the first completion) on an AMX-capable CPU. Set CMAKE_ARGS yourself to override.
 $(SERVED_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[test,served]'
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/pip install -q -e '.[test,served]'
 	rm -f $(VENV)/.served-*
 	touch $(SERVED_STAMP)
 
