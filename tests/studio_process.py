@@ -33,13 +33,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_studio(home: Path, db_url: str, log_path: Path, *args: str) -> Iterator[tuple[str, float]]:
-    """(url, seconds from start to the first served page) of `evorag studio --home home --db db_url *args`; it fails
-    when the studio has used START_CPU_S of CPU time, or none for START_STALL_S, without serving the page (a budget
-    in CPU time: imports alone take minutes of wall time on a loaded machine)."""
+def serve_studio(home: Path, db_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None
+                 ) -> Iterator[tuple[str, float]]:
+    """(url, seconds from start to the first served page) of `evorag studio --home home --db db_url *args`, with
+    `env` added to its environment (e.g. a test hold point, `app.test_hooks`); it fails when the studio has used
+    START_CPU_S of CPU time, or none for START_STALL_S, without serving the page (a budget in CPU time: imports alone
+    take minutes of wall time on a loaded machine)."""
     port = free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
+    env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False",
+               **(env or {}))
     cmd = [sys.executable, "-m", "evorag_core.cli.main", "studio", "--host", "127.0.0.1", "--port", str(port),
            "--home", str(home), "--db", db_url, *args]
     with log_path.open("wb") as log:

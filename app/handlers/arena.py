@@ -9,7 +9,9 @@ policy model, the base model and then (optionally) an adapter of the registry, e
 - `arena_generate` yields an `ArenaStatus` every `poll` seconds while a reply is generated (the page's status
   line). Closing the generator (the page's Stop) stops it at that point: the reply in progress stops before its
   next token (`evorag_core.lm.base.interruptible`; a backend without it finishes the reply in its thread) and is
-  thrown away, the next side never starts; nothing is stored, so a cancelled run leaves nothing behind.
+  thrown away, the next side never starts; nothing is stored, so a cancelled run leaves nothing behind. Each reply
+  passes the test hold point `arena:base` / `arena:adapter` once it holds the model (`app.test_hooks`: off unless a
+  test names it).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 from evorag_core.reader.arena.prompt import ArenaConfig
 from evorag_core.types import Passage
 
-from app import views
+from app import test_hooks, views
 from app.arena_view import render_arena_answer
 from app.policies import BASE, LIVE
 from app.services import Services
@@ -157,13 +159,15 @@ def arena_generate(svc: Services, request: ArenaRequest, poll: float = 0.5) -> I
 
             writing = threading.Event()  # set once this side holds the model and writes
 
-            def run(choice: str = choice, writing: threading.Event = writing) -> tuple[ArenaOutput, float] | None:
+            def run(choice: str = choice, writing: threading.Event = writing, column: str = column
+                    ) -> tuple[ArenaOutput, float] | None:
                 backend, name = provider.backend_for(choice, lookup)
                 with provider.lock:
                     if cancelled.is_set():
                         return None
                     provider.use(name)
                     writing.set()
+                    test_hooks.hold(f"arena:{column}", cancelled)
                     start = time.perf_counter()
                     with interruptible(backend, cancelled):  # Stop ends the decode before its next token
                         out = ArenaGenerator(backend, task.cfg).generate(task.question, task.references)

@@ -8,7 +8,8 @@ controller's next decision shown before it runs, and a controller trained from t
   A step is one controller decision and its operation (`control_step`); after stop_answer the next step is the
   terminal compression and the answer (`finish_episode`). The Stop flag is read at every tick: the operation in
   progress is interrupted before its next generated token and thrown away, so the session is the one of the last
-  finished operation (a state a sequence of Steps reaches) and nothing is stored.
+  finished operation (a state a sequence of Steps reaches) and nothing is stored. Each operation passes the test
+  hold point `dynakrag:<operation>` as it starts (`app.test_hooks`: off unless a test names it).
 - The controller: the trained one in `home/<dynakrag.model_dir>` ("learned"), or the uniform-valid ablation
   ("uniform": a seeded uniform choice among the valid operations), which needs no training.
 - `train_controller` queues the `dynakrag` objective's worker round through the Training tab's own launch
@@ -34,7 +35,7 @@ from evorag_core.methods.dynakrag.state import EvidenceState, initial_state
 from evorag_core.methods.dynakrag.validity import valid_actions
 from evorag_core.metrics import exact_match, f1_score
 
-from app import round_progress, views
+from app import round_progress, test_hooks, views
 from app.handlers import training as th
 from app.handlers.common import check_typed, in_thread
 from app.policies import BASE
@@ -164,6 +165,7 @@ def _one_step(svc: Services, session: DynaKragSession, stop: threading.Event) ->
     with svc.policies.lock:
         if stop.is_set():
             return session
+        test_hooks.hold(f"dynakrag:{_operation(session)}", stop)
         svc.policies.use(None)
         with interruptible(ctx.lm.backend, stop):
             if not session.state.terminated:
@@ -173,6 +175,13 @@ def _one_step(svc: Services, session: DynaKragSession, stop: threading.Event) ->
             state, trace, answer = finish_episode(session.state, ctx, t)
     steps = session.steps + ((trace,) if trace is not None else ())
     return replace(session, state=state, steps=steps, answer=answer, decision=None)
+
+
+def _operation(session: DynaKragSession) -> str:
+    """The next step's operation: the controller's pick, or "finish" (compression and answer) after stop_answer."""
+    if session.state.terminated:
+        return "finish"
+    return session.decision.action if session.decision is not None else "next"
 
 
 def _doing(session: DynaKragSession) -> str:

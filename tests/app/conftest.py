@@ -10,3 +10,16 @@ from tests.studio_process import chromium
 def browser():
     with chromium() as b:
         yield b
+
+
+@pytest.fixture()
+def hold_at(monkeypatch):
+    """`hold_at("dynakrag:finish", ...)`: arms the studio's test hold points in this process (`app.test_hooks`),
+    each to hold once, for this test only."""
+    from app import test_hooks
+
+    def arm(*points: str) -> None:
+        monkeypatch.setenv(test_hooks.ENV, ",".join(points))
+        monkeypatch.setattr(test_hooks, "_held", set())
+
+    return arm

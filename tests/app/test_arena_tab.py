@@ -92,15 +92,18 @@ def test_base_then_an_adapter_generate_with_the_tiny_model(svc, tmp_path):
     assert svc.policies._backend.list_adapters() == ["r1"]
 
 
-def test_closing_the_generation_early_leaves_nothing_behind(svc, tmp_path):
+def test_closing_the_generation_early_leaves_nothing_behind(svc, tmp_path, hold_at):
+    """The base reply is held open by its test hold point until the close (the page's Stop), so it cannot end
+    before the close however slow the machine: its column never fills and the adapter's side never starts."""
     register(svc, "r1", make_adapter(svc.cfg, svc.cfg.policy.model, tmp_path / "r1", seed=3))
-    run = arena_generate(svc, ArenaRequest(question_id="demo-002", adapter="lm:r1", max_new_tokens=1500), poll=0.02)
+    hold_at("arena:base")
+    run = arena_generate(svc, ArenaRequest(question_id="demo-002", adapter="lm:r1", max_new_tokens=12), poll=0.02)
     seen = [next(run)]
     while "generating" not in seen[-1].status:
         seen.append(next(run))
     run.close()  # the page's Stop
     assert not any(s.base and "arena-side" in s.base for s in seen)
-    for thread in threading.enumerate():  # the base reply in progress finishes (or never starts), thrown away
+    for thread in threading.enumerate():  # the base reply, released by the close, stops before its first token
         if thread.name == "arena-generate":
             thread.join(120)
     backend = svc.policies._backend

@@ -1,0 +1,40 @@
+"""Test hook: a deterministic window for the tests that stop a running operation. Off unless the environment names it.
+
+A test that presses Stop while an operation runs cannot count on the operation lasting long enough: a loaded machine
+stretches the page's round trips as much as the operation, and the operation may end before the Stop arrives (the
+DynaKrag browser test failed so). So the studio's stoppable operations pass a named *hold point* as they start:
+
+    EVORAG_TEST_HOLD="dynakrag:finish,arena:base" evorag studio ...
+
+Each point named there holds the first operation that reaches it (once per process) until that operation's stop event
+is set, i.e. until the page's Stop; the operation then goes on with the event set, as a Stop in its middle finds it
+(a generation stops before its next token). A held operation looks running on the page for as long as the test
+needs. Points: `dynakrag:<operation>` (the controller's pick, or `finish`: compression and answer),
+`arena:base` / `arena:adapter` (a reply, once it holds the model). Unset, `hold` costs one environment lookup.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+__all__ = ["ENV", "HOLD_LIMIT_S", "hold"]
+
+ENV = "EVORAG_TEST_HOLD"
+HOLD_LIMIT_S = 900.0  # a hold nobody stops ends after this, so a forgotten one cannot hang a studio for good
+
+_held: set[str] = set()  # the points that have held in this process (each holds once)
+_held_lock = threading.Lock()
+
+
+def hold(point: str, stop: threading.Event, limit_s: float = HOLD_LIMIT_S) -> bool:
+    """Wait until `stop` is set (at most `limit_s`) when `point` is named in $EVORAG_TEST_HOLD and has not held in
+    this process before; True when it held."""
+    named = os.environ.get(ENV)
+    if not named or point not in named.split(","):
+        return False
+    with _held_lock:
+        if point in _held:
+            return False
+        _held.add(point)
+    stop.wait(limit_s)
+    return True
