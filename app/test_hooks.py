@@ -10,7 +10,8 @@ Each point named there holds the first operation that reaches it (once per proce
 is set, i.e. until the page's Stop; the operation then goes on with the event set, as a Stop in its middle finds it
 (a generation stops before its next token). A held operation looks running on the page for as long as the test
 needs. Points: `dynakrag:<operation>` (the controller's pick, or `finish`: compression and answer),
-`arena:base` / `arena:adapter` (a reply, once it holds the model). Unset, `hold` costs one environment lookup.
+`arena:base` / `arena:adapter` (a reply, once it holds the model), `r2ag:steer` (the LM steering's decode, once
+it holds the model). Unset, `hold` costs one environment lookup.
 """
 from __future__ import annotations
 
