@@ -96,7 +96,10 @@ class AdapterSet:
                 warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
                 inject_adapter_in_model(config, self.model, adapter_name=name)
             result = set_peft_model_state_dict(self.model, state, adapter_name=name)
-            missing = [k for k in result.missing_keys if f".{name}." in k or k.endswith(f".{name}")]
+            # this adapter's own keys (`...q_proj.lora_A.<name>.weight`); not a base weight whose path merely
+            # contains `.<name>.` (an adapter named "1" and `model.layers.1.…base_layer.weight`)
+            own = re.compile(rf"\.lora_[A-Za-z_]+\.{re.escape(name)}(\.|$)")
+            missing = [k for k in result.missing_keys if own.search(k)]
             if result.unexpected_keys or missing:
                 some = (list(result.unexpected_keys) + missing)[:3]
                 raise AdapterError(f"{path} does not fit this base model (mismatched keys, e.g. {some})")

@@ -196,3 +196,12 @@ def test_the_rollout_worker_refuses_flipped_or_nan_weights(tiny, tmp_path):
     nan = random_adapter(tiny, tmp_path / "adapters" / "2", 2, fill=float("nan"))
     with pytest.raises(AdapterError, match="NaN or infinite"):
         RolloutWorker(WorkerSpec(_cfg(tiny), str(tmp_path), str(DEMO), adapter=str(nan)))
+
+
+def test_an_adapter_named_like_a_layer_index_loads(clean, tiny, tmp_path):
+    """A round's folder is `adapters/<round id>/`, so `evorag eval --adapter <home>/adapters/1` loads it under the
+    name "1". Its own keys are `…lora_A.1.weight`; the base weights `model.layers.1.…base_layer.weight` are not
+    its keys (they were taken for missing ones, and every round-1 adapter given by folder was refused)."""
+    folder = random_adapter(tiny, tmp_path / "adapters" / "1", 1)
+    load_verified(clean, "1", folder)
+    assert "1" in clean.list_adapters()
