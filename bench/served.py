@@ -2,11 +2,13 @@
 backend, on this machine: agent step time and decode tokens/s. Prints and writes JSON (default
 bench/results/served.json).
 
-    python -m bench.served [--questions 6] [--threads 1] [--tokens 64] [--out PATH]
+    python -m bench.served [--engine llama-cpp-python | llama.cpp] [--questions 6] [--threads 1] [--tokens 64]
+                           [--out PATH]
 
-Both backends serve the embedded SmolLM2-135M-Instruct: llama.cpp's server (llama-cpp-python, `[served]` extra) the
-Q4_1 GGUF itself, in process its fp32 de-quantization with the default fast paths (fp16 decode copies, bf16 prefill
-where the CPU has it). Both get `--threads` threads.
+Both backends serve the embedded SmolLM2-135M-Instruct: a llama.cpp server (`--engine`: "llama-cpp-python", the
+`[served-python]` extra, which the figures in docs/serving.md were measured with; or "llama.cpp", its C++ server from
+the `[served]` wheel) the Q4_1 GGUF itself, in process its fp32 de-quantization with the default fast paths (fp16
+decode copies, bf16 prefill where the CPU has it). Both get `--threads` threads.
 
 - agent steps: greedy episodes of the first `--questions` demo questions with each backend (`env.t_max` 4, top-3
   passages of 200 characters); seconds per decision (label scoring, the argument, the reader's answer), and whether
@@ -35,7 +37,7 @@ from evorag_core.config import Config, apply_overrides, home_dir
 from evorag_core.data.datasets import load_dataset
 from evorag_core.env.actions import action_name
 from evorag_core.lm.hf_backend import TransformersBackend
-from evorag_core.lm.llama_server import LlamaServer
+from evorag_core.lm.llama_server import ENGINES, LlamaServer
 from evorag_core.lm.loading import embedded_gguf_path
 from evorag_core.lm.openai_backend import OpenAIBackend
 from evorag_core.methods.base import run_episode
@@ -87,6 +89,7 @@ def decode(generate, tokens: int, runs: int = 3) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engine", choices=list(ENGINES), default="llama-cpp-python")
     ap.add_argument("--questions", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tokens", type=int, default=64)
@@ -106,14 +109,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            "load_average_start": os.getloadavg(),
                            "note": "shared 2-core machine: other jobs (a benchmark, other helpers) ran beside this one"}
     local = TransformersBackend(cfg.policy, home)
-    with LlamaServer(embedded_gguf_path(), threads=args.threads) as server:
+    out["engine"] = args.engine
+    with LlamaServer(embedded_gguf_path(), threads=args.threads, engine=args.engine) as server:
         served = OpenAIBackend(dataclasses.replace(cfg.policy, backend="openai", base_url=server.base_url), home)
         out["in_process"] = episodes(local, runtime, questions)
         out["served"] = episodes(served, runtime, questions)
         pairs = list(zip(out["in_process"]["actions"], out["served"]["actions"]))
         out["same_actions_questions"] = sum(a == b for a, b in pairs)
         out["served"].update(requests=served.requests, boundary_merges=served.boundary_merges,
-                             rescored_generations=served.rescored_generations, token_prompts=served.token_prompts)
+                             rescored_generations=served.rescored_generations, protocol=served.protocol)
         env = runtime.make_env(questions[0])
         env.reset(questions[0])
         prompt = LMPolicy(local, cfg.policy).prompt(env.view())

@@ -1,10 +1,14 @@
-"""Serving the embedded GGUF (or any GGUF) with llama.cpp's OpenAI-compatible server, the CPU serving path of
-`policy.backend = "openai"` (docs/serving.md): `llama-cpp-python[server]`, optional extra `[served]`.
+"""Serving the embedded GGUF (or any GGUF) with an OpenAI-compatible llama.cpp server, the CPU serving path of
+`policy.backend = "openai"` (docs/serving.md). Two engines:
+- "llama.cpp" (default): llama.cpp's own C++ server from the prebuilt `xllamacpp` wheel (extra `[served]`), run by
+  `python -m evorag_core.lm.serve_gguf`;
+- "llama-cpp-python": `python -m llama_cpp.server` (extra `[served-python]`; PyPI has only its source, pip compiles
+  llama.cpp), with `logits_all` on: that server needs every position's logits to echo prompt log-probs.
 
-`LlamaServer(gguf, threads=1).start()` runs `python -m llama_cpp.server` on a free loopback port as a child process
-and returns once `/v1/models` answers (polled while the process lives; it raises with the server's log tail if the
-process exits or the deadline passes). `logits_all` is on: the server needs every position's logits to echo prompt
-log-probs. `stop()` terminates it (and kills it if it does not exit). Also a context manager.
+`LlamaServer(gguf, threads=1, engine=...).start()` runs the engine on a free loopback port as a child process and
+returns once `/v1/models` answers (polled while the process lives; it raises with the server's log tail if the
+process exits or the deadline passes). `stop()` terminates it (and kills it if it does not exit). Also a context
+manager.
 """
 from __future__ import annotations
 
@@ -20,12 +24,15 @@ import httpx
 
 from evorag_core.errors import ModelLoadError
 
-__all__ = ["LlamaServer", "llama_cpp_available"]
+__all__ = ["ENGINES", "LlamaServer", "engine_available"]
+
+# engine -> (the modules it needs, the extra that installs them)
+ENGINES = {"llama.cpp": (("xllamacpp",), "served"), "llama-cpp-python": (("llama_cpp", "uvicorn"), "served-python")}
 
 
-def llama_cpp_available() -> bool:
-    """Whether llama-cpp-python with its server is installed (the `[served]` extra)."""
-    return importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("uvicorn") is not None
+def engine_available(engine: str = "llama.cpp") -> bool:
+    """Whether `engine`'s server is installed (its extra: `ENGINES`)."""
+    return all(importlib.util.find_spec(module) is not None for module in ENGINES[engine][0])
 
 
 def _free_port() -> int:
@@ -36,8 +43,11 @@ def _free_port() -> int:
 
 class LlamaServer:
     def __init__(self, gguf: Path | str, *, threads: int = 1, n_ctx: int = 4096, alias: str = "policy",
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, engine: str = "llama.cpp") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")
         self.gguf, self.threads, self.n_ctx, self.alias, self.timeout_s = Path(gguf), threads, n_ctx, alias, timeout_s
+        self.engine = engine
         self.port = 0
         self.process: subprocess.Popen | None = None
         self._log = tempfile.TemporaryFile()
@@ -47,13 +57,18 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
+        if self.engine == "llama.cpp":
+            return [sys.executable, "-m", "evorag_core.lm.serve_gguf", str(self.gguf), "--alias", self.alias,
+                    "--port", str(self.port), "--n-ctx", str(self.n_ctx), "--threads", str(self.threads)]
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf), "--model_alias", self.alias,
                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--logits_all", "true"]
 
     def start(self) -> "LlamaServer":
-        if not llama_cpp_available():
-            raise ModelLoadError("llama.cpp's server needs the [served] extra: pip install 'evorag-studio[served]'")
+        if not engine_available(self.engine):
+            extra = ENGINES[self.engine][1]
+            raise ModelLoadError(f"the {self.engine} server needs the [{extra}] extra: "
+                                 f"pip install 'evorag-studio[{extra}]'")
         self.port = _free_port()
         self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.timeout_s
@@ -67,9 +82,10 @@ class LlamaServer:
                 self.process.wait(timeout=0.25)
             except subprocess.TimeoutExpired:
                 continue
-            raise ModelLoadError(f"llama.cpp's server exited with {self.process.returncode}: {self.log_tail()}")
+            raise ModelLoadError(f"the {self.engine} server exited with {self.process.returncode}: {self.log_tail()}")
         self.stop()
-        raise ModelLoadError(f"llama.cpp's server did not answer within {self.timeout_s:.0f} s: {self.log_tail()}")
+        raise ModelLoadError(f"the {self.engine} server did not answer within {self.timeout_s:.0f} s: "
+                             f"{self.log_tail()}")
 
     def log_tail(self, chars: int = 2000) -> str:
         self._log.seek(0)

@@ -3,23 +3,29 @@ server), so the policy can run on a GPU box while the agent, the studio and the 
 (`policy.backend = "openai"`, `policy.base_url`; docs/serving.md).
 
 Everything goes through the legacy `/completions` endpoint (a chat endpoint cannot score a given continuation).
-Prompts travel as token ids where the server takes them (vLLM, SGLang; probed once at start), else as text
-(llama-cpp-python's server). How a choice is scored (`score_choices`, `sequence_logprob(s)`) follows from that:
-- token ids: `echo=true, logprobs=1, max_tokens=1` over prompt + choice ids, all choices in one request; the choice's
-  log-prob is the sum of the echoed prompt log-probs of its tokens (the generated token is ignored; `max_tokens=0`
-  is never sent: llama-cpp-python reads it as "until the context is full"). The boundary rule of `base.encode_pair`
-  holds exactly.
-- text: llama-cpp-python 0.3's server echoes prompt log-probs, but it sorts the whole vocabulary in Python for every
+Prompts travel as token ids where the server takes them (vLLM, SGLang, llama.cpp's own server), else as text
+(llama-cpp-python's server). How a choice is scored (`score_choices`, `sequence_logprob(s)`) follows from the
+server's `protocol`, probed once at start with an echo request over token ids:
+- "echo" (token ids, prompt log-probs echoed: vLLM, SGLang): `echo=true, logprobs=1, max_tokens=1` over prompt +
+  choice ids, all choices in one request; the choice's log-prob is the sum of the echoed prompt log-probs of its
+  tokens (the generated token is ignored; `max_tokens=0` is never sent: llama-cpp-python reads it as "until the
+  context is full"). The boundary rule of `base.encode_pair` holds exactly.
+- "next-token" (token ids, no echo: llama.cpp's server ignores `echo`): each choice token's log-prob is read, by
+  token id, from the whole next-token distribution after the prompt ids and the choice's earlier ids
+  (`max_tokens=1, logprobs=<vocabulary size>`; one request per distinct context). The boundary rule holds exactly.
+  Its log-probs come in the chat format (`logprobs.content[i].top_logprobs`), read here as well.
+- "text": llama-cpp-python 0.3's server echoes prompt log-probs, but it sorts the whole vocabulary in Python for every
   echoed token (~0.2 s per token measured on the 2-core machine: over a minute for one agent prompt), and llama.cpp's
   own server refuses `echo`. So each choice token's log-prob is read from the next-token log-probs after the prompt
   and the choice's earlier tokens (`max_tokens=1, logprobs=_TOP_K`, the whole vocabulary; one request per distinct
   context, the four labels' first tokens share one). A choice with a token missing from the list or a special token
   (rendered as an empty, ambiguous string) falls back to echo (`echo_fallbacks`).
-- generation: `max_tokens`, `temperature`, `seed`, `stop`, `logprobs=1`, `top_p=1` (and for llama-cpp-python, whose
-  defaults truncate and penalize, `top_k=0, min_p=0, repeat_penalty=1`: plain softmax sampling); `n` samples are n
-  requests with seeds seed, seed+1, ... in flight together (llama-cpp-python ignores `n`); `ignore_eos` is sent as
-  `min_tokens`. A generation's `token_ids` are the local tokenizer's encoding of the returned text; when they do not
-  line up with the server's token strings, the text is re-scored, so `logprob` is log P(text | prompt) on the server.
+- generation: `max_tokens`, `temperature`, `seed`, `stop`, `logprobs=1`, `top_p=1` (and for the llama.cpp servers,
+  whose defaults truncate and penalize, `top_k=0, min_p=0, repeat_penalty=1`: plain softmax sampling); `n` samples
+  are n requests with seeds seed, seed+1, ... in flight together (llama-cpp-python ignores `n`, llama.cpp refuses
+  n > 1); `ignore_eos` is sent as `min_tokens` (and as `ignore_eos` to llama.cpp's server). A generation's
+  `token_ids` are the local tokenizer's encoding of the returned text; when they do not line up with the server's
+  token strings, the text is re-scored, so `logprob` is log P(text | prompt) on the server.
 The tokenizer is local (`policy.model`: "embedded" = the converted folder under home/models, else a folder or hub
 id whose tokenizer files are read): the chat template, the boundary rule and token counts need it.
 
@@ -49,7 +55,7 @@ from evorag_core.lm.loading import base_model_id, resolve_model
 
 __all__ = ["OpenAIBackend", "ServerError"]
 
-# llama-cpp-python's server (the text-only one) defaults to top_k 40, min_p 0.05, repeat_penalty 1.1: sampling and
+# the llama.cpp servers default to top_k 40, min_p 0.05 (llama-cpp-python also to repeat_penalty 1.1): sampling and
 # greedy text would differ from the in-process backend's plain softmax; these make it plain
 _PLAIN_SAMPLING = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 _TOP_K = 49152  # text mode: next-token log-probs asked for per scored position (SmolLM2: the whole vocabulary)
@@ -97,7 +103,7 @@ class OpenAIBackend:
         self._active: str | None = None
         self._refusal: str | None = None  # set by a failed proof: no call is served until a good activate
         self._hash = WeightsHash()
-        self.token_prompts = self._accepts_token_ids()
+        self.protocol = self._probe()
 
     # -- HTTP ------------------------------------------------------------------------------------------------
 
@@ -128,12 +134,22 @@ class OpenAIBackend:
             raise ServerError(f"{self.base_url}/models answered {response.status_code}: {response.text[:300]}")
         return list(response.json().get("data", []))
 
-    def _accepts_token_ids(self) -> bool:
-        """Whether the server takes a prompt as token ids (vLLM, SGLang) or only as text (llama-cpp-python)."""
+    def _probe(self) -> str:
+        """The server's protocol (module docstring): "echo" where it takes a prompt as token ids and echoes its
+        log-probs (vLLM, SGLang), "next-token" where it takes token ids and echoes nothing (llama.cpp's server),
+        "text" where it takes text only (llama-cpp-python's server refuses a list with 422)."""
         ids = self.encode("Hello")
         response = self._post("/completions", {"model": self.served_model, "prompt": ids, "max_tokens": 1,
-                                               "temperature": 0.0})
-        return response.status_code == 200
+                                               "temperature": 0.0, "echo": True, "logprobs": 1})
+        if response.status_code != 200:
+            return "text"
+        logprobs = response.json()["choices"][0].get("logprobs") or {}
+        return "echo" if len(logprobs.get("token_logprobs") or []) >= len(ids) else "next-token"
+
+    @property
+    def token_prompts(self) -> bool:
+        """Whether prompts travel as token ids (the "echo" and "next-token" protocols)."""
+        return self.protocol != "text"
 
     def _model_name(self) -> str:
         return self._active if self._active is not None else self.served_model
@@ -163,7 +179,9 @@ class OpenAIBackend:
         if not todo:
             return out
         echo = {"echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0.0}
-        if self.token_prompts:
+        if self.protocol == "next-token":
+            return self._next_token_ids(prompt, completions, todo, out)
+        if self.protocol == "echo":
             n_prompt = len(self.encode(prompt))
             prompts = [self._prompt(prompt, completions[i]) for i in todo]
             choices = self._completions({"prompt": prompts, **echo})["choices"]
@@ -176,6 +194,34 @@ class OpenAIBackend:
                 self.prompt_tokens += len(ids)
             return out
         return self._next_token_logprobs(prompt, completions, todo, out)
+
+    def _next_token_ids(self, prompt: str, completions: Sequence[str], todo: list[int],
+                        out: list[list[float]]) -> list[list[float]]:
+        """"next-token" protocol: each choice token's log-prob, by token id, from the whole next-token distribution
+        after the prompt ids and the choice's earlier ids (one request per distinct context; all first tokens share
+        the prompt's)."""
+        pairs = {i: encode_pair(self.tokenizer, prompt, completions[i]) for i in todo}
+        contexts = sorted({tuple(p + c[:j]) for p, c in pairs.values() for j in range(len(c))})
+        tops = dict(zip(contexts, self._parallel(self._top_next_ids, contexts)))
+        for i in todo:
+            p, c = pairs[i]
+            row = [tops[tuple(p + c[:j])].get(tok) for j, tok in enumerate(c)]
+            if None in row:
+                raise ServerError(f"{self.base_url} gave no log-prob for token {c[row.index(None)]} of a choice "
+                                  f"(it returned fewer next-token log-probs than the {len(self.tokenizer)} asked for)")
+            out[i] = row
+        return out
+
+    def _top_next_ids(self, context: tuple[int, ...]) -> dict[int, float]:
+        """Token id -> log-prob of every next token after `context` (llama.cpp's log-probs are those of the model's
+        softmax before any sampler, so the greedy request does not bend them)."""
+        reply = self._completions({"prompt": list(context), "max_tokens": 1, "temperature": 0.0,
+                                   "logprobs": len(self.tokenizer), **_PLAIN_SAMPLING})
+        self.prompt_tokens += int(reply.get("usage", {}).get("prompt_tokens", 0))
+        content = (reply["choices"][0].get("logprobs") or {}).get("content") or []
+        if not content:
+            raise ServerError(f"{self.base_url} returned no log-probs for a next-token request")
+        return {int(t["id"]): float(t["logprob"]) for t in content[0].get("top_logprobs") or []}
 
     def _next_token_logprobs(self, prompt: str, completions: Sequence[str], todo: list[int],
                              out: list[list[float]]) -> list[list[float]]:
@@ -279,7 +325,7 @@ class OpenAIBackend:
             i, prompt, limit = job
             payload: dict[str, Any] = {"prompt": self._prompt(prompt), "max_tokens": limit,
                                        "temperature": max(temperature, 0.0), "logprobs": 1, "top_p": 1.0}
-            if not self.token_prompts:  # llama-cpp-python samples with top-k 40, min-p 0.05 and a repeat penalty
+            if self.protocol != "echo":  # the llama.cpp servers sample with top-k 40, min-p 0.05 by default
                 payload.update(_PLAIN_SAMPLING)
             if seed is not None:
                 payload["seed"] = seed + i
@@ -287,6 +333,8 @@ class OpenAIBackend:
                 payload["stop"] = list(stop)
             if ignore_eos:
                 payload["min_tokens"] = limit
+                if self.protocol == "next-token":  # llama.cpp's server has no min_tokens
+                    payload["ignore_eos"] = True
             reply = self._completions(payload)
             self.prompt_tokens += int(reply.get("usage", {}).get("prompt_tokens", 0))
             return self._generation(prompt, reply["choices"][0], limit)
@@ -314,6 +362,8 @@ class OpenAIBackend:
             return Generation("", (), (), reason)
         info = choice.get("logprobs") or {}
         tokens, values = info.get("tokens") or [], info.get("token_logprobs") or []
+        if "content" in info:  # llama.cpp's server: the chat format
+            tokens, values = [t["token"] for t in info["content"]], [t["logprob"] for t in info["content"]]
         kept, spelled = [], ""
         for tok, lp in zip(tokens, values):
             if len(spelled) >= len(text):

@@ -113,7 +113,7 @@ def test_a_proved_adapter_is_named_by_the_next_request_and_changed_weights_are_r
     the folder change (sha256 differs from the one verified at load): the next swap is refused and no step runs."""
     state, url = server
     backend = served(url, tiny)
-    assert backend.token_prompts and backend.served_model == "base"
+    assert backend.protocol == "echo" and backend.token_prompts and backend.served_model == "base"
     folder = make_adapter(tiny, tmp_path / "round-1", seed=1)
     backend.load_adapter("round-1", folder)
     assert state.loras == {"round-1": str(folder.resolve())}

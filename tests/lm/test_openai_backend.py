@@ -1,7 +1,11 @@
-"""The served backend (`policy.backend = "openai"`) against a LIVE llama.cpp server (llama-cpp-python's, the
-`[served]` extra) serving the embedded SmolLM2-135M-Instruct GGUF, beside the in-process transformers backend.
+"""The served backend (`policy.backend = "openai"`) against LIVE llama.cpp servers serving the embedded
+SmolLM2-135M-Instruct GGUF, beside the in-process transformers backend. Each test runs once per engine:
+- "llama.cpp": llama.cpp's own C++ server from the prebuilt `xllamacpp` wheel (the `[served]` extra, `make test`),
+  spoken to with token-id prompts and next-token log-probs (the backend's "next-token" protocol);
+- "llama-cpp-python": its Python server (the `[served-python]` extra, compiled from source: `make test-served`),
+  spoken to with text prompts (the "text" protocol). Skipped, with the reason, where it is not installed.
 
-What can be compared: the server runs the Q4_1 GGUF with llama.cpp's quantized kernels (activations are rounded to
+What can be compared: each server runs the Q4_1 GGUF with llama.cpp's quantized kernels (activations are rounded to
 8 bits for the Q4_1 dot products); the in-process backend runs the same weights de-quantized to fp32 (exact values
 of the Q4_1 blocks) in fp32 arithmetic. So the weights are equal and the arithmetic is not: log-probs agree to a
 tolerance, not bit for bit, and greedy text can diverge where two tokens are nearly tied. The tests hold the agent's
@@ -17,7 +21,7 @@ import pytest
 from evorag_core.config import Config, PolicyConfig, apply_overrides
 from evorag_core.data.datasets import load_dataset
 from evorag_core.errors import AdapterError
-from evorag_core.lm.llama_server import LlamaServer, llama_cpp_available
+from evorag_core.lm.llama_server import ENGINES, LlamaServer, engine_available
 from evorag_core.lm.loading import embedded_gguf_path
 from evorag_core.lm.openai_backend import OpenAIBackend
 from evorag_core.methods.base import run_episode
@@ -28,16 +32,23 @@ from evorag_core.runtime import Runtime
 pytestmark = pytest.mark.slow
 
 QUESTIONS = 3  # demo questions whose greedy episodes are compared state by state
-LOGPROB_TOL = 0.5  # |served - in-process| of a label log-prob (nats); measured max 0.255 and 0.345 in two runs (docs/serving.md)
+LOGPROB_TOL = 0.5  # |served - in-process| of a label log-prob (nats); measured: docs/serving.md
+UNLIKELY = -5.0  # labels below this in-process log-prob (p < 0.7 %) cannot decide a step: held to 2 * LOGPROB_TOL
+# (llama.cpp's server, whose prompt cache changes its kernels' batch shapes, measured 0.47 on a label at -10.3)
 _NAMES = tuple(LABELS)
 
 
-@pytest.fixture(scope="module")
-def server():
-    if not llama_cpp_available():
-        pytest.skip("llama_cpp is not importable: the served-policy tests need llama-cpp-python[server] "
-                    "(pip install -e '.[served]', part of '.[test]')")
-    with LlamaServer(embedded_gguf_path(), threads=1) as running:
+PROTOCOL = {"llama.cpp": "next-token", "llama-cpp-python": "text"}  # what the backend's probe must find
+
+
+@pytest.fixture(scope="module", params=list(ENGINES))
+def server(request):
+    engine = request.param
+    if not engine_available(engine):
+        extra = ENGINES[engine][1]
+        hint = "make test-served" if extra == "served-python" else "make test"
+        pytest.skip(f"the {engine} server is not installed: pip install -e '.[{extra}]' ({hint})")
+    with LlamaServer(embedded_gguf_path(), threads=1, engine=engine) as running:
         yield running
 
 
@@ -72,30 +83,39 @@ class Recording:
         return decision.action, {"logprob": decision.logprob, "completion": decision.completion}
 
 
-def test_the_server_is_text_only_and_names_the_model(served):
-    """llama-cpp-python's server takes text prompts only (a token-id prompt is refused with 422) and lists the
-    alias it was started with."""
-    assert served.token_prompts is False
+def test_the_probe_finds_the_servers_protocol_and_model(served, server):
+    """llama.cpp's server takes token-id prompts but echoes no prompt log-probs ("next-token"); llama-cpp-python's
+    takes text only, a token-id prompt is refused with 422 ("text"). Both list the alias they were started with."""
+    assert served.protocol == PROTOCOL[server.engine]
+    assert served.token_prompts is (server.engine == "llama.cpp")
     assert served.served_model == "policy" and served.model_id.startswith("embedded:")
 
 
-def test_agent_decisions_through_the_server_match_in_process(served, backend, runtime):
-    """Greedy demo episodes in process; at every state they reached, the served backend's label log-probs are
-    within LOGPROB_TOL of the in-process ones, and the greedy label over the allowed actions is the same wherever the
-    in-process margin between the best two allowed labels exceeds 2 * LOGPROB_TOL (closer than that, the backends'
-    arithmetic may order a near-tie either way; such states are printed and counted)."""
-    cfg = runtime.cfg.policy
-    local = Recording(LMPolicy(backend, cfg, runtime.cfg.answer))
+@pytest.fixture(scope="module")
+def local(backend, runtime) -> Recording:
+    """Greedy demo episodes in process, every state recorded (once for both engines)."""
+    recording = Recording(LMPolicy(backend, runtime.cfg.policy, runtime.cfg.answer))
     for question in runtime.dataset.questions[:QUESTIONS]:
-        run_episode(runtime.make_env(question), local, question)
+        run_episode(runtime.make_env(question), recording, question)
+    return recording
+
+
+def test_agent_decisions_through_the_server_match_in_process(served, backend, runtime, local):
+    """Greedy demo episodes in process; at every state they reached, the served backend's label log-probs are
+    within LOGPROB_TOL of the in-process ones (2 * LOGPROB_TOL for labels below UNLIKELY), and the greedy label over
+    the allowed actions is the same wherever the in-process margin between the best two allowed labels exceeds
+    2 * LOGPROB_TOL (closer than that, the backends' arithmetic may order a near-tie either way; such states are
+    printed and counted: 1 of 8 through llama-cpp-python, 2 of 8 through llama.cpp, margins 0.015 and 0.094)."""
+    cfg = runtime.cfg.policy
     remote = LMPolicy(served, cfg, runtime.cfg.answer)
-    worst, same, ties = 0.0, 0, 0
+    worst, worst_unlikely, same, ties = 0.0, 0.0, 0, 0
     for view in local.views:
         prompt = local.lm.prompt(view)
         assert remote.prompt(view) == prompt  # the same chat template renders the same prompt
         mine = backend.score_choices(prompt, [LABELS[n] for n in _NAMES])
         theirs = served.score_choices(prompt, [LABELS[n] for n in _NAMES])
-        worst = max(worst, *(abs(a - b) for a, b in zip(mine, theirs)))
+        worst = max([worst, *(abs(a - b) for a, b in zip(mine, theirs) if a > UNLIKELY)])
+        worst_unlikely = max([worst_unlikely, *(abs(a - b) for a, b in zip(mine, theirs) if a <= UNLIKELY)])
         allowed = allowed_actions(view, cfg.max_searches)
         ranked = sorted(allowed, key=lambda n: -mine[_NAMES.index(n)])
         margin = mine[_NAMES.index(ranked[0])] - mine[_NAMES.index(ranked[1])] if len(ranked) > 1 else math.inf
@@ -107,10 +127,9 @@ def test_agent_decisions_through_the_server_match_in_process(served, backend, ru
             ties += 1
             assert margin < 2 * LOGPROB_TOL, f"served chose {theirs_pick}, in process {ranked[0]} by {margin:.3f}"
     print(f"states={len(local.views)} same_label={same} near_tie_flips={ties} max_label_logprob_diff={worst:.4f}"
-          f" echo_fallbacks={served.echo_fallbacks}")
+          f" (unlikely labels {worst_unlikely:.4f}) echo_fallbacks={served.echo_fallbacks} requests={served.requests}")
     assert len(local.views) >= QUESTIONS
-    assert worst <= LOGPROB_TOL
-    assert same >= len(local.views) - 1
+    assert worst <= LOGPROB_TOL and worst_unlikely <= 2 * LOGPROB_TOL
 
 
 def test_generation_and_scoring_agree_with_each_other(served, backend):
@@ -135,7 +154,7 @@ def test_generation_and_scoring_agree_with_each_other(served, backend):
 
 
 def test_a_server_that_cannot_load_adapters_refuses_them(served, tmp_path):
-    """llama.cpp's server has no run-time LoRA endpoint: loading is refused with the reason, activating an adapter
+    """Neither llama.cpp server has a run-time LoRA endpoint: loading is refused with the reason, activating an adapter
     the server does not serve is refused, and the base model keeps serving."""
     from tests.lm.test_openai_adapters import make_adapter
     from training.tiny import build_tiny_model
