@@ -50,6 +50,10 @@ __all__ = [
     "R2agConfig",
     "AnswerConfig",
     "ArenaSettings",
+    "PromotionConfig",
+    "PROMOTION_METHODS",
+    "PROMOTION_METRICS",
+    "PROMOTION_AGAINST",
     "ANSWER_MODES",
     "YES_NO_CALIBRATIONS",
     "YES_NO_METHODS",
@@ -677,6 +681,47 @@ class ArenaSettings(_Checked):
     RULES: ClassVar[Rules] = {"answer_span": FLAG}
 
 
+# PromotionConfig: which methods can evaluate an adapter (the agent's policy, or the fixed-k pipeline's reader),
+# which per-question score decides, and what a candidate is compared with
+PROMOTION_METHODS: tuple[str, ...] = ("agent", "fixed-k")
+PROMOTION_METRICS: tuple[str, ...] = ("f1", "em")
+PROMOTION_AGAINST: tuple[str, ...] = ("live", "base")
+
+
+@dataclass(frozen=True)
+class PromotionConfig(_Checked):
+    """Gated promotion (evorag_core/promotion/, docs/promotion.md): a new adapter is evaluated against the live one
+    on a fixed held-out slice, and goes live only if the rule (`promotion.rule.decide`) passes."""
+
+    evaluate: bool = True  # a round that registers an adapter queues its evaluation (false: only on request)
+    auto: bool = True  # an adapter whose evaluation passes is activated (hot swap); false: it waits, staged
+    data: str = "data/demo/demo.jsonl"  # the dev data file (relative paths: to the repository)
+    questions: str = ""  # "START:STOP" slice of its questions ("" = all of them)
+    method: str = "agent"  # one of PROMOTION_METHODS
+    metric: str = "f1"  # one of PROMOTION_METRICS: the per-question score the rule reads
+    against: str = "live"  # one of PROMOTION_AGAINST: the live adapter (the base model when none is live), or the base
+    alpha: float = 0.05  # the paired bootstrap's p must be below this for "better"
+    min_n: int = 30  # fewer evaluated questions than this: no verdict (the adapter stays staged)
+    resamples: int = 10_000  # paired-bootstrap resamples
+    workers: int = 1  # evaluation processes (each loads the model once; evaluation/pool.py)
+
+    RULES: ClassVar[Rules] = {
+        "evaluate": FLAG, "auto": FLAG, "data": TEXT,
+        "questions": matching(r"(\d*:\d+)?", "empty or START:STOP (e.g. 0:100)"),
+        "method": one_of(PROMOTION_METHODS), "metric": one_of(PROMOTION_METRICS),
+        "against": one_of(PROMOTION_AGAINST), "alpha": within(0.0001, 0.5), "min_n": POSITIVE,
+        "resamples": at_least(100), "workers": POSITIVE,
+    }
+
+    @property
+    def question_slice(self) -> tuple[int, int | None]:
+        """(start, stop) of `questions`; stop None = to the end."""
+        if not self.questions:
+            return 0, None
+        start, _, stop = self.questions.partition(":")
+        return int(start or 0), int(stop)
+
+
 @dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -695,6 +740,7 @@ class Config:
     r2ag: R2agConfig = field(default_factory=R2agConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     arena: ArenaSettings = field(default_factory=ArenaSettings)
+    promotion: PromotionConfig = field(default_factory=PromotionConfig)
 
 
 def default_config_path() -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Mapping
 
-__all__ = ["Chart", "Objective", "OBJECTIVES", "WORKER_OBJECTIVES", "STUDIO_OBJECTIVES"]
+__all__ = ["Chart", "Objective", "OBJECTIVES", "WORKER_OBJECTIVES", "STUDIO_OBJECTIVES", "EVALUATE_JOB"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,6 @@ OBJECTIVES: Mapping[str, Objective] = MappingProxyType({o.name: o for o in (
 )})
 WORKER_OBJECTIVES: tuple[str, ...] = tuple(OBJECTIVES)
 STUDIO_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if o.studio)
+# The other kind of job in the rounds queue: gated promotion's evaluation of an adapter (training/evaluate_round.py;
+# no training, so not an objective: `evorag train` and the Training tab's objective list do not offer it)
+EVALUATE_JOB = "evaluate"

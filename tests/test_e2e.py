@@ -1,7 +1,9 @@
 """End to end on the demo data with a tiny 2-layer random Llama as the policy model (the real code path everywhere):
 rollout with sibling candidates in the real environment (BM25 + MiniLM retrieval) -> episodes and pairs in a
-SQLite store -> a DPO round run by the worker loop -> adapter registered -> activated (verified) -> a running
-backend hot-swaps it without reloading its base model -> the agent's log-probs of the chosen actions changed.
+SQLite store -> a DPO round run by the worker loop -> adapter registered, staged -> its promotion evaluation (the
+job the worker queued) -> report stored -> activated (verified; with a logged reason when the gate did not pass) ->
+a running backend hot-swaps it without reloading its base model -> the agent's log-probs of the chosen actions
+changed.
 
 Also: the adapter watcher refuses a corrupt adapter and keeps the live one; an episode in flight finishes on the
 adapter it started with.
@@ -44,7 +46,7 @@ def cfg(tiny):
     return apply_overrides(load_config(), {
         "policy.model": str(tiny), "policy.device": "cpu", "train.max_length": 160, "train.lr": 2e-2,
         "train.batch_size": 4, "train.epochs": 4, "env.t_max": 4, "rollout.t_max": 4, "policy.max_query_tokens": 6,
-        "policy.max_answer_tokens": 4, "policy.passage_chars": 160,
+        "policy.max_answer_tokens": 4, "policy.passage_chars": 160, "promotion.questions": "0:6", "promotion.min_n": 5,
     })
 
 
@@ -162,7 +164,14 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
         adapter = store.get_adapter(done.metrics["adapter"])
         assert adapter.round_id == rid and Path(adapter.path) == home / "adapters" / str(rid)
 
-        activate(store, adapter.name, backend.model_id)
+        assert store.active_adapter() is None  # staged: it goes live through the gate
+        evaluation = process_one(store, cfg, home, "e2e-worker", WorkerOptions(lease_s=60))
+        assert evaluation.objective == "evaluate" and evaluation.status == "succeeded", evaluation.error
+        [report] = store.list_promotions(adapter.name)
+        assert report.report["candidate"]["summary"]["n"] == 6 and evaluation.metrics["promotion_id"] == report.id
+        if store.active_adapter() is None:  # not shown better on 6 questions: an admin activates it with a reason
+            activate(store, adapter.name, backend.model_id, reason="e2e: the log-prob check below is the test")
+            assert store.last_activation().kind == ("forced" if report.passed is not True else "activated")
         policy.begin(None)  # a new episode: the watcher hot-swaps the adapter in
         assert policy.adapter == adapter.name == backend.active_adapter and backend.model is base_model
         after = [(backend.sequence_logprob(p.prompt, p.chosen), backend.sequence_logprob(p.prompt, p.rejected))
@@ -171,10 +180,12 @@ def test_rollout_pairs_dpo_round_activation_changes_the_agents_logprobs(cfg, tin
         assert all(abs(a[0] - b[0]) > 1e-4 for a, b in zip(after, before))
         assert margin(after) > margin(before) + 0.05
 
-        # GRPO and PPO rounds from the same stored rollouts (their passages resolved through the data file)
+        # GRPO and PPO rounds from the same stored rollouts (their passages resolved through the data file; not the
+        # evaluation's episodes); no promotion job after them here
+        ungated = apply_overrides(cfg, {"promotion.evaluate": False})
         for objective in ("grpo", "ppo"):
             store.enqueue_round(objective, job_config(objective, reference="base", data=str(DEMO), epochs=1))
-            done = process_one(store, cfg, home, "e2e-worker", WorkerOptions(lease_s=60))
+            done = process_one(store, ungated, home, "e2e-worker", WorkerOptions(lease_s=60))
             assert done.status == "succeeded", done.error
             assert done.metrics["episodes"] == 6 and done.metrics["steps"] >= 1 and done.metrics["final_kl"] >= 0
 

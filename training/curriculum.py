@@ -150,6 +150,9 @@ def _policy_round(store: Store, cfg: Config, home: Path, objective: str, values:
     from training.job import job_config
     from training.worker import WorkerOptions, new_worker_id, process_one
 
+    # the curriculum judges its rounds on its own dev slice and activates them itself: no promotion job is queued
+    # after them (process_one below would otherwise run that job before the next round)
+    cfg = replace(cfg, promotion=replace(cfg.promotion, evaluate=False))
     rid = store.enqueue_round(objective, job_config(objective, **values),
                               max_attempts=cfg.train.max_attempts)
     worker_id = new_worker_id()
@@ -215,7 +218,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         if left is None:
             store.deactivate_adapters()
         else:
-            activate(store, left, backend.model_id)
+            activate(store, left, backend.model_id, reason="curriculum: resumed with the adapter its rounds left live")
     for r in range(len(out) + 1, plan.rounds + 1):
         started = time.perf_counter()
         watcher.poll(force=True)
@@ -251,7 +254,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
                                   "adapter": (done.metrics or {}).get("adapter"),
                                   "final_loss": (done.metrics or {}).get("final_loss")}
         if done.status == "succeeded":
-            activate(store, done.metrics["adapter"], backend.model_id)
+            activate(store, done.metrics["adapter"], backend.model_id, reason=f"curriculum round {r}")
         dev_metrics = _dev_eval(runtime, PinnedPolicy(lm, watcher), dev, stage)
         record.update(dev=dev_metrics, **controller_step(controller, stage, dev_metrics["mean_return"],
                                                          plan.single_stage),

@@ -3,7 +3,9 @@
 A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob.from_round` merges it over the
 [train] and [policy] sections of the worker's config. Keys (every one optional; an unknown key fails the round):
 
-    objective   dpo | grpo | ppo | arena-grpo | r2ag-grpo | dynakrag (default: the row's objective)
+    objective   dpo | grpo | ppo | arena-grpo | r2ag-grpo | dynakrag, or evaluate (default: the row's objective)
+    adapter     evaluate: the adapter to evaluate against `against` (gated promotion, evorag_core/promotion/)
+    against     evaluate: live | base | <adapter name> (default: [promotion] against)
     pairs       DPO: how many queued pairs to claim (oldest first)          source, stage: filters for the claim
     pairs_after DPO: claim only pairs stored after the pair of this id (0: any; the curriculum: its round's own)
     episodes    GRPO/PPO: how many of the newest finished episodes to read  episode_ids: exactly these episodes
@@ -26,18 +28,21 @@ from typing import Any, Callable, Mapping
 
 from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_overrides
 from evorag_core.errors import ConfigError
-from evorag_core.objectives import WORKER_OBJECTIVES
+from evorag_core.objectives import EVALUATE_JOB, WORKER_OBJECTIVES
 
 from training.processes import SINGLE, Processes
 
-__all__ = ["OBJECTIVES", "JOB_KEYS", "ProgressFn", "RoundJob", "AdapterRef", "ControllerRef", "RoundResult",
+__all__ = ["OBJECTIVES", "EVALUATE", "JOB_KINDS", "JOB_KEYS", "ReportRef", "ProgressFn", "RoundJob", "AdapterRef", "ControllerRef", "RoundResult",
            "RoundLost", "RoundCancelled", "job_config", "phase"]
 
 OBJECTIVES: tuple[str, ...] = WORKER_OBJECTIVES  # the objectives a queued round can run (evorag_core.objectives)
+EVALUATE = EVALUATE_JOB  # the other kind of queued job: gated promotion's evaluation of an adapter (no training)
+JOB_KINDS: tuple[str, ...] = (*OBJECTIVES, EVALUATE)
 _TRAIN_SHORTCUTS = ("epochs", "lr", "kl", "beta", "seed")
 JOB_KEYS: tuple[str, ...] = (
     "objective", "pairs", "pairs_after", "source", "stage", "episodes", "episode_ids", "reference", "holdout",
-    "vf_coef", "max_steps", "data", "base_model", "train", "arena", "r2ag", "dynakrag", *_TRAIN_SHORTCUTS,
+    "vf_coef", "max_steps", "data", "base_model", "train", "arena", "r2ag", "dynakrag", "adapter", "against",
+    *_TRAIN_SHORTCUTS,
 )
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -83,8 +88,8 @@ class RoundJob:
     processes: Processes = field(default=SINGLE, repr=False, compare=False)  # this process's place in a launch
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"round {self.round_id}: objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.objective not in JOB_KINDS:
+            raise ConfigError(f"round {self.round_id}: objective must be one of {', '.join(JOB_KINDS)}, got {self.objective!r}")
         if self.pairs < 1 or self.episodes < 1:
             raise ConfigError(f"round {self.round_id}: pairs and episodes must be at least 1")
         if not 0.0 <= self.holdout < 1.0:
@@ -116,7 +121,8 @@ class RoundJob:
                    if raw.get(k) is not None}
         try:
             return cls(
-                round_id=round_id, objective=objective, train=dataclasses.replace(merged.train, objective=objective),
+                round_id=round_id, objective=objective,
+                train=merged.train if objective == EVALUATE else dataclasses.replace(merged.train, objective=objective),
                 policy=merged.policy, home=Path(home), t_max=merged.env.t_max,
                 source=raw.get("source") or None, stage=raw.get("stage") or None,
                 episode_ids=tuple(int(i) for i in raw.get("episode_ids") or ()),
@@ -160,7 +166,20 @@ class ControllerRef:
     metrics: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
-RoundResult = AdapterRef | ControllerRef  # what a round's run(job, store, on_progress) returns
+@dataclass(frozen=True)
+class ReportRef:
+    """What an evaluation job produces: a stored promotion report (and whether it made the adapter live)."""
+
+    promotion_id: int
+    adapter: str
+    against: str | None
+    passed: bool | None
+    verdict: str
+    activated: bool
+    metrics: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+RoundResult = AdapterRef | ControllerRef | ReportRef  # what a round's run(job, store, on_progress) returns
 
 
 def job_config(objective: str, **values: Any) -> dict[str, Any]:

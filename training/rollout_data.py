@@ -129,7 +129,9 @@ def prompt_renderer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
 
 
 def load_episodes(store: Store, *, ids: Sequence[int] = (), limit: int = 32, stage: str | None = None) -> list[Episode]:
-    """Episodes with their steps: exactly `ids`, or the `limit` newest finished ones (of `stage`, if given)."""
+    """Episodes with their steps: exactly `ids`, or the `limit` newest finished ones (of `stage`, if given) that are
+    not evaluation episodes (source "eval": `evorag eval`, the Evaluate tab and gated promotion store their dev
+    questions' episodes as traces; training on them would leak the held-out slice into the policy)."""
     if ids:
         return [store.get_episode(i) for i in ids]
     found: list[Any] = []
@@ -139,7 +141,7 @@ def load_episodes(store: Store, *, ids: Sequence[int] = (), limit: int = 32, sta
         if not page:
             break
         offset += len(page)
-        found += [e for e in page if e.status != "running" and (stage is None or e.stage == stage)]
+        found += [e for e in page if e.status != "running" and e.source != "eval" and (stage is None or e.stage == stage)]
     return [store.get_episode(e.id) for e in sorted(found[:limit], key=lambda e: e.id)]
 
 

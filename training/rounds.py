@@ -11,14 +11,17 @@ import importlib
 from typing import TYPE_CHECKING
 
 from evorag_core.objectives import OBJECTIVES, WORKER_OBJECTIVES
-from training.job import ProgressFn, RoundJob, RoundResult
+from training.job import EVALUATE, ProgressFn, RoundJob, RoundResult
 
 if TYPE_CHECKING:
     from evorag_core.store import Store
 
 __all__ = ["ROUND_MODULES", "run_round"]
 
-ROUND_MODULES: dict[str, str] = {n: OBJECTIVES[n].module for n in WORKER_OBJECTIVES}  # from the one registry
+ROUND_MODULES: dict[str, str] = {
+    **{n: OBJECTIVES[n].module for n in WORKER_OBJECTIVES},  # from the one registry
+    EVALUATE: "training.evaluate_round",  # gated promotion's evaluation job, queued after a round registers an adapter
+}
 
 
 def run_round(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> RoundResult:

@@ -49,7 +49,7 @@ from evorag_core.config import Config
 from evorag_core.errors import StoreError, TrainingError
 from evorag_core.store.records import ROUND_KL_KEYS
 
-from training.job import AdapterRef, ProgressFn, RoundCancelled, RoundJob, RoundLost, RoundResult
+from training.job import AdapterRef, ProgressFn, ReportRef, RoundCancelled, RoundJob, RoundLost, RoundResult
 from training.processes import SINGLE, Processes, round_processes
 from training.round_log import RoundLogHandler, capture_round_log
 
@@ -125,10 +125,11 @@ class Heartbeat:
             eta = None
             if step and total and elapsed is not None:
                 eta = round(float(elapsed) / float(step) * max(float(total) - float(step), 0.0), 1)
+            now_in = str(entry.get("phase") or "train")  # an evaluation job's steps are questions ("evaluate NAME")
             with self._lock:
-                first = self._progress.get("phase") != "train"
+                first = self._progress.get("phase") != now_in
                 self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
-                                  "eta": eta, "phase": "train"}
+                                  "eta": eta, "phase": now_in}
             if first:
                 self._wake.set()
         if self.lost.is_set():
@@ -328,7 +329,25 @@ def _run_claimed(store: Any, cfg: Config, home: Path, worker_id: str, opts: Work
         log.warning("round %s trained (%s) but could not be finished: %s", claimed.id, product, exc)
         return store.get_round(claimed.id)
     log.info("round %s succeeded: %s", claimed.id, product)
+    if isinstance(ref, AdapterRef) and cfg.promotion.evaluate:
+        _queue_evaluation(store, cfg, claimed, ref)
     return done
+
+
+def _queue_evaluation(store: Store, cfg: Config, claimed: Round, ref: AdapterRef) -> None:
+    """Gated promotion: queue the evaluation of the adapter the round registered (evorag_core/promotion/); it stays
+    staged until that job's report passes (then `promotion.auto` activates it) or an admin activates it."""
+    from training.job import EVALUATE, job_config
+
+    base_model = (claimed.config or {}).get("base_model")
+    try:
+        rid = store.enqueue_round(EVALUATE, job_config(EVALUATE, adapter=ref.name, against=cfg.promotion.against,
+                                                       base_model=base_model))
+    except (StoreError, SQLAlchemyError) as exc:  # the round stays succeeded; the admin can evaluate by hand
+        log.warning("round %s: its adapter's evaluation could not be queued: %s", claimed.id, exc)
+        return
+    log.info("round %s: adapter %s staged; its evaluation against %s is queued as round %s", claimed.id, ref.name,
+             cfg.promotion.against, rid)
 
 
 def _result_metrics(ref: RoundResult) -> tuple[dict[str, Any], str]:
@@ -337,6 +356,9 @@ def _result_metrics(ref: RoundResult) -> tuple[dict[str, Any], str]:
     if isinstance(ref, AdapterRef):
         return ({**ref.metrics, "adapter": ref.name, "adapter_path": str(ref.path), "checksum": ref.checksum},
                 f"adapter {ref.name} at {ref.path}")
+    if isinstance(ref, ReportRef):
+        live = "; it is live now" if ref.activated else ""
+        return dict(ref.metrics), f"promotion report {ref.promotion_id} of {ref.adapter}: {ref.verdict}{live}"
     return {**ref.metrics, "controller": str(ref.path)}, f"{ref.objective} controller at {ref.path}"
 
 

@@ -7,7 +7,8 @@ registry recorded; `verify_registered` runs it on a store row. `register_verifie
 active row, so a corrupt, non-finite or incompatible adapter is refused with an `AdapterError` (saying what stays
 live) and the adapter active before stays active.
 
-`activate` is the one activation path: `evorag adapters activate`, the studio's Activate button, the curriculum and
+`activate` is the one activation path (and it applies gated promotion's rule: an adapter whose evaluation did not
+pass goes live only with a stated reason, logged as forced): `evorag adapters activate`, the studio's Activate button, the curriculum and
 the GPU check call it; the store's `mark_adapter_active` only flips the row. Loading onto a backend goes through
 `evorag_core.adapters.load.load_verified`, which runs `verify_folder` again (the folder may have changed since
 activation); the hot-swap watcher (`evorag_core.adapters.watcher.AdapterWatcher`) follows the active row with it.
@@ -60,17 +61,31 @@ def register_verified(store: Store, name: str, path: Path | str, *, base_model_i
                                   objective=objective, checksum=checksum, metrics=metrics)
 
 
-def activate(store: Store, name: str, base_model_id: str) -> Adapter:
-    """Verify adapter `name`, then make it the active one; returns its row. KeyError if it is not registered;
-    AdapterError, naming the adapter that stays live, if it is corrupt, missing or fits another base model."""
+def activate(store: Store, name: str, base_model_id: str, *, kind: str = "activated", reason: str | None = None,
+             who: str | None = None, promotion_id: int | None = None) -> Adapter:
+    """Verify adapter `name`, then make it the active one, logging why (`kind`, `reason`, `who`); returns its row.
+
+    Gated promotion (evorag_core/promotion/): an adapter whose newest promotion report did not pass (worse, not
+    shown better, or no verdict) is activated only with a `reason`, logged as kind "forced". KeyError if it is not
+    registered; AdapterError, naming the adapter that stays live, if it is corrupt, missing, fits another base
+    model, or failed its evaluation and no reason was given."""
     row = store.get_adapter(name)
+    live = store.active_adapter()
+    kept = f"adapter {live.name} stays live" if live is not None else "the base model stays live"
     try:
         verify_registered(row, base_model_id)
     except AdapterError as exc:
-        live = store.active_adapter()
-        kept = f"adapter {live.name} stays live" if live is not None else "the base model stays live"
         raise AdapterError(f"{exc}; not activated: {kept}") from None
-    return store.mark_adapter_active(name)
+    reason = (reason or "").strip() or None
+    if kind != "promoted":
+        reports = store.list_promotions(name)
+        if reports and reports[-1].passed is not True:
+            if reason is None:
+                raise AdapterError(f"adapter {name!r} did not pass its evaluation ({reports[-1].verdict}); "
+                                   f"activating it anyway needs a reason; not activated: {kept}")
+            kind = "forced"
+        promotion_id = promotion_id if promotion_id is not None else (reports[-1].id if reports else None)
+    return store.mark_adapter_active(name, kind=kind, reason=reason, who=who, promotion_id=promotion_id)
 
 
 def adapter_json(adapter: Adapter) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from evorag_core.errors import StoreError
-from evorag_core.store.base import StoreBase, utcnow
-from evorag_core.store.records import Adapter
-from evorag_core.store.schema import adapters
+from evorag_core.store.base import StoreBase, check_choice, utcnow
+from evorag_core.store.records import ACTIVATION_KINDS, Adapter
+from evorag_core.store.schema import activations, adapters
 
 __all__ = ["AdapterOps"]
 
@@ -54,23 +54,33 @@ class AdapterOps(StoreBase):
         with self._read() as conn:
             return [Adapter(**row) for row in conn.execute(select(adapters).order_by(adapters.c.id)).mappings()]
 
-    def mark_adapter_active(self, name: str) -> Adapter:
-        """Make `name` the only active adapter, in one transaction (all adapter rows locked on PostgreSQL).
+    def mark_adapter_active(self, name: str, *, kind: str = "activated", reason: str | None = None,
+                            who: str | None = None, promotion_id: int | None = None) -> Adapter:
+        """Make `name` the only active adapter, and log why (`kind`, `reason`, `who`, the promotion report), in one
+        transaction (all adapter rows locked on PostgreSQL).
 
         This only flips the row and checks nothing: activate through `evorag_core.adapters.registry.activate`, which verifies the
         adapter's files, checksum and base model first (the CLI, the studio and the curriculum all do)."""
+        check_choice("kind", kind, ACTIVATION_KINDS)
         with self._write() as conn:
             lock_all = select(adapters.c.name).order_by(adapters.c.id).with_for_update()  # id order: no deadlock
             if name not in set(conn.scalars(lock_all)):
                 raise KeyError(f"no adapter named {name!r}")
             conn.execute(adapters.update().where(adapters.c.active, adapters.c.name != name).values(active=False))
             conn.execute(adapters.update().where(adapters.c.name == name).values(active=True))
+            conn.execute(activations.insert().values(adapter=name, kind=kind, reason=reason, who=who,
+                                                     promotion_id=promotion_id, created_at=utcnow()))
             return Adapter(**conn.execute(select(adapters).where(adapters.c.name == name)).mappings().one())
 
-    def deactivate_adapters(self) -> int:
-        """No adapter active afterwards (the base model is used); returns how many were active."""
+    def deactivate_adapters(self, *, who: str | None = None, reason: str | None = None) -> int:
+        """No adapter active afterwards (the base model is used, and the activation log says so when one was
+        active); returns how many were active."""
         with self._write() as conn:
-            return conn.execute(adapters.update().where(adapters.c.active).values(active=False)).rowcount
+            n = conn.execute(adapters.update().where(adapters.c.active).values(active=False)).rowcount
+            if n:
+                conn.execute(activations.insert().values(adapter=None, kind="deactivated", reason=reason, who=who,
+                                                         created_at=utcnow()))
+            return n
 
     def active_adapter(self) -> Adapter | None:
         with self._read() as conn:

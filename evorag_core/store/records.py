@@ -26,6 +26,9 @@ __all__ = [
     "RoundLogLine",
     "ExpiryReport",
     "Adapter",
+    "ACTIVATION_KINDS",
+    "Promotion",
+    "Activation",
     "User",
     "ANNOTATION_KINDS",
     "ANNOTATION_SOURCES",
@@ -252,6 +255,40 @@ class Adapter:
     checksum: str | None
     metrics: dict[str, Any]
     active: bool
+    created_at: datetime
+
+
+# promoted: its evaluation passed and promotion.auto activated it; activated: an admin activated it (no failed
+# evaluation, or none yet); forced: an admin activated it although its evaluation did not pass (reason required);
+# deactivated: the base model went live
+ACTIVATION_KINDS = ("promoted", "activated", "forced", "deactivated")
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """One promotion report: `adapter` evaluated against `against` (None: the base model)."""
+
+    id: int
+    adapter: str
+    against: str | None
+    round_id: int | None
+    metric: str
+    passed: bool | None  # None: no verdict (too few questions)
+    verdict: str
+    report: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Activation:
+    """Why `adapter` (None: the base model) went live, when, and who did it."""
+
+    id: int
+    adapter: str | None
+    kind: str  # one of ACTIVATION_KINDS
+    reason: str | None
+    who: str | None
+    promotion_id: int | None
     created_at: datetime
 
 

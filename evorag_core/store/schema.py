@@ -46,6 +46,8 @@ __all__ = [
     "annotation_items",
     "annotation_labels",
     "annotation_leases",
+    "promotions",
+    "activations",
 ]
 
 NAMING = {
@@ -312,4 +314,36 @@ annotation_leases = Table(
            autoincrement=False),
     Column("annotator", String(200), primary_key=True),
     Column("expires_at", UTCDateTime(), nullable=False, index=True),
+)
+
+# migration 0007: gated promotion (evorag_core/promotion/). A promotion report: one evaluation of adapter `adapter`
+# against `against` (NULL: the base model) on the held-out slice, by the evaluation job `round_id` (NULL: the CLI);
+# `passed` NULL = no verdict (too few questions). The report JSON holds both sides' summaries, the paired
+# differences and the questions whose answers changed (evorag_core/promotion/report.py).
+promotions = Table(
+    "promotions",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("adapter", String(200), nullable=False, index=True),
+    Column("against", String(200)),
+    Column("round_id", Integer, ForeignKey("rounds.id", ondelete="SET NULL")),
+    Column("metric", String(20), nullable=False),
+    Column("passed", Boolean),
+    Column("verdict", Text, nullable=False),
+    Column("report", JSON, nullable=False),
+    _created(),
+)
+
+# migration 0007: why each adapter went live, or stopped being live (kind promoted | activated | forced | deactivated),
+# written in the transaction that flips the active row; the newest row says why the live adapter is live
+activations = Table(
+    "activations",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("adapter", String(200)),  # NULL: the base model went live (a deactivation)
+    Column("kind", String(20), nullable=False),
+    Column("reason", Text),
+    Column("who", String(200)),
+    Column("promotion_id", Integer, ForeignKey("promotions.id", ondelete="SET NULL")),
+    _created(),
 )

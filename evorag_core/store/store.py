@@ -14,6 +14,7 @@ from evorag_core.store.episodes import EpisodeOps
 from evorag_core.store.judgments import JudgmentOps
 from evorag_core.store.migrate import MIGRATIONS_DIR, upgrade
 from evorag_core.store.pairs import PairOps
+from evorag_core.store.promotions import PromotionOps
 from evorag_core.store.round_logs import RoundLogOps
 from evorag_core.store.rounds import RoundOps
 from evorag_core.store.traces import TraceOps
@@ -23,7 +24,7 @@ __all__ = ["Store", "open_store"]
 
 
 class Store(DatasetOps, EpisodeOps, TraceOps, JudgmentOps, PairOps, RoundOps, RoundLogOps, AdapterOps,
-            UserOps, AnnotationOps):
+            UserOps, AnnotationOps, PromotionOps):
     """Plain methods returning typed dataclasses, each in its own short transaction.
 
     Errors: KeyError for an unknown id or name, ValueError for a bad argument, StoreError for a request the

@@ -90,10 +90,10 @@ def _run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]], limi
 
 
 def test_migration_creates_the_schema_of_the_models(url: str) -> None:
-    """A fresh database ends at head 0006 and the hand-written migrations match schema.py exactly."""
+    """A fresh database ends at head 0007 and the hand-written migrations match schema.py exactly."""
     with open_store(url) as s, s.engine.connect() as conn:
-        assert head_revisions() == ("0006",)
-        assert current_revisions(conn) == ("0006",)
+        assert head_revisions() == ("0007",)
+        assert current_revisions(conn) == ("0007",)
         assert TABLES <= set(inspect(conn).get_table_names())
         assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
 
@@ -114,7 +114,7 @@ def test_reopening_is_idempotent(url: str) -> None:
         pair_id = s.add_pair("p", "a", "b")
     for _ in range(2):
         with open_store(url) as s, s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0006"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0007"]
             assert s.get_pair(pair_id).prompt == "p"
             assert s.count_pairs() == {(): 1}
 
@@ -132,7 +132,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0099"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
@@ -182,7 +182,7 @@ def test_a_failing_migration_leaves_the_database_as_it_was(url: str, tmp_path: P
     with pytest.raises(StoreError, match="no_such_table"):
         open_store(url, script_location=broken)
     with open_store(url) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0006",)
+        assert current_revisions(conn) == ("0007",)
         assert "half_done" not in inspect(conn).get_table_names()
         assert "note" not in {c["name"] for c in inspect(conn).get_columns("pairs")}
 
@@ -205,7 +205,7 @@ def test_upgrade_from_an_existing_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
     with open_store(f"sqlite:///{path}") as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0006",)
+        assert current_revisions(conn) == ("0007",)
 
 
 def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(url: str) -> None:

@@ -1,0 +1,175 @@
+"""Gated promotion end to end on a real SQLite store with real evaluations (evorag_core/promotion/).
+
+Fast tests: the tiny 2-layer Llama (its tokenizer trained on the demo questions) as the policy, the agent on the
+first 8 demo questions. A real DPO round on inverted pairs queues its evaluation; the worker runs it like a round;
+the adapter, not shown better, stays staged with its report; activating it needs a reason, which is logged. The
+slow test uses the embedded SmolLM2 with the fixed-k reader, where a destroyed adapter really is worse: a candidate
+that beats it is promoted and hot-swapped into a running backend, and a worse one stays staged.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from evorag_core.adapters.files import read_adapter_meta
+from evorag_core.adapters.registry import activate, register_verified
+from evorag_core.config import apply_overrides, load_config
+from evorag_core.errors import AdapterError
+from evorag_core.lm.loading import base_model_id
+from evorag_core.promotion.gate import evaluate_candidate, promote
+from evorag_core.store import NewPair, open_store
+from tests.lora_adapters import random_adapter
+from tests.paths import DEMO
+from training.worker import WorkerOptions, process_one
+
+PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from training.tiny import build_tiny_model
+
+    texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)
+
+
+@pytest.fixture()
+def world(tmp_path, tiny):
+    torch.set_num_threads(1)
+    cfg = apply_overrides(load_config(), {
+        "policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1, "train.max_length": 96,
+        "train.lr": 1e-3, "train.batch_size": 2, "promotion.questions": "0:8", "promotion.min_n": 5})
+    store = open_store(f"sqlite:///{tmp_path / 'evorag.db'}")
+    yield cfg, tmp_path, store, base_model_id(str(tiny), tmp_path)
+    store.close()
+
+
+def _register(store, model, home: Path, name: str, base_id: str, **kw) -> None:
+    folder = random_adapter(model, home / "adapters" / name, base_id=base_id, **kw)
+    register_verified(store, name, folder, base_model_id=base_id, checksum=read_adapter_meta(folder)["sha256"])
+
+
+def test_a_round_queues_its_evaluation_and_an_adapter_not_shown_better_stays_staged(world):
+    """A DPO round on inverted pairs (chosen: a wrong answer, rejected: the search) registers r1-dpo and queues
+    job 2 (objective evaluate); the worker runs it: a report of r1-dpo against the base model (none is live), with
+    both sides' summaries on the 8 questions, the paired difference and the rule's verdict; the adapter is not live.
+    Activating it without a reason is refused (the base model stays live); with one it is live, logged "forced"
+    with the reason and the report. The evaluation cached both sides: evaluating again reads no model."""
+    cfg, home, store, base_id = world
+    store.add_pairs([NewPair(PROMPT.format(f"who founded town {i}"), f"ANSWER: nobody {i}", f"SEARCH: town {i} founder")
+                     for i in range(6)])
+    rid = store.enqueue_round("dpo", {"pairs": 6})
+    assert process_one(store, cfg, home, "w", WorkerOptions(lease_s=600)).status == "succeeded"
+    [job] = [r for r in store.list_rounds() if r.objective == "evaluate"]
+    assert job.id == rid + 1 and job.config["adapter"] == "r1-dpo" and job.config["against"] == "live"
+
+    done = process_one(store, cfg, home, "w", WorkerOptions(lease_s=600))
+    assert done.id == job.id and done.status == "succeeded", done.error
+    assert done.progress["phase"] == "evaluate base" and done.progress["step"] == done.progress["total"] == 16
+    [report] = store.list_promotions("r1-dpo")
+    assert report.round_id == job.id and report.against is None and report.metric == "f1"
+    assert done.metrics["promotion_id"] == report.id and done.metrics["activated"] is False
+    r = report.report
+    assert r["candidate"]["summary"]["n"] == r["against"]["summary"]["n"] == 8 == r["comparison"]["n"]
+    assert r["candidate"]["name"] == "r1-dpo" and r["against"]["name"] == "base"
+    lo, hi = r["candidate"]["f1_ci"]
+    assert lo <= r["candidate"]["summary"]["f1"] <= hi
+    assert report.passed is not True and report.verdict.split(":")[0] in ("worse", "not shown better")
+    assert store.active_adapter() is None
+
+    with pytest.raises(AdapterError, match="did not pass its evaluation .*needs a reason.*the base model stays live"):
+        activate(store, "r1-dpo", base_id)
+    assert store.active_adapter() is None
+    activate(store, "r1-dpo", base_id, reason="a demo for the reading group", who="ada")
+    why = store.last_activation()
+    assert (why.adapter, why.kind, why.reason, why.who, why.promotion_id) == (
+        "r1-dpo", "forced", "a demo for the reading group", "ada", report.id)
+
+    again = evaluate_candidate(store, cfg, home, "r1-dpo", against="base")
+    assert again.report["candidate"]["cached"] == again.report["against"]["cached"] == 8
+    assert again.report["comparison"]["f1"] == r["comparison"]["f1"]
+
+
+def test_a_cancelled_evaluation_stores_no_report_and_resumes_from_its_cache(world):
+    """The studio's Cancel on an evaluation job: the job stops at the next question, ends cancelled, and no report
+    is written; the questions it finished are not evaluated again by the next evaluation."""
+    cfg, home, store, base_id = world
+    _register(store, cfg.policy.model, home, "cand", base_id, seed=1)
+    rid = store.enqueue_round("evaluate", {"adapter": "cand"})
+
+    def run(job, st, on_progress):
+        from training.evaluate_round import run as evaluate_job
+
+        def cancel_after_three(entry):
+            if entry.get("step") == 3:
+                st.cancel_round(job.round_id)
+            on_progress(entry)
+        return evaluate_job(job, st, cancel_after_three)
+
+    done = process_one(store, cfg, home, "w", WorkerOptions(lease_s=600), run)
+    assert done.id == rid and done.status == "cancelled" and store.list_promotions() == []
+    row = evaluate_candidate(store, cfg, home, "cand")
+    assert row.report["candidate"]["cached"] == 3 and row.report["against"]["cached"] == 0
+
+
+def test_promote_needs_a_reason_without_a_passing_report_and_against_names_an_adapter(world):
+    """`promote` (evorag adapters promote): no report -> refused without a reason; with one -> forced. An evaluation
+    against a named adapter compares with it; against itself is refused."""
+    cfg, home, store, base_id = world
+    _register(store, cfg.policy.model, home, "a", base_id, seed=1)
+    _register(store, cfg.policy.model, home, "b", base_id, seed=2)
+    with pytest.raises(AdapterError, match="it has no promotion report"):
+        promote(store, "a", base_id)
+    assert promote(store, "a", base_id, reason="baseline for the study", who="ada").name == "a"
+    assert store.last_activation().kind == "forced"
+    row = evaluate_candidate(store, cfg, home, "b")  # against live = a
+    assert row.against == "a" and row.report["against"]["name"] == "a"
+    from evorag_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="against itself"):
+        evaluate_candidate(store, cfg, home, "b", against="b")
+
+
+@pytest.mark.slow  # the embedded SmolLM2: ~2 min of fixed-k reading on 30 demo questions, three times
+def test_a_better_adapter_is_promoted_and_hot_swapped_and_a_worse_one_stays_staged(tmp_path, lm_home):
+    """SmolLM2 reads with the fixed-k pipeline, spans ranked by the model's log-probabilities alone. "noisy" (every
+    LoRA B ~ N(0, 0.5²)) destroys the reader; an admin forces it live with a reason. "zero" (B = 0: the base
+    model's answers) is evaluated against the live noisy one: better, p < 0.05, so it is promoted (kind "promoted",
+    the report's id) and a running backend following the store (AdapterWatcher) swaps to it. "noisy2" is then
+    evaluated against zero: worse, so it stays staged and zero stays live."""
+    from evorag_core.adapters.watcher import AdapterWatcher
+    from evorag_core.lm.backends import policy_backend
+    from evorag_core.lm.loading import resolve_model
+
+    model_home = lm_home[0]
+    cfg = apply_overrides(load_config(), {
+        "policy.device": "cpu", "policy.threads": 1, "promotion.method": "fixed-k", "answer.ranker": "lm",
+        "promotion.questions": "0:30", "promotion.min_n": 20})
+    store = open_store(f"sqlite:///{tmp_path / 'evorag.db'}")
+    base_id = base_model_id("embedded", model_home)
+    folder = resolve_model("embedded", model_home)
+    _register(store, folder, tmp_path, "noisy", base_id, seed=1, scale=0.5)
+    _register(store, folder, tmp_path, "zero", base_id, seed=2, fill=0.0)
+    _register(store, folder, tmp_path, "noisy2", base_id, seed=3, scale=0.5)
+    activate(store, "noisy", base_id, reason="reproduce a bad deployment")
+    backend = policy_backend(cfg.policy, model_home)
+    watcher = AdapterWatcher(store, backend, min_interval_s=0.0)
+    assert watcher.poll(force=True) == "noisy"
+
+    better = evaluate_candidate(store, cfg, model_home, "zero")
+    assert better.against == "noisy" and better.passed is True, better.verdict
+    assert better.verdict.startswith("better: F1 +")
+    assert better.report["candidate"]["summary"]["f1"] > better.report["against"]["summary"]["f1"]
+    assert better.report["changed"] and {"question", "gold", "candidate", "against"} <= set(better.report["changed"][0])
+    why = store.last_activation()
+    assert (store.active_adapter().name, why.kind, why.promotion_id) == ("zero", "promoted", better.id)
+    assert watcher.poll(force=True) == "zero" and backend.active_adapter == "zero"
+
+    worse = evaluate_candidate(store, cfg, model_home, "noisy2")
+    assert worse.against == "zero" and worse.passed is False and worse.verdict.startswith("worse: F1 -")
+    assert worse.report["against"]["cached"] == 30  # zero's answers were read from its first evaluation
+    assert store.active_adapter().name == "zero"
+    store.close()
