@@ -14,6 +14,9 @@ CSS = """
   padding: 4px 6px; border-bottom: 2px solid var(--border-color-primary); white-space: nowrap; }
 .evo-table td { padding: 3px 6px; border-bottom: 1px solid var(--border-color-primary); vertical-align: top; }
 .evo-table td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.evo-table tr.evo-change-better td { background: rgba(44, 160, 44, 0.08); }  /* a promotion report's changed answers */
+.evo-table tr.evo-change-worse td { background: rgba(214, 39, 40, 0.08); }
+.evo-live-why { color: var(--body-text-color-subdued); }
 .evo-table td.pos { color: #127a2e; }
 .evo-table td.neg { color: #b3261e; }
 .evo-table td.zero { color: #999; }

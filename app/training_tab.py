@@ -23,6 +23,7 @@ from evorag_core.objectives import OBJECTIVES as REGISTRY
 
 from app import handlers, roles, views
 from app import training_fields as tf
+from app.handlers import promotion
 from app.handlers import training as th
 from app.services import Services
 from app.wiring import TIMER_SECONDS, on
@@ -103,30 +104,43 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
     gr.Markdown("### Rounds")
     rounds = gr.HTML(elem_id="evo-rounds-box")
     gr.Markdown("### Adapters")
+    gr.HTML(f'<div class="evo-note">Gated promotion: each new adapter is evaluated against the live model on '
+            f'{views.esc(svc.cfg.promotion.data)} ({views.esc(svc.cfg.promotion.questions or "all questions")}, '
+            f'{views.esc(svc.cfg.promotion.method)}); '
+            + ("one that passes goes live by itself." if svc.cfg.promotion.auto else "one that passes waits here.")
+            + " Activating one that did not pass needs a reason, which is logged.</div>")
     adapters = gr.HTML(elem_id="evo-adapters-box")
     with gr.Row():
         adapter_dd = gr.Dropdown(label="Adapter", choices=[], elem_id="evo-adapter-pick")
+        evaluate = gr.Button("Evaluate vs live", elem_id="evo-evaluate-adapter")
         activate = gr.Button("Activate", variant="primary", elem_id="evo-activate")
         base = gr.Button("Use base model", elem_id="evo-base")
         compare = gr.Button("Compare with base", elem_id="evo-compare-adapter")
         live = gr.HTML(elem_id="evo-live-box")
-    act_msg = gr.HTML()
+    reason = gr.Textbox(label="Reason (needed to activate an adapter whose evaluation did not pass; logged)",
+                        max_length=svc.cfg.studio.max_question_chars, elem_id="evo-activate-reason")
+    act_msg = gr.HTML(elem_id="evo-activate-msg")
+    report = gr.HTML(elem_id="evo-report-box")
+    curve = gr.Plot(label="Held-out learning curve", elem_id="evo-learning-curve")
 
     source, stage, data = fields["source"], fields["stage"], fields["data"]
 
     def refresh(shown: dict | None, obj: str, src: str, stg: str, dat: str, picked: Any,
-                log_picked: Any = th.LOG_NEWEST) -> tuple:
+                log_picked: Any = th.LOG_NEWEST, picked_adapter: str | None = None) -> tuple:
         """New values for the outputs that changed since the last refresh (gr.skip() for the others), so that a
         timer tick costs the browser nothing when nothing happened."""
         shown = dict(shown or {})
         view = handlers.training_view(svc)
-        live_html = f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
+        live_html = (f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
+                     + (f'<div class="evo-note" id="evo-live-reason">{views.esc(view.live_why)}</div>'
+                        if view.live_why else ""))
+        report_html = promotion.report_html(svc, picked_adapter)
         log_key, log_html = th.round_log(svc, th.log_round_id(log_picked, view.newest_id), shown.get("log"))
         fresh = {"progress": view.progress, "loss": (view.loss_key, view.loss_visible),
                  "kl": (view.kl_key, view.kl_visible), "charts": (view.charts_key, tuple(v for _, v in view.charts)),
                  "rounds": view.rounds, "adapters": view.adapters, "live": live_html, "names": view.adapter_names,
                  "cancellable": view.cancellable, "available": th.availability_text(svc, obj, src, stg, dat),
-                 "log": log_key, "log_choices": view.log_choices}
+                 "log": log_key, "log_choices": view.log_choices, "report": report_html, "curve": view.curve_key}
 
         def send(key: str, value: Any) -> Any:
             return value if shown.get(key, object()) != fresh[key] else gr.skip()
@@ -148,16 +162,17 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
         log_out = log_html if log_html is not None else gr.skip()  # no new line: nothing re-rendered
         log_pick_out = (gr.Dropdown(choices=view.log_choices) if shown.get("log_choices") != view.log_choices
                         else gr.skip())
+        curve_out = view.curve if shown.get("curve") != fresh["curve"] else gr.skip()
         return (send("progress", view.progress), loss_out, kl_out, *chart_outs, send("rounds", view.rounds),
                 send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
-                send("available", fresh["available"]), log_out, log_pick_out)
+                send("available", fresh["available"]), log_out, log_pick_out, send("report", report_html), curve_out)
 
     outs = [progress, loss, kl_plot, *metric_plots, rounds, adapters, adapter_dd, live, names_state, policy_dd,
-            cancel_dd, cancel, available, log_box, log_pick]
-    watched = [names_state, objective, source, stage, data, cancel_dd, log_pick]
+            cancel_dd, cancel, available, log_box, log_pick, report, curve]
+    watched = [names_state, objective, source, stage, data, cancel_dd, log_pick, adapter_dd]
     field_list = [fields[k] for k in tf.FIELD_KEYS]
 
-    def on_launch(obj, shown, picked, log_picked, request: gr.Request, *values):
+    def on_launch(obj, shown, picked, log_picked, picked_adapter, request: gr.Request, *values):
         roles.require(svc, request, "train")  # the server's check: a hidden button is not a permission
         round_id = None
         given = dict(zip(tf.FIELD_KEYS, values))
@@ -167,8 +182,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             round_id = done.round_id
         except (ValueError, EvoRagError) as exc:  # refused (nothing available, a bad value or file): said where
             msg = views.message_html(str(exc), "error")  # the user looks
-        return (msg, *refresh(shown, obj, given["source"], given["stage"], given["data"], picked, log_picked),
-                round_id)
+        return (msg, *refresh(shown, obj, given["source"], given["stage"], given["data"], picked, log_picked,
+                              picked_adapter), round_id)
 
     def on_objective(obj, src, stg, dat):
         """Show the objective's fields, hide the others; its own defaults; its availability line."""
@@ -184,26 +199,41 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
             return gr.skip(), gr.skip()
         return "", None
 
-    def on_cancel(picked, shown, obj, src, stg, dat, log_picked, request: gr.Request):
+    def on_cancel(picked, shown, obj, src, stg, dat, log_picked, picked_adapter, request: gr.Request):
         roles.require(svc, request, "train")
         msg = th.cancel_round(svc, picked)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked, picked_adapter))
 
-    def on_activate(name, shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
+    def on_activate(name, why, shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
         roles.require(svc, request, "adapters")
-        msg = handlers.activate_adapter(svc, name)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
+        try:
+            msg, kind, why = handlers.activate_adapter(svc, name, why, roles.session_user(request)), "ok", ""
+        except (ValueError, EvoRagError) as exc:  # refused (corrupt, or the gate said no and no reason): said here
+            msg, kind, why = str(exc), "error", gr.skip()
+        return (views.message_html(msg, kind), why, *refresh(shown, obj, src, stg, dat, picked, log_picked, name))
 
-    def on_base(shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
+    def on_evaluate(name, shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
         roles.require(svc, request, "adapters")
-        msg = handlers.use_base_model(svc)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked))
+        try:
+            msg, kind = promotion.queue_evaluation(svc, name), "ok"
+        except (ValueError, KeyError, EvoRagError) as exc:
+            msg, kind = str(exc).strip("'\""), "error"
+        return (views.message_html(msg, kind), *refresh(shown, obj, src, stg, dat, picked, log_picked, name))
+
+    def on_base(shown, obj, src, stg, dat, picked, log_picked, picked_adapter, request: gr.Request):
+        roles.require(svc, request, "adapters")
+        msg = handlers.use_base_model(svc, roles.session_user(request))
+        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked, picked_adapter))
 
     launched = gr.State(None)  # the round the launch message is about
-    on(launch.click, on_launch, [objective, names_state, cancel_dd, log_pick, *field_list], [launch_msg, *outs, launched])
-    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage, data, log_pick], [cancel_msg, *outs])
+    on(launch.click, on_launch, [objective, names_state, cancel_dd, log_pick, adapter_dd, *field_list],
+       [launch_msg, *outs, launched])
+    on(cancel.click, on_cancel, [cancel_dd, names_state, objective, source, stage, data, log_pick, adapter_dd],
+       [cancel_msg, *outs])
     on(log_pick.input, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
-    on(activate.click, on_activate, [adapter_dd, *watched], [act_msg, *outs])
+    on(adapter_dd.input, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
+    on(activate.click, on_activate, [adapter_dd, reason, *watched[:-1]], [act_msg, reason, *outs])
+    on(evaluate.click, on_evaluate, [adapter_dd, *watched[:-1]], [act_msg, *outs])
     on(base.click, on_base, watched, [act_msg, *outs])
     on(objective.change, on_objective, [objective, source, stage, data], [summary, *field_list, available],
        quiet=True, show_progress="hidden", api_visibility="private")

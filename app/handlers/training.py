@@ -12,12 +12,13 @@ import plotly.graph_objects as go
 
 from evorag_core.config import apply_overrides
 from evorag_core.errors import EvoRagError
-from evorag_core.objectives import OBJECTIVES as OBJECTIVES_ALL, STUDIO_OBJECTIVES
+from evorag_core.objectives import EVALUATE_JOB, OBJECTIVES as OBJECTIVES_ALL, STUDIO_OBJECTIVES
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from app import round_progress, views
 from app import training_fields as tf
 from app.services import Services
+from app.handlers import promotion
 from app.handlers.common import none_if_all, short
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class TrainingView:
     loss_visible: bool = True  # hidden for objectives that log no loss (DynaKrag) unless one was reported
     charts: tuple[tuple[go.Figure, bool], ...] = ()  # MAX_CHARTS (figure, shown): the newest round's own metrics
     charts_key: tuple = ()  # equal keys mean identical charts
+    live_why: str = ""  # why the live model is live (promoted / forced with its reason / activated ...)
+    curve: go.Figure | None = None  # held-out learning curve over the promotion reports
+    curve_key: tuple = ()  # the reports drawn: equal keys mean an identical curve
 
 
 @dataclass(frozen=True)
@@ -334,7 +338,11 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
     for r in rounds:
         m = r.metrics or {}
         summary = ", ".join(f"{k}={m[k]:.4g}" if isinstance(m[k], float) else f"{k}={m[k]}" for k in _key_metrics([m]))
-        if m.get("adapter"):
+        if r.objective == EVALUATE_JOB:  # gated promotion's job: what it evaluated, and the verdict
+            target = r.config.get("adapter", "?")
+            summary = (f"{m['evaluated']}: {m['verdict']}" + (" → live" if m.get("activated") else "")
+                       if m.get("verdict") else f"evaluate {target} vs {r.config.get('against', 'live')}")
+        elif m.get("adapter"):
             summary = f"adapter {m['adapter']}" + (f", {summary}" if summary else "")
         elif m.get("controller"):
             summary = f"controller {Path(m['controller']).name}/" + (f", {summary}" if summary else "")
@@ -347,18 +355,26 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
                                    round_rows, table_id="evo-rounds", empty="No rounds yet.")
     adapters = store.list_adapters()
     keys = _key_metrics([a.metrics for a in adapters])
+    reports, pending = store.latest_promotions(), promotion.evaluating(store)
     adapter_rows = [[("● " if a.active else "") + a.name, a.objective or "", a.round_id or "",
+                     *promotion.heldout_cells(a, reports.get(a.name), pending),
                      *[(a.metrics or {}).get(k, "") for k in keys], a.created_at.strftime("%Y-%m-%d %H:%M")]
                     for a in adapters]
-    adapters_html = views.table_html(["adapter", "objective", "round", *keys, "created"], adapter_rows,
-                                     table_id="evo-adapters", empty="No adapters yet: a finished round registers one.")
+    adapters_html = views.table_html(["adapter", "objective", "round", *promotion.HELDOUT_HEADERS, *keys, "created"],
+                                     adapter_rows, table_id="evo-adapters",
+                                     empty="No adapters yet: a finished round registers one.")
     live = next((a.name for a in adapters if a.active), "base model")
+    why = store.last_activation()
+    live_why = promotion.live_reason(why, store.get_promotion(why.promotion_id) if why and why.promotion_id else None)
+    all_reports = store.list_promotions()
+    curve = promotion.learning_curve(all_reports)
+    curve_key = tuple(r.id for r in all_reports)
     cancellable = [(f"#{r.id} {r.objective} · {r.status_label}", r.id) for r in rounds
                    if r.status in ("queued", "running")]
     log_choices = [("newest round", LOG_NEWEST), *[(f"#{r.id} {r.objective}", str(r.id)) for r in rounds]]
     return TrainingView(progress, loss, rounds_html, adapters_html, [a.name for a in adapters], live, loss_key, kl,
                         kl_key, kl_visible, cancellable, newest.id if newest is not None else None, log_choices,
-                        loss_visible, charts, charts_key)
+                        loss_visible, charts, charts_key, live_why, curve, curve_key)
 
 
 def log_round_id(picked: Any, newest_id: int | None) -> int | None:
@@ -477,21 +493,11 @@ def _merge_kl(rows: list[dict[str, float]], r: Round) -> None:
             rows.append(row)
 
 
-def activate_adapter(svc: Services, name: str | None) -> str:
-    """Verify adapter `name` (files, checksum, base model of the studio's policy model) and make it live, through the
-    registry's one activation path; a corrupt, missing or incompatible adapter raises AdapterError (the page shows
-    it) and the live adapter stays as it was, in the store and in the model."""
-    if not name:
-        raise ValueError("choose an adapter to activate")
-    from evorag_core.adapters.registry import activate  # peft and safetensors: what loading an adapter imports anyway
-    from evorag_core.lm.loading import base_model_id
-
-    a = activate(svc.store(), name, base_model_id(svc.cfg.policy.model, svc.home))
-    return f"Adapter {a.name} is live: new episodes with the 'LM · live adapter' policy use it."
+activate_adapter = promotion.activate_adapter  # the Adapters panel's Activate (with a reason when the gate said no)
 
 
-def use_base_model(svc: Services) -> str:
-    svc.store().deactivate_adapters()
+def use_base_model(svc: Services, who: str | None = None) -> str:
+    svc.store().deactivate_adapters(who=who)
     return "No adapter is active: new LM episodes use the base model."
 
 
@@ -513,7 +519,11 @@ def header_status(svc: Services) -> str:
     else:
         active = store.active_adapter()
         name = active.name if active is not None else "base model"
-        parts.append(f'live adapter: <b id="evo-live-adapter">{views.esc(name)}</b>')
+        why = store.last_activation()
+        reason = promotion.live_reason(why, store.get_promotion(why.promotion_id) if why and why.promotion_id else None)
+        parts.append(f'live adapter: <b title="{views.esc(reason)}" id="evo-live-adapter">{views.esc(name)}</b>'
+                     + (f' <span class="evo-live-why" id="evo-live-why">({views.esc(short(reason, 90))})</span>'
+                        if why is not None else ""))
         pairs = store.count_pairs("status")
         parts.append('pairs: <span id="evo-header-pairs">' + ", ".join(
             f'<b data-status="{s}">{pairs.get(s, 0)}</b> {s}' for s in ("queued", "claimed", "consumed")) + "</span>")
