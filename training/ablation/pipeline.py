@@ -389,6 +389,7 @@ def _round(plan: AblationPlan, cfg: Config, variant: Variant, seed: int) -> dict
     from training.worker import WorkerOptions, new_worker_id, process_one
 
     values: dict[str, Any] = {"reference": "base", "seed": seed, "max_steps": plan.max_steps or None}
+    cfg = replace(cfg, promotion=replace(cfg.promotion, evaluate=False))  # the ablation evaluates every row itself
     with open_store(_store_url(plan, variant)) as store:
         if plan.objective == "dpo":
             values["pairs"] = 100_000  # every pair the variant's scoring produced
