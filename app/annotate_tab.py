@@ -145,7 +145,8 @@ def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> Annotat
 
     def on_command(value, typed, request: gr.Request):
         roles.require(svc, request, "label")
-        view = ha.run_command(svc, _who(typed, request), value)
+        admin = roles.user_role(svc, request) == "admin"
+        view = ha.run_command(svc, _who(typed, request), value, admin=admin)
         return view.item, view.progress, view.message
 
     on(command.change, on_command, [command, annotator], shown, show_progress="hidden", trigger_mode="always_last")

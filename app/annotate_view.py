@@ -78,9 +78,11 @@ def empty_html(reason: str) -> str:
 
 
 def progress_html(p: AnnotationProgress) -> str:
-    return (f'<span class="evo-ann-progress" data-done="{p.done}" data-open="{p.open}" '
-            f'data-queue-done="{p.queue_done}" data-queue-total="{p.queue_total}">You: <b>{p.done}</b> done, '
-            f'{p.open} open · Queue: <b>{p.queue_done}</b> / {p.queue_total} items complete</span>')
+    """An annotator's progress: items labelled (skips apart: a skipped item is not labelled) and open; the queue's."""
+    skipped = f", {p.skipped} skipped" if p.skipped else ""
+    return (f'<span class="evo-ann-progress" data-done="{p.done}" data-skipped="{p.skipped}" data-open="{p.open}" '
+            f'data-queue-done="{p.queue_done}" data-queue-total="{p.queue_total}">You: <b>{p.done}</b> labelled'
+            f'{skipped}, {p.open} open · Queue: <b>{p.queue_done}</b> / {p.queue_total} items complete</span>')
 
 
 def labels_html(labels: Sequence[Any], candidates: Sequence[Mapping[str, Any]]) -> str:

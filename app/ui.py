@@ -15,10 +15,11 @@ from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
 from app import (annotate_tab, arena_tab, compare_tab, dynakrag_tab, episode_tab, event_roles, handlers, r2ag_tab,
                  roles, traces_tab, training_tab, views)
 from app.episode_tab import Reload
+from app.handlers import annotate as annotate_handlers
 from app.services import Services
 from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
 
-__all__ = ["build_ui", "HIDE_TABS_JS"]
+__all__ = ["build_ui", "page_header", "HIDE_TABS_JS"]
 
 # the tab buttons a role sees (the handlers refuse the rest on the server: app/roles.py). A style rule keyed on each
 # button's data-tab-id, not an inline style on the button: Gradio reuses a button element for another tab when the
@@ -82,9 +83,10 @@ def build_ui(svc: Services) -> gr.Blocks:
 
         header_shown = gr.State(("", ""))
 
-        def tick(last):
-            """The header and the Episode tab's pairs count, sent only when they changed."""
-            fresh = (handlers.header_status(svc), handlers.pairs_count_html(svc))
+        def tick(last, request: gr.Request):
+            """The header and the Episode tab's pairs count (an admin's), sent only when they changed."""
+            role = roles.user_role(svc, request)
+            fresh = (page_header(svc, request, role), handlers.pairs_count_html(svc) if role == "admin" else "")
             sent = tuple(new if new != old else gr.skip() for new, old in zip(fresh, last or ("", "")))
             return (*sent, fresh)
 
@@ -100,7 +102,7 @@ def build_ui(svc: Services) -> gr.Blocks:
             shown = [gr.Tab(visible=admin) for _ in admin_tabs]  # the page shows what the role may do ...
             review = gr.Tab(visible=roles.allowed(svc, request, "review"))
             picked = gr.Tabs() if admin else gr.Tabs(selected="annotate")  # ... the handlers refuse the rest
-            return (handlers.header_status(svc), box, gr.Dropdown(choices=handlers.policy_options(svc)),
+            return (page_header(svc, request, role), box, gr.Dropdown(choices=handlers.policy_options(svc)),
                     handlers.pairs_count_html(svc), *shown, review, picked, role)
 
         role_box = gr.Textbox(visible="hidden", elem_id="evo-role")
@@ -112,6 +114,14 @@ def build_ui(svc: Services) -> gr.Blocks:
         first_fn, first_in, first_out = annotation.first_item
         on(loaded.then, first_fn, first_in, first_out, api_visibility="private")
     return event_roles.check_roles(demo, svc)
+
+
+def page_header(svc: Services, request: gr.Request | None, role: str) -> str:
+    """The header for the session's user of `role`: an admin's shows the live adapter, pairs, rounds and worker; an
+    annotator's or reviewer's only their name, role and own progress."""
+    if role == "admin":
+        return handlers.header_status(svc)
+    return annotate_handlers.member_header(svc, roles.session_user(request) or roles.LOCAL_USER, role)
 
 
 def _pairs_tab(svc: Services, demo: gr.Blocks) -> Reload:

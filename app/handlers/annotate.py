@@ -16,7 +16,12 @@ from app import views
 from app.services import Services
 
 __all__ = ["AnnotateView", "ReviewView", "Command", "parse_command", "next_item", "run_command", "review_list",
-           "review_item", "resolve", "agreement_line", "parse_picks"]
+           "review_item", "resolve", "agreement_line", "parse_picks", "member_header", "EMPTY_QUEUE", "ADMIN_HINT"]
+
+EMPTY_QUEUE = ("Nothing left for you to label right now: you have labelled or skipped every item open to you. "
+               "New items show up here as they are added; an item someone else left unfinished comes back too.")
+ADMIN_HINT = (" (Admins queue items with `evorag annotate import`, `evorag annotate from-rollouts` or the Episode "
+              "tab's \"Send this state to the queue\".)")
 
 
 @dataclass(frozen=True)
@@ -68,20 +73,31 @@ def _settings(svc: Services) -> tuple[int, float]:
     return svc.cfg.annotate.annotators_per_item, float(svc.cfg.annotate.lease_seconds)
 
 
-def _view(svc: Services, who: str, item: AnnotationItem | None, message: str = "", kind: str = "ok") -> AnnotateView:
+def _view(svc: Services, who: str, item: AnnotationItem | None, message: str = "", *,
+          admin: bool = False) -> AnnotateView:
     per_item, _ = _settings(svc)
     progress = av.progress_html(svc.store().annotation_progress(who, per_item=per_item))
-    html = av.item_html(item) if item is not None else av.empty_html(
-        "Nothing left for you in the queue. New items come from `evorag annotate import`, `evorag annotate "
-        "from-rollouts` or the Episode tab's \"Send this state to the queue\".")
-    return AnnotateView(item.id if item else None, html, progress, views.message_html(message, kind) if message else "")
+    html = av.item_html(item) if item is not None else av.empty_html(EMPTY_QUEUE + (ADMIN_HINT if admin else ""))
+    return AnnotateView(item.id if item else None, html, progress, views.message_html(message, "ok") if message else "")
 
 
-def next_item(svc: Services, who: str, message: str = "") -> AnnotateView:
-    """The item `who` works on now (their leased one, else a new claim)."""
+def next_item(svc: Services, who: str, message: str = "", *, admin: bool = False) -> AnnotateView:
+    """The item `who` works on now (their leased one, else a new claim); an empty queue says so in words, with the
+    commands that fill it only for an admin."""
     per_item, lease_s = _settings(svc)
     item = svc.store().claim_annotation_item(who, per_item=per_item, lease_s=lease_s)
-    return _view(svc, who, item, message)
+    return _view(svc, who, item, message, admin=admin)
+
+
+def member_header(svc: Services, who: str, role: str) -> str:
+    """The page header of an annotator or reviewer: who they are and their own progress (an admin's header, with
+    the live adapter, rounds and worker, is `handlers.header_status`)."""
+    per_item, _ = _settings(svc)
+    p = svc.store().annotation_progress(who, per_item=per_item)
+    skipped = f", {p.skipped} skipped" if p.skipped else ""
+    return (f'<div class="evo-header-status" id="evo-member-header" data-role="{views.esc(role)}">'
+            f'<b>{views.esc(who)}</b> ({views.esc(role)}) · you have labelled <b>{p.done}</b> '
+            f'item{"" if p.done == 1 else "s"}{skipped}; {p.open} open to you</div>')
 
 
 def _decision(item: AnnotationItem, cmd: Command) -> tuple[str, list[list[int]] | None]:
@@ -122,18 +138,19 @@ def _label(svc: Services, who: str, cmd: Command) -> str:
     return f"Item #{item.id}: {'skipped' if decision == 'skip' else 'saved'}."
 
 
-def run_command(svc: Services, who: str, value: str | None) -> AnnotateView:
-    """Apply a command of the page's keys and return what to show next."""
+def run_command(svc: Services, who: str, value: str | None, *, admin: bool = False) -> AnnotateView:
+    """Apply a command of the page's keys and return what to show next (`admin`: the empty queue names the commands
+    that fill it)."""
     cmd = parse_command(value)
     if cmd is None or cmd.verb == "next":
-        return next_item(svc, who)
+        return next_item(svc, who, admin=admin)
     if cmd.verb == "undo":
         _, lease_s = _settings(svc)
         item = svc.store().undo_last_label(who, lease_s=lease_s)
         if item is None:
-            return next_item(svc, who, "Nothing to undo.")
+            return next_item(svc, who, "Nothing to undo.", admin=admin)
         return _view(svc, who, item, f"Undone: item #{item.id} is back; label it again.")
-    return next_item(svc, who, _label(svc, who, cmd))
+    return next_item(svc, who, _label(svc, who, cmd), admin=admin)
 
 
 # -- review ------------------------------------------------------------------------------------------------------

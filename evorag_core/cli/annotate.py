@@ -1,4 +1,5 @@
-"""`evorag annotate import FILE | from-rollouts | export --out F [--min-agreement X] [--format trl|hf] | status`:
+"""`evorag annotate import FILE | from-rollouts | export --out F [--min-agreement X] [--format trl|hf]
+[--include-disagreements] | status`:
 the annotation queue the studio's Annotate tab works through (evorag_core/store/annotations.py).
 
 - `import FILE`: JSON lines, one item each (evorag_core/pairs/annotation_items.py documents them); a malformed line
@@ -6,12 +7,15 @@ the annotation queue the studio's Annotate tab works through (evorag_core/store/
 - `from-rollouts [--data FILE] [--run NAME]`: an item per stored rollout state with 2+ sibling candidates (and a
   refusal item per judged step); run again, it adds only states not queued yet.
 - `export --out F`: the labels as preference pairs (TRL JSON lines, or a Hugging Face `datasets` folder with
-  `--format hf`); `evorag pairs import F` queues a TRL file for training.
+  `--format hf`); `evorag pairs import F` queues a TRL file for training. Agreeing annotators give each pair once;
+  unresolved disagreements are left out, and the message says how many (`--include-disagreements` writes their
+  possibly contradictory pairs, with a warning on stderr).
 - `status`: items, labels, per-annotator counts and agreement (pairwise, Cohen's and Fleiss' kappa).
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from evorag_core.cli.common import DEFAULT_DATA, add_common, config_from_args, home_from_args, print_json
@@ -35,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     exp.add_argument("--format", choices=["trl", "hf"], default="trl")
     exp.add_argument("--min-agreement", type=float, default=None, metavar="X",
                      help="only items with 2+ labels agreeing at least X (0..1); resolved items always")
+    exp.add_argument("--include-disagreements", action="store_true",
+                     help="also write the pairs of unresolved disagreements (they may contradict each other)")
     status = actions.add_parser("status", help="items, labels and agreement")
     for q in (imp, rol, exp, status):
         add_common(q, data=False)
@@ -80,9 +86,22 @@ def _export(args, store):
     x = args.min_agreement
     if x is not None and not 0.0 <= x <= 1.0:
         raise ConfigError(f"--min-agreement must be between 0 and 1; got {x}")
-    n = export_annotations(store, args.out, fmt=args.format, min_agreement=x)
-    return ({"pairs": n, "out": str(args.out), "format": args.format, "min_agreement": x},
-            f"wrote {n} pairs to {args.out} ({args.format})")
+    report = export_annotations(store, args.out, fmt=args.format, min_agreement=x,
+                                include_disagreements=args.include_disagreements)
+    message = f"wrote {report.pairs} pairs to {args.out} ({args.format})"
+    if report.left_out:
+        message += (f"; left out {_items(report.left_out)} whose annotators disagree and no reviewer resolved "
+                    "(resolve them in the studio's Review tab, or pass --include-disagreements)")
+    if report.included:
+        print(f"warning: the export includes the pairs of {_items(report.included)} whose annotators disagree and "
+              "no reviewer resolved: they may contradict each other", file=sys.stderr)
+    return ({"pairs": report.pairs, "left_out_disagreements": report.left_out,
+             "included_disagreements": report.included, "out": str(args.out), "format": args.format,
+             "min_agreement": x}, message)
+
+
+def _items(n: int) -> str:
+    return f"{n} item{'s' if n != 1 else ''}"
 
 
 def _status(args, store):

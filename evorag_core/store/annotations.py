@@ -215,20 +215,23 @@ class AnnotationOps(StoreBase):
             return _item(conn, item_id)
 
     def annotation_progress(self, annotator: str, *, per_item: int, now: datetime | None = None) -> AnnotationProgress:
-        """Labels `annotator` gave (skips included) and items still open to them; the queue's complete items (as
-        many labels as `per_item`, or resolved) of all items."""
+        """Items `annotator` labelled (a skip is no label: counted apart), skipped, and still open to them; the
+        queue's complete items (as many labels as `per_item`, or resolved) of all items."""
         now = now or utcnow()
         n_labels = _counted_labels(items.c.id).scalar_subquery()
         complete = (n_labels >= per_item) | items.c.resolved_at.isnot(None)
         mine = exists().where(labels.c.item_id == items.c.id, labels.c.annotator == annotator)
         with self._read() as conn:
-            done = conn.scalar(select(func.count()).select_from(labels).where(labels.c.annotator == annotator))
+            given = dict(conn.execute(select(labels.c.decision, func.count()).where(
+                labels.c.annotator == annotator).group_by(labels.c.decision)).all())
             open_ = conn.scalar(select(func.count()).select_from(items).where(
                 items.c.resolved_at.is_(None), ~mine,
                 n_labels + _live_leases(items.c.id, now, other_than=annotator).scalar_subquery() < per_item))
             total = conn.scalar(select(func.count()).select_from(items))
             finished = conn.scalar(select(func.count()).select_from(items).where(complete))
-        return AnnotationProgress(int(done or 0), int(open_ or 0), int(finished or 0), int(total or 0))
+        skipped = int(given.pop("skip", 0))
+        return AnnotationProgress(int(sum(given.values())), int(open_ or 0), int(finished or 0), int(total or 0),
+                                  skipped=skipped)
 
     def annotation_counts(self) -> dict[str, int]:
         """Items by kind, labels by decision, resolved items and live leases (for `evorag annotate status`)."""

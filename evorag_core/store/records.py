@@ -345,10 +345,11 @@ class AnnotationLabel:
 
 @dataclass(frozen=True)
 class AnnotationProgress:
-    """An annotator's progress (labels given, items still open to them) and the queue's (items with all their
-    labels or resolved, of all items)."""
+    """An annotator's progress (items labelled, items still open to them, items skipped: not labelled) and the
+    queue's (items with all their labels or resolved, of all items)."""
 
-    done: int
+    done: int  # items labelled (rank, tie or a refusal verdict); skips are not counted
     open: int
     queue_done: int
     queue_total: int
+    skipped: int = 0

@@ -45,8 +45,37 @@ def test_keys_label_the_queue_and_undo_brings_the_last_back(svc: Services) -> No
     assert svc.store().annotation_labels(a)[0].ranking == [[0, 2], [1]]
     ha.run_command(svc, "ann", "undo|||4")
     ha.run_command(svc, "ann", f"tie|{a}||5")
-    ha.run_command(svc, "ann", f"skip|{b}||6")
-    assert 'data-done="2"' in ha.next_item(svc, "ann").progress
+    view = ha.run_command(svc, "ann", f"skip|{b}||6")
+    # #46: a skip is no label: 1 labelled (the tie), 1 skipped (before: "2 done")
+    assert 'data-done="1"' in view.progress and 'data-skipped="1"' in view.progress
+    assert "You: <b>1</b> labelled, 1 skipped, 0 open" in view.progress
+
+
+def test_an_empty_queue_says_so_in_words_and_names_commands_only_to_an_admin(svc: Services) -> None:
+    """#46: an annotator's empty queue showed `evorag annotate import` / `from-rollouts` hints."""
+    view = ha.next_item(svc, "ann")
+    assert view.item_id is None and "Nothing left for you to label right now" in view.item
+    assert "evorag" not in view.item and "`" not in view.item
+    assert "evorag annotate import" in ha.run_command(svc, "boss", "next|||1", admin=True).item
+
+
+def test_an_annotators_header_shows_who_they_are_and_their_progress_not_admin_internals(svc: Services) -> None:
+    """#46: annotators saw the admin header (live adapter, pairs, rounds, worker pid). ann labels 1 item and skips
+    1 of 3: "ann (annotator) · you have labelled 1 item, 1 skipped; 1 open to you"; an admin still gets the
+    admin header."""
+    from app.ui import page_header
+
+    a, b, c = svc.store().add_annotation_items([NewAnnotationItem("preference", PREF)] * 3)
+    ha.next_item(svc, "ann")
+    ha.run_command(svc, "ann", f"tie|{a}||1")
+    ha.run_command(svc, "ann", f"skip|{b}||2")
+    svc.auth_users = {"ann": "annotator", "boss": "admin"}
+    header = page_header(svc, SimpleNamespace(username="ann"), "annotator")
+    assert "<b>ann</b> (annotator) · you have labelled <b>1</b> item, 1 skipped; 1 open to you" in header
+    for internal in ("adapter", "rounds", "worker", "pairs", "pid"):
+        assert internal not in header
+    admin = page_header(svc, SimpleNamespace(username="boss"), "admin")
+    assert "live adapter" in admin and "rounds" in admin
 
 
 def test_a_refusal_label_becomes_an_override_of_its_step(svc: Services) -> None:

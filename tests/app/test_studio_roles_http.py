@@ -157,7 +157,8 @@ def test_an_annotator_reads_nothing_of_the_admin_tabs_through_any_event(studio):
 
 def test_the_admin_still_gets_the_admin_tabs_and_an_annotator_the_page_shell(studio):
     """Control for the test above: the page load the annotator joined gives the admin the policy choices (an
-    Episode-tab output) and the annotator the role and the login name in the header's box."""
+    Episode-tab output) and the annotator the role and the login name in the header's box, and a header of their
+    own (#46)."""
     loads = {}
     for user, password in (("boss", "boss password"), ("ann", "ann password")):
         cookie = _login(studio, user, password)
@@ -167,9 +168,15 @@ def test_the_admin_still_gets_the_admin_tabs_and_an_annotator_the_page_shell(stu
         message = _run_event(studio, cookie, load["id"], _inputs(config, load), None)
         loads[user] = dict(zip(load["outputs"], message["output"]["data"]))
         loads[user + ".role"] = loads[user][role_box]
+        header = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == "evo-header")
+        loads[user + ".header"] = json.dumps(loads[user][header])
     assert loads["boss.role"] in ("admin", {"__type__": "update", "value": "admin"})
     assert loads["ann.role"] in ("annotator", {"__type__": "update", "value": "annotator"})
     assert sum(not _no_op(v) for v in loads["boss"].values()) > sum(not _no_op(v) for v in loads["ann"].values())
+    # #46: the annotator's header says who they are and their progress, not the admin's live adapter, rounds, worker
+    assert "live adapter" in loads["boss.header"] and "worker" in loads["boss.header"]
+    assert "<b>ann</b> (annotator)" in loads["ann.header"], loads["ann.header"]
+    assert not any(word in loads["ann.header"] for word in ("adapter", "rounds", "worker", "pairs"))
 
 
 def _upload(base: str, cookie: str) -> int:

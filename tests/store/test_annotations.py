@@ -64,6 +64,8 @@ def test_skip_passes_the_item_on_and_undo_brings_the_last_back(store: Store) -> 
     store.claim_annotation_item("ann", per_item=1, lease_s=60)
     store.label_annotation_item(a, "ann", "skip", per_item=1)
     assert store.claim_annotation_item("bob", per_item=1, lease_s=60).id == a  # a skip is not a label
+    progress = store.annotation_progress("ann", per_item=1)  # #46: nor is it counted as labelled
+    assert (progress.done, progress.skipped, progress.open) == (0, 1, 1)  # open: b (a went to bob)
     assert store.claim_annotation_item("ann", per_item=1, lease_s=60).id == b
     store.label_annotation_item(b, "ann", "rank", [[0], [1]], per_item=1)
     assert store.undo_last_label("ann", lease_s=60).id == b
