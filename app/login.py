@@ -2,10 +2,11 @@
 
 Gradio (6.x) calls `auth(username, password)` from its /login route without the request, so the client address is
 not visible there: `LoginGuard`, an ASGI middleware given to Gradio's FastAPI app, reads the form's username and the
-client address, asks the `LoginLimiter` first and answers 429 "too many failed logins ... wait N s" (with
-Retry-After) without checking the password once the name from this address, the address, or the name from anywhere
-but its known-good addresses is over its limit; Gradio's own reply (200, or 400 for wrong credentials) tells the
-limiter the outcome. The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at
+client address, asks the `LoginLimiter` first and answers 429 (with Retry-After, and a detail that says who is
+locked out and for how long: `app.login_page.lockout_message`) without checking the password once the name from
+this address, the address, or the name from anywhere but its known-good addresses is over its limit; Gradio's own
+reply (200, or 400 for wrong credentials) tells the limiter the outcome. Gradio's login form shows nothing for a
+429, so `LoginGuard` also adds a script to the page that shows that detail (app/login_page.py). The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at
 most two at a time, so a burst of logins neither stalls the event loop nor the machine.
 
 `UploadGuard`, another middleware, answers 403 to POST /gradio_api/upload unless the session's user (Gradio's login
@@ -30,6 +31,8 @@ from starlette.requests import Request
 from evorag_core.auth.limiter import LoginLimiter
 from evorag_core.auth.passwords import check_password, check_unknown_user
 from evorag_core.auth.users_file import FileUser
+
+from app.login_page import lockout_message, serve_with_script
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -96,6 +99,9 @@ class LoginGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and _is_route(scope, ""):
+            await serve_with_script(self.app, scope, receive, send)  # the page: says so when a login is refused
+            return
         if scope["type"] != "http" or scope["method"] != "POST" or not _is_route(scope, "/login"):
             await self.app(scope, receive, send)
             return
@@ -106,10 +112,11 @@ class LoginGuard:
 
         user = await _form_username(scope, _replay(body, receive))
         address = (scope.get("client") or ("unknown",))[0]
-        wait = self.limiter.attempt(user, address)
-        if wait:
-            await _reply(send, 429, f"too many failed logins for this user or address: wait {wait:.0f} s and try "
-                                    "again", {"retry-after": f"{wait:.0f}"})
+        refusal = self.limiter.admit(user, address)
+        if refusal is not None:
+            wait = f"{refusal.wait_s:.0f}"
+            await _reply(send, 429, lockout_message(refusal, user), {"retry-after": wait},
+                         locked_out=refusal.scope, retry_after_s=int(wait))
             return
 
         async def watch(message: dict) -> None:
@@ -195,8 +202,8 @@ async def _form_username(scope: dict, receive: Callable) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-async def _reply(send: Callable, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode("utf-8")
+async def _reply(send: Callable, status: int, detail: str, headers: dict[str, str] | None = None, **extra) -> None:
+    body = json.dumps({"detail": detail, **extra}).encode("utf-8")
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})

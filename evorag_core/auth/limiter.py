@@ -10,8 +10,9 @@
 Every attempt counts as a failure from the moment it is let through (`attempt`), so parallel guesses cannot slip in
 before the first ones are judged; `succeeded` then takes it back, forgets the (name, address) failures and marks the
 address known-good for the name. Once a limit is reached, further attempts are refused without checking the password
-until the oldest of those failures is `window_s` old: `attempt` returns the seconds to wait. Names count whether or
-not they exist. The clock is injectable (a monotonic one by default).
+until the oldest of those failures is `window_s` old: `attempt` returns the seconds to wait, `admit` a `Refusal`
+that also says which limit refused (for the login page's message). Names count whether or not they exist. The
+clock is injectable (a monotonic one by default).
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["LoginLimits", "LoginLimiter"]
+__all__ = ["LoginLimits", "LoginLimiter", "Refusal"]
 
 Key = tuple[str, ...]  # ("pair", name, address) | ("addr", address) | ("name", name)
+_BREADTH = {"pair": 0, "name": 1, "addr": 2}
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,13 @@ class LoginLimits:
             raise ValueError("login limits must be at least 1 and the window and known_s positive")
 
 
+@dataclass(frozen=True)
+class Refusal:
+    wait_s: float  # seconds until a login is checked again (rounded up)
+    scope: str  # the limit with the longest wait: "pair" (this name from this address), "addr" (this address, any
+    #             name) or "name" (this name, from the addresses it has not logged in from)
+
+
 class LoginLimiter:
     def __init__(self, limits: LoginLimits = LoginLimits(), clock: Callable[[], float] = time.monotonic):
         self.limits = limits
@@ -52,19 +61,25 @@ class LoginLimiter:
     def attempt(self, user: str, address: str) -> float:
         """0.0 if this login may be checked now (it is counted as a failure until `succeeded`), else the seconds
         to wait (rounded up; nothing is recorded)."""
+        refusal = self.admit(user, address)
+        return 0.0 if refusal is None else refusal.wait_s
+
+    def admit(self, user: str, address: str) -> Refusal | None:
+        """None if this login may be checked now (it is counted as a failure until `succeeded`), else the Refusal:
+        the seconds to wait and the limit that refused it (nothing is recorded)."""
         with self._lock:
             now = self.clock()
             self._sweep(now)
             limits = {("pair", user, address): self.limits.per_user, ("addr", address): self.limits.per_address,
                       ("name", user): self.limits.per_name}
-            waits = [self._wait(key, limit, now) for key, limit in limits.items()
+            waits = [(self._wait(key, limit, now), key[0]) for key, limit in limits.items()
                      if key[0] != "name" or not self._is_known(user, address, now)]
-            wait = max(waits)
+            wait, scope = max(waits, key=lambda w: (w[0], _BREADTH[w[1]]))  # a tie: the broader limit
             if wait > 0:
-                return float(math.ceil(wait))
+                return Refusal(float(math.ceil(wait)), scope)
             for key in limits:
                 self._failures.setdefault(key, deque()).append(now)
-            return 0.0
+            return None
 
     def succeeded(self, user: str, address: str) -> None:
         """The attempt let through by `attempt` was a correct login: forget the (name, address) failures, take this

@@ -1,7 +1,7 @@
 """Logging in to a launched studio over HTTP (Gradio's POST /login on 127.0.0.1, no language model): a users file
 written by `evorag users add` lets its user in and refuses a wrong password; failed logins are refused with 429
-"too many failed logins ... wait N s" once a name from an address, then an address, is over its limit, before any
-password is checked; X-Forwarded-For counts only from a configured trusted proxy. Before hashing and the limit, the
+(the detail: who is locked out, for how long; Retry-After) once a name from an address, then an address, is over its
+limit, before any password is checked; X-Forwarded-For counts only from a configured trusted proxy. Before hashing and the limit, the
 users file held `name = "password"` and 30 wrong logins took 0.19 s.
 """
 from __future__ import annotations
@@ -93,20 +93,26 @@ def test_failed_logins_hit_the_limit_per_user_then_per_address(studio):
     before = limiter.failures(address="127.0.0.1")
     n_dave = LIMITS.per_address - before - LIMITS.per_user
     assert n_dave >= 1
-    seen = []
+    seen, details = [], []
     start = time.perf_counter()
     for user in ("carol",) * 4 + ("dave",) * (n_dave + 1) + ("alice",):
         password = "alice's password" if user == "alice" else "guess"
         status, body, headers = login(base, user, password)
         seen.append((user, status))
         if status == 429:
-            assert body["detail"].startswith("too many failed logins for this user or address: wait ")
-            wait = int(body["detail"].split("wait ")[1].split(" s")[0])
+            wait = body["retry_after_s"]
             assert 0 < wait <= 600 and headers.get("retry-after", headers.get("Retry-After")) == str(wait)
+            details.append((body["locked_out"], body["detail"]))
     elapsed = time.perf_counter() - start
     assert seen == ([("carol", 400)] * 3 + [("carol", 429)] + [("dave", 400)] * n_dave + [("dave", 429)]
                     + [("alice", 429)]), seen
     assert limiter.failures(address="127.0.0.1") == LIMITS.per_address
+    # #46: the reply says who is locked out and for how long (the login page shows it: test_login_browser.py)
+    assert details[0][0] == "pair" and details[0][1].startswith("The name \u201ccarol\u201d is locked out from this "
+                                                                  "address after too many failed logins, for ")
+    assert [scope for scope, _ in details[1:]] == ["addr", "addr"]
+    assert details[2][1].startswith("This address is locked out, for every name, after too many failed logins")
+    assert details[2][1].endswith("Until then every login is refused, even with the right password.")
     print(f"{len(seen)} login attempts ({3 + n_dave} argon2 checks) took {elapsed:.2f} s")
 
 
@@ -141,3 +147,14 @@ def test_forwarded_headers_count_only_from_a_configured_trusted_proxy(studio):
     assert limiter.failures(address="203.0.113.7") == 1 and limiter.failures(address=PROXY) == 0
     assert login_from(base, PROXY, "eve", "guess") == 400  # the proxy's own request: its own address
     assert limiter.failures(address=PROXY) == 1
+
+
+def test_the_page_carries_the_script_that_shows_a_lockout(studio):
+    """#46: Gradio's login form shows nothing for a 429; the page served by the studio carries the script that shows
+    the reply's detail (app/login_page.py), once, inside the head."""
+    base, _ = studio
+    with urllib.request.urlopen(base + "/", timeout=60) as resp:
+        html = resp.read().decode()
+        assert int(resp.headers["content-length"]) == len(html.encode())
+    assert html.count('id="evo-login-lockout-js"') == 1
+    assert html.index("evo-login-lockout-js") < html.index("</head>")

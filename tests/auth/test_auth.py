@@ -161,8 +161,8 @@ def test_store_auth_needs_a_user_and_checks_the_stores_hashes(tmp_path):
     svc = Services(load_config(), tmp_path, data_path=tmp_path / "unused.jsonl", db_url=f"sqlite:///{tmp_path / 'db'}")
     try:
         assert make_auth(svc, None) is None
-        with pytest.raises(ConfigError, match="no users"):
-            make_auth(svc, "store")
+        with pytest.raises(ConfigError, match="no users yet; add one with `evorag users add NAME --store`"):
+            make_auth(svc, "store")  # #46: the message names the command that adds one (tests/cli/test_users_store)
         svc.store().add_user("carol", "pw-carol")
         check = make_auth(svc, "store")
         assert asyncio.run(check("carol", "pw-carol")) and not asyncio.run(check("carol", "wrong"))
@@ -275,6 +275,30 @@ def test_limiter_refuses_an_address_after_n_failures_across_names():
     assert other.attempt("u9", "10.0.0.7") == 0.0 and other.attempt("u8", "10.0.0.7") > 0
     with pytest.raises(ValueError):
         LoginLimits(per_user=0)
+
+
+def test_a_refusal_names_the_limit_and_the_login_page_words_it():
+    """#46: the 429 said "too many failed logins for this user or address: wait N s", and the page showed nothing.
+    `admit` says which limit refused: per_user 2, per_address 3, per_name 4, window 600 s, all at t = 0.
+    carol x2 from A -> carol from A refused by the pair (600 s). dave from A: the address's 3rd failure -> anyone from
+    A refused by the address. eve x2 from B and x2 from C: 4 failures of the name -> eve from D refused by the name.
+    A tie between pair and address (carol from A, both 600 s) names the broader limit, the address."""
+    from app.login_page import duration, lockout_message
+
+    lim = LoginLimiter(LoginLimits(per_user=2, per_address=3, per_name=4, window_s=600), clock=Clock())
+    assert lim.admit("carol", "A") is None and lim.admit("carol", "A") is None
+    refusal = lim.admit("carol", "A")
+    assert (refusal.scope, refusal.wait_s) == ("pair", 600.0)
+    assert lockout_message(refusal, "carol") == ("The name \u201ccarol\u201d is locked out from this address after too "
+                                                 "many failed logins, for 10 min more. Until then every login is "
+                                                 "refused, even with the right password.")
+    assert lim.admit("dave", "A") is None
+    assert lim.admit("frank", "A").scope == "addr" and lim.admit("carol", "A").scope == "addr"
+    assert lockout_message(lim.admit("frank", "A"), "frank").startswith("This address is locked out, for every name,")
+    for address in ("B", "B", "C", "C"):
+        assert lim.admit("eve", address) is None
+    assert lim.admit("eve", "D").scope == "name"
+    assert [duration(s) for s in (45, 60, 290, 3600, 3900)] == ["45 s", "1 min", "4 min 50 s", "1 h", "1 h 5 min"]
 
 
 def test_limiter_forgets_names_and_addresses_once_their_failures_age_out():
