@@ -5,10 +5,12 @@ worker.
 - ann1 and ann2, each in their own browser context, label the same queue by keyboard only, interleaved (1-9 pick,
   Enter submit, U undo); ann2 ranks the first two preference items differently. ann1's 10 items are timed from the
   first key to the next item shown (the per-item median is printed: a figure, not an assertion).
-- An annotator sees the Annotate tab only (no Training controls), and a direct call of the launch-round endpoint
+- An annotator sees the Annotate tab only (no Training controls), a header of their own (name, role, progress: no
+  adapter, rounds or worker) and, once done, an empty queue in words; and a direct call of the launch-round endpoint
   with their session cookie is refused: no round is queued.
 - The reviewer sees the two disagreements and resolves one; its resolution replaces the two labels in the export.
-- `evorag annotate export` writes as many pairs as the labels make (each ranking: its preferred-over-lower pairs).
+- `evorag annotate export` writes each distinct pair of the labels once (agreeing annotators: one set), leaves the
+  unresolved disagreement out and says so.
 
 Every wait is on page or store state. Screenshots go to artifacts/screenshots/annotate_*.png.
 """
@@ -157,7 +159,7 @@ def _wait_for_line(log: Path, text: str) -> None:
         time.sleep(0.1)
 
 
-def test_two_annotators_a_reviewer_and_roles(studio, browser):
+def test_two_annotators_a_reviewer_and_roles(studio, browser, capsys):
     url, store, db_url = studio
     SHOTS.mkdir(parents=True, exist_ok=True)
     ctx1, ann1 = _login(browser, url, "ann1")
@@ -198,6 +200,14 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
     print(f"\nkeyboard labelling, 10 items: per-item median {statistics.median(times):.3f} s, "
           f"max {max(times):.3f} s, total {sum(times):.2f} s")
     ann1.wait_for_function("document.querySelector('#evo-ann-progress [data-done]').dataset.done === '10'")
+    # #46: the annotator's header: their name, role and progress, no admin internals; the empty queue in words
+    ann1.wait_for_function("(document.querySelector('#evo-member-header') || {innerText: ''}).innerText"
+                           ".includes('labelled 10 items')")
+    header = ann1.locator("#evo-header").inner_text()
+    assert "ann1 (annotator)" in header and not any(w in header for w in ("adapter", "rounds", "worker", "pid"))
+    empty = ann1.locator("#evo-ann-empty").inner_text()
+    assert "Nothing left for you to label right now" in empty and "evorag" not in empty
+    ann1.screenshot(path=str(SHOTS / "annotate_annotator_header.png"))
     ann2.wait_for_function("document.querySelector('#evo-ann-progress [data-queue-done]').dataset.queueDone === '10'")
     ann2.screenshot(path=str(SHOTS / "annotate_done.png"), full_page=True)
     labels = store.annotation_labels()
@@ -237,7 +247,7 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
     rev.screenshot(path=str(SHOTS / "annotate_review.png"), full_page=True)
     assert store.get_annotation_item(disputed).resolved_by == "rev"
 
-    # export: as many pairs as the labels make
+    # export: each distinct pair of the labels once; the unresolved disagreement left out and counted
     from evorag_core.cli.main import main as cli_main
     from evorag_core.pairs.annotation import ranking_pairs
 
@@ -246,10 +256,12 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser):
         if item.resolution is not None:
             expected += len(ranking_pairs(item.resolution["ranking"]))
         else:
-            expected += sum(len(ranking_pairs(lab.ranking)) for lab in store.annotation_labels(item.id)
-                            if lab.decision == "rank")
+            given = [set(ranking_pairs(lab.ranking)) for lab in store.annotation_labels(item.id)
+                     if lab.decision == "rank"]
+            expected += len(given[0]) if all(g == given[0] for g in given) else 0
     out = SHOTS.parent / "annotate_pairs.jsonl"
     assert cli_main(["annotate", "export", "--out", str(out), "--db", db_url, "--home", str(out.parent)]) == 0
-    assert len(out.read_text().splitlines()) == expected == 7 * 2 * 3 + 3
+    assert "left out 1 item whose annotators disagree" in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == expected == 6 * 3 + 3
     for ctx in (ctx1, ctx2, ctx3):
         ctx.close()
