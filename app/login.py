@@ -6,8 +6,9 @@ client address, asks the `LoginLimiter` first and answers 429 (with Retry-After,
 locked out and for how long: `app.login_page.lockout_message`) without checking the password once the name from
 this address, the address, or the name from anywhere but its known-good addresses is over its limit; Gradio's own
 reply (200, or 400 for wrong credentials) tells the limiter the outcome. Gradio's login form shows nothing for a
-429, so `LoginGuard` also adds a script to the page that shows that detail (app/login_page.py). The password check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at
-most two at a time, so a burst of logins neither stalls the event loop nor the machine.
+429, so `LoginGuard` also adds a script to the page that shows that detail (app/login_page.py). The password
+check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at most two at a time, so a burst of
+logins neither stalls the event loop nor the machine.
 
 `UploadGuard`, another middleware, answers 403 to POST /gradio_api/upload unless the session's user (Gradio's login
 cookie) may upload (`app.roles`, the admin role), before the body is read.

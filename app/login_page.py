@@ -21,7 +21,8 @@ LOCKOUT_JS = """<script id="evo-login-lockout-js">(() => {
   if (!window.gradio_config || !window.gradio_config.auth_required || window.evoLockout) return;
   window.evoLockout = true;
   let timer = null;
-  const creds = (shown) => document.querySelectorAll('p.creds').forEach((p) => { p.style.display = shown ? '' : 'none'; });
+  const creds = (shown) => document.querySelectorAll('p.creds')
+    .forEach((p) => { p.style.display = shown ? '' : 'none'; });
   const hide = () => {
     clearInterval(timer); creds(true);
     const n = document.getElementById('evo-login-lockout'); if (n) n.remove();

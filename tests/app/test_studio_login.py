@@ -1,8 +1,8 @@
 """Logging in to a launched studio over HTTP (Gradio's POST /login on 127.0.0.1, no language model): a users file
 written by `evorag users add` lets its user in and refuses a wrong password; failed logins are refused with 429
 (the detail: who is locked out, for how long; Retry-After) once a name from an address, then an address, is over its
-limit, before any password is checked; X-Forwarded-For counts only from a configured trusted proxy. Before hashing and the limit, the
-users file held `name = "password"` and 30 wrong logins took 0.19 s.
+limit, before any password is checked; X-Forwarded-For counts only from a configured trusted proxy. Before hashing
+and the limit, the users file held `name = "password"` and 30 wrong logins took 0.19 s.
 """
 from __future__ import annotations
 

@@ -76,8 +76,9 @@ def test_export_leaves_out_unresolved_disagreements_and_gives_agreeing_pairs_onc
     both = tmp_path / "both.jsonl"
     assert _cli(tmp_path, url, "export", "--out", str(both), "--include-disagreements", "--json") == 0
     said = capsys.readouterr()
-    assert json.loads(said.out) | {"out": None} == {"pairs": 5, "left_out_disagreements": 0, "included_disagreements": 1,
-                                                    "out": None, "format": "trl", "min_agreement": None}
+    assert json.loads(said.out) | {"out": None} == {"pairs": 5, "left_out_disagreements": 0,
+                                                    "included_disagreements": 1, "out": None, "format": "trl",
+                                                    "min_agreement": None}
     assert "warning: the export includes the pairs of 1 item whose annotators disagree" in said.err
     disputed = [json.loads(line)["metadata"] for line in both.read_text().splitlines()]
     disputed = [m for m in disputed if m["annotation_item"] == a]
