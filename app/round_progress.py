@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from evorag_core.objectives import OBJECTIVES
+from evorag_core.objectives import EVALUATE_JOB, OBJECTIVES
 
 from app.views import esc
 
 if TYPE_CHECKING:
     from evorag_core.store import Round
 
-__all__ = ["PHASES", "phase_labels", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration",
+__all__ = ["PHASES", "EVALUATE_PHASES", "phases_of", "phase_labels", "phase_of", "seconds_per_step", "eta_seconds", "elapsed_seconds", "duration",
            "progress_html", "integer_steps", "log_html"]
 
 # The worker's phase names (training/job.py `phase`, "train" from the step reports) and how people read them.
@@ -33,7 +33,8 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("load", "loading model"), ("prepare", "preparing data"), ("train", "training"), ("save", "saving adapter"),
     ("register", "registering"),
 )
-_ORDER = {name: i for i, (name, _) in enumerate(PHASES)}
+# Gated promotion's evaluation job (objective "evaluate") reports "evaluate <side>" after each question
+EVALUATE_PHASES: tuple[tuple[str, str], ...] = (("load", "loading"), ("evaluate", "evaluating"))
 # How the last two phases read for an objective whose product is not an adapter (registry `artifact`).
 _ARTIFACT_LABELS = {"controller": {"save": "saving controller", "register": "installing controller"}}
 _FINAL = ("succeeded", "failed", "cancelled")
@@ -93,17 +94,26 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+def phases_of(objective: str) -> tuple[tuple[str, str], ...]:
+    """The phases a job of `objective` goes through: a training round's five, or an evaluation job's two."""
+    return EVALUATE_PHASES if objective == EVALUATE_JOB else PHASES
+
+
 def phase_labels(objective: str) -> dict[str, str]:
     """Phase name -> how it reads for a round of `objective` (DynaKrag saves and installs a controller)."""
     known = OBJECTIVES.get(objective)
-    return {**dict(PHASES), **_ARTIFACT_LABELS.get(known.artifact if known is not None else "adapter", {})}
+    return {**dict(phases_of(objective)),
+            **_ARTIFACT_LABELS.get(known.artifact if known is not None else "adapter", {})}
 
 
-def _phase_strip(phase: str, stopped_at: str | None, labels: dict[str, str]) -> str:
-    """The five phases as chips: done, current (or where a failed/cancelled round stopped), to come."""
-    at = _ORDER.get(stopped_at or phase)
+def _phase_strip(phase: str, stopped_at: str | None, labels: dict[str, str],
+                 phases: tuple[tuple[str, str], ...] = PHASES) -> str:
+    """The phases as chips: done, current (or where a failed/cancelled round stopped), to come. A phase may carry
+    a detail after a space ("evaluate r3-dpo"): its first word places it."""
+    order = {name: i for i, (name, _) in enumerate(phases)}
+    at = order.get((stopped_at or phase).split(" ", 1)[0])
     items = []
-    for i, (name, _) in enumerate(PHASES):
+    for i, (name, _) in enumerate(phases):
         label = labels[name]
         if phase == "succeeded" or (at is not None and i < at):
             cls = "done"
@@ -122,11 +132,13 @@ def progress_html(r: Round, now: datetime) -> str:
     phase = phase_of(r)
     labels = phase_labels(r.objective)
     step, total = prog.get("step"), prog.get("total")
-    count = f" · step {int(step or 0)}/{int(total)}" if total else ""
+    unit = "question" if r.objective == EVALUATE_JOB else "step"  # an evaluation job counts questions (both sides)
+    count = f" · {unit} {int(step or 0)}/{int(total)}" if total else ""
     if phase == "queued":
         status = "waiting for a worker" if r.status_label == "queued" else r.status_label
     elif r.status == "running":
-        label = labels.get(phase, "starting")
+        key, _, detail = phase.partition(" ")
+        label = labels.get(key, "starting") + (f" {detail}" if detail else "")
         status = f"{r.status_label} · {label}"
         if r.status_label == "cancelling":
             status = f"cancelling · stops at the next step ({label})"
@@ -137,7 +149,7 @@ def progress_html(r: Round, now: datetime) -> str:
     if elapsed is not None:
         times.append(("took " if r.status in _FINAL else "elapsed ") + duration(elapsed))
     per_step = seconds_per_step(prog)
-    if r.status == "running" and phase == "train":
+    if r.status == "running" and phase.split(" ", 1)[0] in ("train", "evaluate"):
         eta = eta_seconds(prog, r.heartbeat_at, now)
         times.append(f"ETA {duration(eta)} ({per_step:.2g} s/step)" if eta is not None and per_step is not None
                      else "ETA after the first step")
@@ -150,7 +162,7 @@ def progress_html(r: Round, now: datetime) -> str:
     return (
         f'{STYLE}<div class="evo-progress" data-status="{esc(r.status)}" data-phase="{esc(phase)}">'
         f'<div class="evo-progress-label">{esc(f"Round #{r.id} ({r.objective})")} — <b>{esc(status)}</b>'
-        f'{esc(count)}</div>{_phase_strip(phase, stopped, labels)}'
+        f'{esc(count)}</div>{_phase_strip(phase, stopped, labels, phases_of(r.objective))}'
         f'<div class="evo-bar"><div class="evo-fill {esc(r.status)}" style="width:{frac * 100:.1f}%"></div></div>'
         f'<div class="evo-progress-times">{esc(" · ".join(times))}</div></div>'
     )

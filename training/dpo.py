@@ -164,6 +164,8 @@ class _Progress(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.started = time.perf_counter()
         self.cpu_started = time.process_time()
+        if self.on_progress is not None:  # the page says "training" from here, not the setup phase, until step 1
+            self.on_progress({"phase": "train"})
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         elapsed = time.perf_counter() - self.started

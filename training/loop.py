@@ -101,6 +101,8 @@ class StepLog:
         self.on_progress = on_progress
         self.history: list[dict[str, float]] = []
         self.started = time.perf_counter()
+        if on_progress is not None:  # training begins now: the page says "training", not the setup phase, until step 1
+            on_progress({"phase": "train"})
 
     def add(self, **values: float) -> dict[str, float]:
         entry = {"step": len(self.history) + 1, "total": self.total, **{k: float(v) for k, v in values.items()},

@@ -150,3 +150,34 @@ def test_the_log_panel_follows_the_newest_round_and_rerenders_only_on_new_lines(
     _, html = th.round_log(svc, first)
     assert html.count('class="evo-log-line ') == th.LOG_LINES_SHOWN
     assert "lines 1–5 not shown" in html and f"evorag rounds log {first}" in html
+
+
+def test_an_evaluation_job_reads_as_evaluating_its_side_and_counts_questions(svc):
+    """Gated promotion's job in the progress box: phases "loading" then "evaluating <side>", questions i/N with an
+    ETA from the measured seconds per question, no training chips; in the rounds table, what it evaluates and,
+    once done, the verdict."""
+    store = svc.store()
+    rid = store.enqueue_round("evaluate", {"objective": "evaluate", "adapter": "r1-dpo", "against": "live"})
+    assert "evaluate r1-dpo vs live" in th.training_view(svc).rounds
+    store.claim_round("w", 60)
+    store.heartbeat(rid, "w", {"phase": "evaluate r1-dpo", "step": 5, "total": 20, "elapsed_s": 10.0})
+    html = th.training_view(svc, now=store.get_round(rid).heartbeat_at).progress
+    assert "running · evaluating r1-dpo" in html and "question 5/20" in html and "ETA 30 s (2 s/step)" in html
+    assert 'data-phase="evaluate"' in html and 'data-phase="train"' not in html
+    store.finish_round(rid, metrics={"evaluated": "r1-dpo", "verdict": "not shown better: F1 +0.010", "activated": False},
+                       worker_id="w")
+    assert "r1-dpo: not shown better: F1 +0.010" in th.training_view(svc).rounds
+
+
+def test_a_training_round_reads_training_from_its_first_step_on(tmp_path):
+    """The loop objectives' step log and DPO's callback report phase "train" when training begins, so the page
+    stops saying "preparing data" during the (minutes-long) first step."""
+    from training.dpo import _Progress
+    from training.loop import StepLog
+
+    seen: list[dict] = []
+    StepLog(10, seen.append)
+    assert seen == [{"phase": "train"}]
+    seen.clear()
+    _Progress(seen.append).on_train_begin(None, None, None)
+    assert seen == [{"phase": "train"}]
