@@ -11,7 +11,9 @@ check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at mo
 logins neither stalls the event loop nor the machine.
 
 `UploadGuard`, another middleware, answers 403 to POST /gradio_api/upload unless the session's user (Gradio's login
-cookie) may upload (`app.roles`, the admin role), before the body is read.
+cookie) may upload (`app.roles`, the admin role), before the body is read; and to GET /gradio_api/file=… likewise:
+the files Gradio serves there are the uploaded data files (the studio shows no other file), which only the roles
+that may upload may read back.
 
 The client address is uvicorn's: the peer, or the X-Forwarded-For client when the peer is one of
 `studio.trusted_proxies` (none by default: the header is ignored). uvicorn trusts loopback unless told otherwise, and
@@ -131,7 +133,8 @@ class LoginGuard:
 
 
 class UploadGuard:
-    """ASGI middleware: Gradio's upload route only for users whose role may "upload" (see the module docstring)."""
+    """ASGI middleware: Gradio's upload and file routes only for users whose role may "upload" (see the module
+    docstring)."""
 
     def __init__(self, app: ASGIApp, may_upload: Callable[[str | None], bool]):
         self.app = app
@@ -142,6 +145,11 @@ class UploadGuard:
             user = _session_user(scope)
             if user is None or not self.may_upload(user):
                 await _reply(send, 403, f"{user or 'this session'} may not upload files: uploads need the admin role")
+                return
+        if scope["type"] == "http" and _is_file_route(scope):
+            user = _session_user(scope)
+            if user is None or not self.may_upload(user):
+                await _reply(send, 403, f"{user or 'this session'} may not read uploaded files: that needs the admin role")
                 return
         await self.app(scope, receive, send)
 
@@ -155,6 +163,13 @@ def _session_user(scope: dict) -> str | None:
     cookies = Request(scope).cookies
     token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
     return gradio_app.tokens.get(token) if token else None
+
+
+def _is_file_route(scope: dict) -> bool:
+    """GET/HEAD of Gradio's file route (`/gradio_api/file=<path>`, under the app's root path if any)."""
+    path = scope["path"]
+    root = scope.get("root_path", "").rstrip("/")
+    return any(path.startswith(prefix + "/gradio_api/file=") for prefix in {"", root})
 
 
 def _is_route(scope: dict, route: str) -> bool:

@@ -180,6 +180,10 @@ def test_the_admin_still_gets_the_admin_tabs_and_an_annotator_the_page_shell(stu
 
 
 def _upload(base: str, cookie: str) -> int:
+    return _upload_reply(base, cookie)[0]
+
+
+def _upload_reply(base: str, cookie: str) -> tuple[int, str]:
     boundary = "evorag-upload-boundary"
     body = (f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="mine.jsonl"\r\n'
             f'Content-Type: application/octet-stream\r\n\r\n{{"id": "q1"}}\n\r\n--{boundary}--\r\n').encode()
@@ -187,9 +191,28 @@ def _upload(base: str, cookie: str) -> int:
                                  headers={"Cookie": cookie, "Content-Type": f"multipart/form-data; boundary={boundary}"})
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+
+
+def _download(base: str, cookie: str, path: str) -> int:
+    req = urllib.request.Request(base + "/gradio_api/file=" + path, headers={"Cookie": cookie})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status
     except urllib.error.HTTPError as err:
         return err.code
+
+
+def test_uploaded_files_are_read_back_only_by_the_admin(studio):
+    """GET /gradio_api/file=<the path an admin's upload got>: 403 for the annotator (who knows the path), 200 for
+    the admin."""
+    status, body = _upload_reply(studio, _login(studio, "boss", "boss password"))
+    assert status == 200
+    [path] = json.loads(body)
+    assert _download(studio, _login(studio, "ann", "ann password"), path) == 403
+    assert _download(studio, _login(studio, "boss", "boss password"), path) == 200
 
 
 def test_uploads_need_the_admin_role(studio):
