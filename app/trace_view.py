@@ -18,6 +18,8 @@ from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 
+from evorag_core.config import WeightsConfig
+from evorag_core.env.scheduler import WeightTable
 from evorag_core.env.actions import parse_action
 from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.errors import EvoRagError
@@ -33,8 +35,10 @@ __all__ = ["TraceView", "render_trace", "trace_link", "question_link", "record_o
 
 log = logging.getLogger(__name__)
 
-# the schedule chart depends only on these five values: drawn once per combination (Plotly figures are costly)
-_weights_figure = functools.lru_cache(maxsize=128)(views.weights_figure)
+@functools.lru_cache(maxsize=128)  # drawn once per combination of these values (Plotly figures are costly)
+def _weights_figure(stage: str, schedule: str, preset: str, t_max: int, current: int | None,
+                    weights: WeightsConfig, recorded: views.Recorded) -> go.Figure:
+    return views.weights_figure(stage, schedule, preset, t_max, current, WeightTable.from_config(weights), recorded)
 
 PassageLookup = Callable[[str], "Mapping[str, Passage] | None"]  # data path -> {pid: Passage} (None: unreadable)
 
@@ -183,8 +187,9 @@ def method_trace_html(trace: Sequence[Mapping[str, Any]], extras: Mapping[str, A
 
 
 def render_trace(episode: Episode, judgments: Sequence[Judgment], *, by_pid: Mapping[str, Passage] | None,
-                 gold: Sequence[str], base: str = "") -> TraceView:
-    """The read-only view of a stored episode (loaded with its steps) and its judgments."""
+                 gold: Sequence[str], base: str = "", weights: WeightsConfig = WeightsConfig()) -> TraceView:
+    """The read-only view of a stored episode (loaded with its steps) and its judgments; the schedule chart's lines
+    follow `weights` (the studio's [weights]), its markers the weights each step was scored with."""
     record = record_of(episode, effective_verdicts(episode, judgments))
     link = trace_link(episode.id, base)
     qlink = question_link(episode.data_path, episode.question_id, base) if episode.data_path else ""
@@ -193,7 +198,8 @@ def render_trace(episode: Episode, judgments: Sequence[Judgment], *, by_pid: Map
     if record is not None:
         current = min(len(record.steps), record.t_max)
         return TraceView(episode.id, head, views.steps_table(record).replace('id="evo-steps"', 'id="evo-trace-steps"'),
-                         _weights_figure(record.stage, record.schedule, record.preset, record.t_max, current),
+                         _weights_figure(record.stage, record.schedule, record.preset, record.t_max, current,
+                                         weights, views.recorded_weights(record)),
                          views.contributions_figure(record), passages, views.verdicts_html(record), link)
     cfg = episode.config or {}
     trace = cfg.get("trace")

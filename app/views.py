@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from evorag_core.env.actions import action_to_dict
 from evorag_core.env.episode import EpisodeRecord, StepRecord
-from evorag_core.env.scheduler import SIGNAL_WEIGHT, weights_at
+from evorag_core.env.scheduler import PAPER_TABLE, SIGNAL_WEIGHT, WeightTable, weights_at
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.types import Passage
 
@@ -28,6 +28,7 @@ __all__ = [
     "passages_html",
     "verdicts_html",
     "weights_figure",
+    "recorded_weights",
     "contributions_figure",
     "candidates_html",
     "table_html",
@@ -220,26 +221,52 @@ def empty_figure(title: str, note: str = "") -> go.Figure:
     return fig
 
 
-def weights_figure(stage: str, schedule: str, preset: str, t_max: int, current_t: int | None) -> go.Figure:
-    """w_k(t) for t = 1..T_max, one line per weight, with the current step marked."""
+Recorded = tuple[tuple[int, tuple[tuple[str, float], ...]], ...]  # (t, sorted (weight name, value)) per step taken
+
+
+def recorded_weights(record: EpisodeRecord | None) -> Recorded:
+    """The weights each step of `record` was scored with, hashable (for `weights_figure`'s cache)."""
+    if record is None:
+        return ()
+    return tuple((s.t, tuple(sorted((k, float(v)) for k, v in s.weights.items()))) for s in record.steps)
+
+
+def weights_figure(stage: str, schedule: str, preset: str, t_max: int, current_t: int | None,
+                   table: WeightTable = PAPER_TABLE, recorded: Recorded = ()) -> go.Figure:
+    """w_k(t) for t = 1..T_max under `table` (the run's [weights]: the paper's, or tuned ones), one line per weight,
+    with the current step marked; `recorded`: the weights the steps taken were scored with, drawn as markers (where
+    they leave the lines, the steps used another table, and the chart says so)."""
     ts = list(range(1, t_max + 1))
-    table = [weights_at(stage, t, t_max, schedule=schedule, preset=preset) for t in ts]
+    rows = [weights_at(stage, t, t_max, schedule=schedule, preset=preset, table=table) for t in ts]
+    used = {t: dict(ws) for t, ws in recorded}
     fig = go.Figure()
     for k in SIGNAL_NAMES:
         wname = SIGNAL_WEIGHT[k]
         fig.add_trace(
             go.Scatter(
-                x=ts, y=[w[wname] for w in table], mode="lines", name=f"{WEIGHT_SYMBOLS[wname]} ({k})",
-                line=dict(color=_COLORS[k], width=2),
+                x=ts, y=[w[wname] for w in rows], mode="lines", name=f"{WEIGHT_SYMBOLS[wname]} ({k})",
+                line=dict(color=_COLORS[k], width=2), legendgroup=k,
             )
         )
+        steps = [t for t in sorted(used) if wname in used[t]]
+        if steps:
+            fig.add_trace(go.Scatter(x=steps, y=[used[t][wname] for t in steps], mode="markers", showlegend=False,
+                                     marker=dict(color=_COLORS[k], size=7), legendgroup=k,
+                                     hovertemplate=f"{WEIGHT_SYMBOLS[wname]} used at t=%{{x}}: %{{y:.3f}}<extra></extra>"))
+    off = any(abs(ws[name] - rows[t - 1][name]) > 1e-6 for t, ws in used.items() if 1 <= t <= t_max
+              for name in ws if name in rows[t - 1])
+    if off:
+        fig.add_annotation(text="● the steps' own weights differ from these lines (another weight table)",
+                           showarrow=False, x=0, y=-0.28, xref="paper", yref="paper", xanchor="left",
+                           font=dict(size=11, color="#c62828"))
     if current_t is not None and 1 <= current_t <= t_max:
         fig.add_vline(x=current_t, line=dict(color="#444", dash="dash", width=1.5))
         fig.add_annotation(x=current_t, y=1.0, yref="paper", text=f"t = {current_t}", showarrow=False, xshift=4,
                            xanchor="left", yanchor="top", font=dict(size=11, color="#444"),
                            bgcolor="rgba(255,255,255,0.8)")
-    fig.update_layout(title=dict(text=f"Weight schedule w<sub>k</sub>(t) — {stage}, {schedule}", font=dict(size=14)),
-                      **_FIG_LAYOUT)
+    tuned = "" if table == PAPER_TABLE else " (tuned weights)"
+    fig.update_layout(title=dict(text=f"Weight schedule w<sub>k</sub>(t) — {stage}, {schedule}{tuned}",
+                                 font=dict(size=14)), **_FIG_LAYOUT)
     fig.update_xaxes(title_text="step t", range=[1, t_max], dtick=max(1, t_max // 10))
     fig.update_yaxes(title_text="weight")
     return fig

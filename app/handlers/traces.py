@@ -152,7 +152,8 @@ def open_trace(svc: Services, episode_id: Any, base: str = "") -> TraceView:
     except KeyError:
         raise KeyError(f"there is no trace #{tid} in this studio's database ({store.url})") from None
     by_pid, dataset = _passages(svc, episode.data_path)
-    return render_trace(episode, store.judgments(tid), by_pid=by_pid, gold=_gold(episode, dataset), base=base)
+    return render_trace(episode, store.judgments(tid), by_pid=by_pid, gold=_gold(episode, dataset), base=base,
+                        weights=svc.cfg.weights)
 
 
 def url_params(request: gr.Request | None) -> dict[str, str]:
