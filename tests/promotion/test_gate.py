@@ -173,3 +173,30 @@ def test_a_better_adapter_is_promoted_and_hot_swapped_and_a_worse_one_stays_stag
     assert worse.report["against"]["cached"] == 30  # zero's answers were read from its first evaluation
     assert store.active_adapter().name == "zero"
     store.close()
+
+
+def test_the_cli_evaluates_lists_promotes_with_a_reason_and_queues(world, capsys):
+    """`evorag adapters evaluate a` prints the report; `list --json` carries its held-out columns; `promote a`
+    without a pass exits 2 naming --force --reason; with them it is live (forced, the reason logged);
+    `evaluate b --queue` queues an evaluate job for the worker."""
+    from evorag_core.cli.main import main as cli_main
+
+    cfg, home, store, base_id = world
+    _register(store, cfg.policy.model, home, "a", base_id, seed=1)
+    _register(store, cfg.policy.model, home, "b", base_id, seed=2)
+    args = ["--home", str(home), "--db", str(store.engine.url), "--model", str(cfg.policy.model),
+            "--set", "policy.device=cpu", "--set", "promotion.questions=0:6", "--set", "promotion.min_n=5"]
+    assert cli_main(["adapters", "evaluate", "a", *args]) == 0
+    out = capsys.readouterr().out
+    assert "promotion report 1: a vs base" in out and "verdict:" in out and "live now: the base model" in out
+    assert cli_main(["adapters", "list", "--json", *args]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["a"]["heldout"]["report"] == 1 and rows["b"]["heldout"]["state"] == "not evaluated"
+    assert cli_main(["adapters", "promote", "a", *args]) == 2
+    assert "--force --reason" in capsys.readouterr().err
+    assert cli_main(["adapters", "promote", "a", "--force", "--reason", "baseline", *args]) == 0
+    why = store.last_activation()
+    assert (why.adapter, why.kind, why.reason) == ("a", "forced", "baseline") and why.who.startswith("cli")
+    assert cli_main(["adapters", "evaluate", "b", "--queue", *args]) == 0
+    [job] = store.list_rounds(status="queued")
+    assert job.objective == "evaluate" and job.config["adapter"] == "b"
