@@ -149,7 +149,8 @@ class UploadGuard:
         if scope["type"] == "http" and _is_file_route(scope):
             user = _session_user(scope)
             if user is None or not self.may_upload(user):
-                await _reply(send, 403, f"{user or 'this session'} may not read uploaded files: that needs the admin role")
+                await _reply(send, 403,
+                             f"{user or 'this session'} may not read uploaded files: that needs the admin role")
                 return
         await self.app(scope, receive, send)
 

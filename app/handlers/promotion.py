@@ -69,8 +69,9 @@ def _changed_html(changed: Sequence[dict[str, Any]], candidate: str, against: st
         rows.append(
             f'<tr class="evo-change-{better}"><td>{views.esc(c["question"])}</td><td>{views.esc(" | ".join(c["gold"]))}'
             f'</td><td>{_trace_link(cand["episode"], cand["answer"] or "(no answer)")}</td>'
-            f'<td class="num">{cand["f1"]:.2f}</td><td>{_trace_link(other["episode"], other["answer"] or "(no answer)")}'
-            f'</td><td class="num">{other["f1"]:.2f}</td></tr>')
+            f'<td class="num">{cand["f1"]:.2f}</td>'
+            f'<td>{_trace_link(other["episode"], other["answer"] or "(no answer)")}</td>'
+            f'<td class="num">{other["f1"]:.2f}</td></tr>')
     return (f'<div class="evo-scroll"><table class="evo-table" id="evo-report-changes"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
