@@ -212,12 +212,22 @@ class Services:
             log.info("no `evorag worker` command yet: training rounds stay queued until a worker runs")
             return None
         env = dict(os.environ, EVORAG_HOME=str(self.home), EVORAG_DB_URL=self.db_url)
-        argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", "--home", str(self.home), "--db", self.db_url]
-        self.worker = WorkerProcess(argv, env, self.home / "logs" / "worker.log",
+        self.worker = WorkerProcess(self.worker_argv(), env, self.home / "logs" / "worker.log",
                                     backoff_s=self.cfg.studio.worker_restart_s,
                                     max_backoff_s=self.cfg.studio.worker_restart_max_s, on_exit=self.worker_exited)
         self.worker.start()
         return self.worker
+
+    def worker_argv(self) -> list[str]:
+        """`evorag worker` with this studio's home, database and settings: every value of the studio's config that
+        differs from configs/default.toml is passed as `--set` (its `--model`, `--config` and `--set` included), so
+        the worker trains and evaluates on the studio's base model and settings."""
+        from evorag_core.config import overrides_from
+
+        argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", "--home", str(self.home), "--db", self.db_url]
+        for key, value in overrides_from(self.cfg).items():
+            argv += ["--set", f"{key}={value}"]
+        return argv
 
     def worker_exited(self, pid: int, code: int) -> None:
         """A worker process of this machine died: its running rounds (lease owner `host:pid:`, training/worker.py's

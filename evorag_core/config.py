@@ -843,3 +843,24 @@ def load_config(path: Path | str | None = None, overrides: Mapping[str, Any] | N
 
 def to_dict(cfg: Config) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
+
+
+def overrides_from(cfg: Config, base: Config | None = None) -> dict[str, str]:
+    """`{"section.key": text}` of every value where `cfg` differs from `base` (default: `load_config()`), as `--set`
+    takes them: `apply_overrides(base, overrides_from(cfg, base)) == cfg`. How a process started by another (the
+    studio's worker) gets the same settings as its parent, `--config` file and `--set` values included."""
+    base = base if base is not None else load_config()
+    out: dict[str, str] = {}
+    for name in get_type_hints(Config):
+        mine, theirs = dataclasses.asdict(getattr(cfg, name)), dataclasses.asdict(getattr(base, name))
+        for key, value in mine.items():
+            if value == theirs[key]:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, tuple):
+                text = os.pathsep.join(value)
+            else:
+                text = repr(value) if isinstance(value, float) else str(value)
+            out[f"{name}.{key}"] = text
+    return out

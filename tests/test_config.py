@@ -169,3 +169,25 @@ def test_choice_rules_match_the_modules_that_use_them():
     assert set(type(cfg.promotion).RULES["method"].choices) <= set(METHODS)  # the gate evaluates with a method
     for section, name, used in pairs:
         assert set(type(section).RULES[name].choices) == set(used), name
+
+
+def test_a_config_travels_to_a_child_process_as_set_overrides(tmp_path):
+    """The studio starts its worker with `overrides_from(cfg)`: every value that differs from the default file, as
+    `--set` text, rebuilds the same config (tuples, booleans, floats and strings alike); the studio's worker command
+    carries them (its --model among them)."""
+    from app.services import Services
+    from tests.paths import DEMO
+    from evorag_core.config import overrides_from
+
+    cfg = apply_overrides(load_config(), {"policy.model": "/models/mine", "train.lr": 1e-3, "promotion.auto": False,
+                                          "studio.data_roots": "/a:/b", "env.t_max": 7})
+    sets = overrides_from(cfg)
+    assert sets["policy.model"] == "/models/mine" and sets["promotion.auto"] == "false"
+    assert apply_overrides(load_config(), sets) == cfg and overrides_from(load_config()) == {}
+    svc = Services(cfg, tmp_path, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+    try:
+        argv = svc.worker_argv()
+    finally:
+        svc.close()
+    assert argv[argv.index("--set", argv.index("worker")):].count("--set") == len(sets)
+    assert "policy.model=/models/mine" in argv and "train.lr=0.001" in argv
