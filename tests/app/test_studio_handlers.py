@@ -58,8 +58,11 @@ def test_three_oracle_steps_show_signals_weights_and_return(svc):
     assert view.steps.count("<tr") == 4  # header + 3 steps
     assert f"{rec.total_return:+.3f}" in view.steps and f"{rec.total_return:+.3f}" in view.status
     assert all(f'title="{views.SIGNAL_LABELS[k]}">{k}<' in view.steps for k in SIGNAL_NAMES)
-    # weight chart: seven lines over t = 1..20 and the current step marked
-    assert len(view.weights.data) == 7 and list(view.weights.data[0].x) == list(range(1, 21))
+    # weight chart: seven lines over t = 1..20, the three steps' own weights as markers, the current step marked
+    lines = [tr for tr in view.weights.data if tr.mode == "lines"]
+    marks = [tr for tr in view.weights.data if tr.mode == "markers"]
+    assert len(lines) == 7 and list(lines[0].x) == list(range(1, 21))
+    assert len(marks) == 7 and all(list(m.x) == [1, 2, 3] for m in marks)
     assert view.weights.layout.shapes[0].x0 == 3
     # contributions: seven stacked bar series + R_t; per step the bars sum to R_t
     bars = [tr for tr in view.contributions.data if tr.type == "bar"]
