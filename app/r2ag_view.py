@@ -30,8 +30,8 @@ from evorag_core.methods.r2ag.scripted import ScriptedSteering
 from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import Tree, TreeSettings, expand_once, new_tree
 from evorag_core.types import Passage
+from evorag_core import test_hooks
 
-from app import test_hooks
 from app.handlers.common import in_thread
 from app.r2ag_figure import node_choices, node_detail_html, tree_figure
 from app.views import esc, message_html
@@ -99,7 +99,7 @@ def tree_status(tree: Tree, settings: TreeSettings) -> str:
 class _LockedSteering:
     """The studio's shared policy LM (base weights) as steering, each call under the provider's lock; a set `stop`
     event interrupts its decode (GenerationInterrupted). Each call passes the test hold point `r2ag:steer`
-    (`app.test_hooks`: off unless a test names it)."""
+    (`evorag_core.test_hooks`: off unless a test names it)."""
 
     name = "lm"
 

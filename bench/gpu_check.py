@@ -339,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     home.mkdir(parents=True, exist_ok=True)
     model = args.model or str(random_model(args.random_from, home, shrink=args.shrink))
     overrides = {"policy.model": model, "policy.device": args.device, "train.lr": 1e-3, "env.t_max": 6,
-                 "rollout.t_max": 4, "policy.max_query_tokens": 16, "policy.max_answer_tokens": 12}
+                 "rollout.t_max": 4, "policy.max_query_tokens": 16, "policy.max_answer_tokens": 12,
+                 # each round is run and timed by itself: no gated-promotion evaluation queued between them
+                 "promotion.evaluate": False}
     overrides.update(dict(s.split("=", 1) for s in args.set))
     cfg = apply_overrides(load_config(), overrides)
     report: dict[str, Any] = {"command": " ".join(sys.argv), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

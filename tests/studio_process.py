@@ -36,7 +36,7 @@ def free_port() -> int:
 def serve_studio(home: Path, db_url: str, log_path: Path, *args: str, env: dict[str, str] | None = None
                  ) -> Iterator[tuple[str, float]]:
     """(url, seconds from start to the first served page) of `evorag studio --home home --db db_url *args`, with
-    `env` added to its environment (e.g. a test hold point, `app.test_hooks`); it fails when the studio has used
+    `env` added to its environment (e.g. a test hold point, `evorag_core.test_hooks`); it fails when the studio has used
     START_CPU_S of CPU time, or none for START_STALL_S, without serving the page (a budget in CPU time: imports alone
     take minutes of wall time on a loaded machine)."""
     port = free_port()

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from evorag_core import test_hooks
 from evorag_core.config import Config
 from evorag_core.errors import StoreError, TrainingError
 from evorag_core.store.records import ROUND_KL_KEYS
@@ -84,8 +85,9 @@ def new_worker_id() -> str:
 class Heartbeat:
     """Extends a round's lease from a thread and carries the latest progress to the store."""
 
-    def __init__(self, store: Store, round_id: int, worker_id: str, lease_s: float):
+    def __init__(self, store: Store, round_id: int, worker_id: str, lease_s: float, *, first_attempt: bool = False):
         self.store, self.round_id, self.worker_id = store, round_id, worker_id
+        self.first_attempt = first_attempt  # the test hold point `round:step` holds a round's first attempt only
         self.interval = max(min(lease_s / 3.0, PROGRESS_EVERY_S), 0.05)
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -132,6 +134,8 @@ class Heartbeat:
                                   "eta": eta, "phase": now_in}
             if first:
                 self._wake.set()
+            if self.first_attempt and step:
+                test_hooks.hold_until("round:step", self._stop_asked)
         if self.lost.is_set():
             raise RoundLost(f"round {self.round_id} is no longer held by {self.worker_id}")
         try:
@@ -141,6 +145,13 @@ class Heartbeat:
             requested = False
         if requested:
             raise RoundCancelled(f"round {self.round_id}: cancel requested")
+
+    def _stop_asked(self) -> bool:
+        """The lease is lost or a cancel was requested (what ends a test hold; a database hiccup reads as no)."""
+        try:
+            return self.lost.is_set() or self.store.cancel_requested(self.round_id)
+        except Exception:
+            return False
 
     def _log_step(self, entry: dict[str, Any]) -> None:
         """One line per step report for the first and the last step, and at most one per STEP_LOG_EVERY_S between:
@@ -294,7 +305,7 @@ def _run_claimed(store: Any, cfg: Config, home: Path, worker_id: str, opts: Work
              claimed.max_attempts, worker_id, f" ({processes.count} processes)" if processes.several else "")
     if run is None:
         from training.rounds import run_round as run
-    heartbeat = Heartbeat(store, claimed.id, worker_id, opts.lease_s).start()
+    heartbeat = Heartbeat(store, claimed.id, worker_id, opts.lease_s, first_attempt=claimed.attempts == 1).start()
     round_log.watch_thread(heartbeat.thread_ident)
     try:
         ref = _run_agreed(run, lambda: RoundJob.from_config(claimed.id, claimed.objective, claimed.config, cfg, home,

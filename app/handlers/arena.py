@@ -10,8 +10,8 @@ policy model, the base model and then (optionally) an adapter of the registry, e
   line). Closing the generator (the page's Stop) stops it at that point: the reply in progress stops before its
   next token (`evorag_core.lm.base.interruptible`; a backend without it finishes the reply in its thread) and is
   thrown away, the next side never starts; nothing is stored, so a cancelled run leaves nothing behind. Each reply
-  passes the test hold point `arena:base` / `arena:adapter` once it holds the model (`app.test_hooks`: off unless a
-  test names it).
+  passes the test hold point `arena:base` / `arena:adapter` once it holds the model (`evorag_core.test_hooks`: off
+  unless a test names it).
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, format_
 from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 from evorag_core.reader.arena.prompt import ArenaConfig
 from evorag_core.types import Passage
+from evorag_core import test_hooks
 
-from app import test_hooks, views
+from app import views
 from app.arena_view import render_arena_answer
 from app.policies import BASE, LIVE
 from app.services import Services

@@ -9,7 +9,7 @@ controller's next decision shown before it runs, and a controller trained from t
   terminal compression and the answer (`finish_episode`). The Stop flag is read at every tick: the operation in
   progress is interrupted before its next generated token and thrown away, so the session is the one of the last
   finished operation (a state a sequence of Steps reaches) and nothing is stored. Each operation passes the test
-  hold point `dynakrag:<operation>` as it starts (`app.test_hooks`: off unless a test names it).
+  hold point `dynakrag:<operation>` as it starts (`evorag_core.test_hooks`: off unless a test names it).
 - The controller: the trained one in `home/<dynakrag.model_dir>` ("learned"), or the uniform-valid ablation
   ("uniform": a seeded uniform choice among the valid operations), which needs no training.
 - `train_controller` queues the `dynakrag` objective's worker round through the Training tab's own launch
@@ -34,8 +34,9 @@ from evorag_core.methods.dynakrag.ops import OpContext
 from evorag_core.methods.dynakrag.state import EvidenceState, initial_state
 from evorag_core.methods.dynakrag.validity import valid_actions
 from evorag_core.metrics import exact_match, f1_score
+from evorag_core import test_hooks
 
-from app import round_progress, test_hooks, views
+from app import round_progress, views
 from app.handlers import training as th
 from app.handlers.common import check_typed, in_thread
 from app.policies import BASE

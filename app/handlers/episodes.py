@@ -252,6 +252,7 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
         chain = session.env.view().passages
         passages, heading = chain, ("Evidence in the active chain" if chain else "")
     current_t = min(len(rec.steps) + (0 if rec.done else 1), rec.t_max) if rec.steps else 1
+    recorded = views.recorded_weights(rec)  # the steps' markers: part of the chart's key (an answer keeps current_t)
     source = grading_view.source_index(rec.answer, passages, grading_view.recorded_source(rec)) if rec.done else None
     msg = views.message_html(message, "ok") + "".join(views.message_html(n, "warn") for n in notes)
     return EpisodeView(
@@ -261,7 +262,7 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
         passages=views.passages_html(passages, rec.gold_pids, session.question.has_passages, heading, source,
                                      rec.answer),
         weights=views.weights_figure(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t, session.env.table,
-                                     views.recorded_weights(rec)),
+                                     recorded),
         contributions=views.contributions_figure(rec),
         verdicts=views.verdicts_html(rec),
         judged_steps=[s.t for s in rec.steps if s.verdict is not None],
@@ -269,7 +270,7 @@ def episode_view(session: EpisodeSession | None, message: str = "") -> EpisodeVi
         candidate_choices=[(f"#{i} {c['action']} {short(c.get('argument') or '', 40)}", i)
                            for i, c in enumerate(session.candidates, 1)],
         message=msg,
-        weights_key=(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t),
+        weights_key=(rec.stage, rec.schedule, rec.preset, rec.t_max, current_t, recorded),
         contributions_key=(rec.episode_id, tuple((s.t, s.reward) for s in rec.steps)),
         running=not rec.done, proposal=_proposal_html(session),
     )

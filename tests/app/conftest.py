@@ -14,9 +14,9 @@ def browser():
 
 @pytest.fixture()
 def hold_at(monkeypatch):
-    """`hold_at("dynakrag:finish", ...)`: arms the studio's test hold points in this process (`app.test_hooks`),
-    each to hold once, for this test only."""
-    from app import test_hooks
+    """`hold_at("dynakrag:finish", ...)`: arms the studio's test hold points in this process
+    (`evorag_core.test_hooks`), each to hold once, for this test only."""
+    from evorag_core import test_hooks
 
     def arm(*points: str) -> None:
         monkeypatch.setenv(test_hooks.ENV, ",".join(points))

@@ -1,10 +1,10 @@
-"""`app.test_hooks.hold`: a named point holds its first arrival until the operation's stop event is set, once per
-process; a point not named, or no environment variable at all, passes at once."""
+"""`evorag_core.test_hooks.hold`: a named point holds its first arrival until the operation's stop event is set,
+once per process; a point not named, or no environment variable at all, passes at once."""
 from __future__ import annotations
 
 import threading
 
-from app.test_hooks import ENV, hold
+from evorag_core.test_hooks import ENV, hold, hold_until
 
 
 def test_unset_or_unnamed_points_pass_at_once(monkeypatch):
@@ -35,3 +35,17 @@ def test_a_named_point_holds_until_stop_and_only_once(hold_at):
     worker.join(60)
     assert left.is_set()
     assert hold("dynakrag:finish", threading.Event(), limit_s=60) is False  # spent
+
+
+def test_hold_until_asks_its_release_until_it_says_yes_once(hold_at):
+    """The worker's form (the release is decided in another process, so it is polled): held until `released()` is
+    true, then spent."""
+    hold_at("round:step")
+    asked: list[int] = []
+
+    def released() -> bool:
+        asked.append(1)
+        return len(asked) >= 3
+
+    assert hold_until("round:step", released, poll_s=0.01, limit_s=600) is True and len(asked) == 3
+    assert hold_until("round:step", lambda: False, poll_s=0.01, limit_s=600) is False  # spent

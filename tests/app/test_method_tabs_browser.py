@@ -12,8 +12,8 @@ so (the discarded reply shows nothing), and the next Generate runs the base mode
 and shows both replies side by side, each with its rewards table and format verdict; a Stop with nothing running
 keeps them.
 
-Each stopped operation is held open by one of the studio's test hold points (`app.test_hooks`: `dynakrag:finish`,
-`arena:base`) until the page's Stop releases it, so no Stop races an operation, however loaded the machine; a hold
+Each stopped operation is held open by one of the studio's test hold points (`evorag_core.test_hooks`:
+`dynakrag:finish`, `arena:base`) until the page's Stop releases it, so no Stop races an operation, however loaded the machine; a hold
 is spent then, and the next Run / Generate goes through. Short generation budgets: the tests read no generated
 text. Screenshots: artifacts/screenshots/dynakrag_* and arena_*.
 """
@@ -23,7 +23,7 @@ import json
 
 import pytest
 
-from app.test_hooks import ENV
+from evorag_core.test_hooks import ENV
 from tests.paths import REPO
 from tests.studio_process import CHROMIUM, choose, serve_studio, shot, text_of
 

@@ -36,7 +36,10 @@ def _record_timing(key: str, value) -> None:
 def studio(session_home, tmp_path_factory):
     """(url, store) of a running studio; the test process opens the same SQLite database."""
     db_url = f"sqlite:///{tmp_path_factory.mktemp('studio_browser') / 'studio.db'}"
-    with serve_studio(session_home, db_url, REPO / "artifacts" / "studio_browser.log") as (url, seconds):
+    # promotion.evaluate off: this module's round is activated by hand; the gate's queued evaluation (minutes of
+    # agent episodes on the worker) is covered by test_promotion_browser.py and tests/promotion/test_gate.py
+    with serve_studio(session_home, db_url, REPO / "artifacts" / "studio_browser.log",
+                      "--set", "promotion.evaluate=false") as (url, seconds):
         _record_timing("cold_start_to_served_page_s", round(seconds, 2))
         _record_timing("cold_start_loadavg_1m", os.getloadavg()[0])
         from evorag_core.store import open_store
@@ -112,7 +115,10 @@ def test_step_an_episode_three_times_shows_signals_table_and_weights_chart(page)
     assert page.locator("#evo-return").inner_text() == rows.nth(2).locator("td").nth(11).inner_text()
     weights = page.locator("#evo-weights .js-plotly-plot")
     weights.wait_for()
-    assert weights.locator("g.scatterlayer g.trace").count() == 7
+    # the seven weights' schedule lines, and on each the markers of the weights the three steps were scored with
+    assert weights.locator("g.scatterlayer g.trace").count() == 14
+    page.wait_for_function("document.querySelectorAll('#evo-weights g.scatterlayer g.trace path.point').length "
+                           "=== 7 * 3")  # the chart is redrawn after the table: wait for the third step's markers
     assert "t = 3" in weights.inner_text()
     assert page.locator("#evo-contrib .js-plotly-plot g.barlayer").count() == 1
     assert page.locator("#evo-passages-box .badge.gold").count() >= 1

@@ -49,10 +49,14 @@ def test_three_oracle_steps_show_signals_weights_and_return(svc):
     t = 1: SEARCH hits gold -> ret = +1, step = -1: R_1 = 2.0 * 1 + 0.02 * (-1) = 1.98."""
     view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
     assert "No steps yet" in view.steps
+    keys = []
     for _ in range(3):
         view, sess = handlers.step_episode(sess)
+        keys.append(view.weights_key)
     rec = sess.record
     assert [type(s.action).__name__ for s in rec.steps] == ["Search", "Search", "Answer"]
+    # the page redraws the chart only when its key changes: the answer keeps the marked step (t = 3) but adds markers
+    assert len(set(keys)) == 3
     assert rec.steps[0].reward == pytest.approx(1.98)
     assert rec.answer == "Sable River" and rec.done
     assert view.steps.count("<tr") == 4  # header + 3 steps

@@ -12,7 +12,7 @@ import pytest
 
 from evorag_core.store import NewPair, open_store
 from tests.studio_process import serve_studio
-from tests.training.test_worker import PROMPT, SETTINGS, tiny, wait_for  # noqa: F401  (fixture)
+from tests.training.test_worker import HOLD, PROMPT, SETTINGS, tiny, wait_for  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow]
 
@@ -39,9 +39,10 @@ def test_the_studio_restarts_its_killed_worker_and_the_round_finishes_once(tmp_p
     store.add_pairs([NewPair(PROMPT.format(f"who founded town {i}"), f"SEARCH: town {i} founder", f"ANSWER: {i}")
                      for i in range(8)])
     args = ["--model", str(tiny), "--no-warm", "--set", "studio.worker_restart_s=0.5",
-            "--set", "promotion.evaluate=false", "--set", "train.lease_seconds=600"]
+            "--set", "train.lease_seconds=600"]
     args += [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
-    with serve_studio(tmp_path / "home", url, tmp_path / "studio.log", *args):
+    # HOLD (passed on to the studio's worker): attempt 1 stays mid-round after its first step, however fast the machine
+    with serve_studio(tmp_path / "home", url, tmp_path / "studio.log", *args, env=HOLD):
         [first] = wait_for(lambda: _workers(db_path), 120, "the studio's worker")
         rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 1}, max_attempts=2)
         wait_for(lambda: (store.get_round(rid).progress or {}).get("step", 0) >= 1, 300, "training progress")

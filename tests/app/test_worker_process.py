@@ -15,7 +15,7 @@ from app.services import Services
 from app.worker_process import WorkerProcess, restart_delay
 from evorag_core.config import apply_overrides
 from tests.paths import DEMO, REPO
-from tests.training.test_worker import cli_args, tiny, wait_for, world  # noqa: F401  (fixtures)
+from tests.training.test_worker import HOLD, cli_args, tiny, wait_for, world  # noqa: F401  (fixtures)
 
 
 def test_restart_delay_doubles_up_to_the_cap():
@@ -53,7 +53,8 @@ def test_a_worker_sigkilled_mid_round_is_restarted_and_the_round_finished_once(w
     rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 4}, max_attempts=2)
     argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", *cli_args(home, url, tiny), "--lease", "600",
             "--poll", "0.3"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+    # HOLD: the first attempt stays mid-round after its first step, however fast the machine trains
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO), **HOLD)
     svc.worker = WorkerProcess(argv, env, home / "worker.log", backoff_s=svc.cfg.studio.worker_restart_s,
                                on_exit=svc.worker_exited)
     tail = lambda: (home / "worker.log").read_text(errors="replace")[-3000:]  # noqa: E731

@@ -464,7 +464,8 @@ def test_arena_grpo_round_on_tiny_llama(warm_tiny, one_thread):
     events: list[dict] = []
     log, samples = train_arena_grpo(policy, tokenizer, [Q], train, cfg, events.append, model_id="tiny")
     history = log.history
-    assert [h["step"] for h in history] == [1, 2, 3] and len(events) == 3 and len(samples) == 3
+    assert events[0] == {"phase": "train"}  # reported as training starts, then one report per step
+    assert [h["step"] for h in history] == [1, 2, 3] and len(events) == 1 + 3 and len(samples) == 3
     for h in history:
         assert {"kl_k2", "kl_k3", "kl", "loss", "reward", "format", "accuracy", "relevance", "bonus"} <= set(h)
         assert h["kl"] == pytest.approx(h["kl_k2"])  # the optimised estimator is k2

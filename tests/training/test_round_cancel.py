@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -132,6 +133,43 @@ def test_heartbeat_report_raises_only_once_a_cancel_is_requested(world):
     store.confirm_cancel(rid, worker_id="w")
     with pytest.raises(StoreError):
         store.cancel_round(rid)
+
+
+def test_the_test_hold_point_keeps_a_first_attempt_at_its_first_step_until_cancelled(world, monkeypatch):
+    """With $EVORAG_TEST_HOLD naming `round:step` (evorag_core.test_hooks), a first attempt's first step report
+    waits - another thread finds the round running at step 1 - until a cancel is requested, then raises
+    RoundCancelled; a later attempt does not hold."""
+    from evorag_core import test_hooks
+
+    _, _, store, _ = world
+    monkeypatch.setenv(test_hooks.ENV, "round:step")
+    monkeypatch.setattr(test_hooks, "_held", set())
+    rid = store.enqueue_round("dpo", {})
+    store.claim_round("w", 60)
+    beat = Heartbeat(store, rid, "w", 60, first_attempt=True).start()
+    outcome: list[BaseException] = []
+
+    def train():
+        try:
+            beat.report({"step": 1, "total": 2, "loss": 0.5, "elapsed_s": 1.0})
+        except RoundCancelled as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while (store.get_round(rid).progress or {}).get("step") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.get_round(rid).progress["step"] == 1 and thread.is_alive() and not outcome  # held mid-round
+    store.cancel_round(rid)
+    thread.join(120)
+    beat.stop()
+    assert not thread.is_alive() and isinstance(outcome[0], RoundCancelled)
+
+    monkeypatch.setattr(test_hooks, "_held", set())
+    later = Heartbeat(store, rid, "w", 60, first_attempt=False)
+    with pytest.raises(RoundCancelled):  # no hold: the pending cancel is read at once
+        later.report({"step": 1, "total": 2, "loss": 0.5, "elapsed_s": 1.0})
 
 
 @pytest.mark.slow

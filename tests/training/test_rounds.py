@@ -218,8 +218,8 @@ def test_dpo_round_trains_registers_and_records(world):
     steps = [e for e in events if "step" in e]
     assert m["steps"] == 4 and [e["step"] for e in steps] == [1, 2, 3, 4] and steps[-1]["total"] == 4
     # the phases the studio shows, in order, around the steps (each one is also where a cancel is checked)
-    assert [e["phase"] for e in events if "step" not in e] == ["load", "prepare", "save", "register"]
-    assert events.index(steps[0]) == 2 and events.index(steps[-1]) == 5
+    assert [e["phase"] for e in events if "step" not in e] == ["load", "prepare", "train", "save", "register"]
+    assert events.index(steps[0]) == 3 and events.index(steps[-1]) == 6
     assert math.isclose(m["first_loss"], math.log(2), abs_tol=1e-5) and m["final_loss"] < m["first_loss"]
     assert m["final_rewards_margins"] > 0 and len(m["pair_ids"]) == 8 and m["peak_rss_mb"] > 0
     assert all(t.abs().sum() > 0 for t in lora_b(ref.path).values())

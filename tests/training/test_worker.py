@@ -23,13 +23,15 @@ from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import TrainingError
 from evorag_core.store import NewPair, open_store
 from evorag_core.store.base import utcnow
+from evorag_core.test_hooks import ENV
 from training.worker import WorkerOptions, process_one
 
 DEMO = REPO / "data" / "demo" / "demo.jsonl"
 PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
 LEASE_S = 3.0
 SETTINGS = {"policy.device": "cpu", "policy.threads": 1, "train.max_length": 96, "train.lr": 1e-3,
-            "train.batch_size": 1}
+            "train.batch_size": 1, "promotion.evaluate": False}  # the gate's evaluation job: tests/promotion/
+HOLD = {ENV: "round:step"}  # a round's first attempt holds after its first step (evorag_core.test_hooks)
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +62,15 @@ def cli_args(home: Path, url: str, tiny: Path) -> list[str]:
 
 
 class Worker:
-    """`evorag worker` in its own process; its log is printed when a test fails."""
+    """`evorag worker` in its own process; its log is printed when a test fails. `hold`: each round's first attempt
+    stays mid-round after its first step until it is cancelled or the worker is stopped (`HOLD`)."""
 
-    def __init__(self, home: Path, url: str, tiny: Path):
+    def __init__(self, home: Path, url: str, tiny: Path, *, hold: bool = False):
         self.log = home / f"worker-{time.monotonic_ns()}.log"
         argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", *cli_args(home, url, tiny),
                 "--lease", str(LEASE_S), "--poll", "0.3"]
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
+                   **(HOLD if hold else {}))
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
     def tail(self) -> str:
@@ -91,7 +95,7 @@ def wait_for(predicate, timeout: float, what: str, worker: Worker | None = None)
 
 
 def kill_mid_round(store, round_id: int, worker: Worker) -> None:
-    """Wait until the worker reported a training step of the round, then SIGKILL it."""
+    """Wait until the worker (started with `hold`) reported a training step of the round, then SIGKILL it."""
     wait_for(lambda: (store.get_round(round_id).progress or {}).get("step", 0) >= 1, 240, "training progress", worker)
     os.kill(worker.proc.pid, signal.SIGKILL)
     worker.proc.wait(10)
@@ -197,7 +201,8 @@ def test_train_wait_follows_a_real_worker_and_adapters_cli(world, tiny, capsys):
         assert cli_main(["adapters", "list", "--json", *cli_args(home, url, tiny)]) == 0
         listed = json.loads(capsys.readouterr().out)
         assert [(a["name"], a["round"], a["objective"], a["active"]) for a in listed] == [("r1-dpo", 1, "dpo", False)]
-        assert set(listed[0]) == {"name", "round", "objective", "path", "active", "created", "metrics"}
+        assert set(listed[0]) == {"name", "round", "objective", "path", "active", "created", "metrics", "heldout"}
+        assert listed[0]["heldout"]["report"] is None and listed[0]["heldout"]["score"] is None  # not evaluated
         assert cli_main(["adapters", "activate", "r1-dpo", *cli_args(home, url, tiny)]) == 0
         assert store.active_adapter().name == "r1-dpo"
 
@@ -233,7 +238,7 @@ def test_sigkill_mid_round_then_the_lease_expires_and_the_round_is_retried(world
     home, url, store, cfg = world
     assert cli_main(["train", "--objective", "dpo", "--pairs", "8", "--epochs", "6", *cli_args(home, url, tiny)]) == 0
     rid = store.list_rounds()[0].id
-    worker = Worker(home, url, tiny)
+    worker = Worker(home, url, tiny, hold=True)
     try:
         kill_mid_round(store, rid, worker)
     finally:
@@ -261,7 +266,7 @@ def test_sigkill_mid_round_without_retry_fails_the_round_and_releases_its_pairs(
     again (none lost, none consumed), no adapter is registered, and a new round can claim the pairs."""
     home, url, store, cfg = world
     rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6})
-    worker = Worker(home, url, tiny)
+    worker = Worker(home, url, tiny, hold=True)
     try:
         kill_mid_round(store, rid, worker)
     finally:
@@ -284,7 +289,7 @@ def test_sigterm_mid_round_fails_the_round_and_releases_its_pairs_at_once(world,
     transaction - no lease to wait for."""
     home, url, store, cfg = world
     rid = store.enqueue_round("dpo", {"pairs": 8, "epochs": 6})
-    worker = Worker(home, url, tiny)
+    worker = Worker(home, url, tiny, hold=True)
     try:
         wait_for(lambda: (store.get_round(rid).progress or {}).get("step", 0) >= 1, 240, "training progress", worker)
         assert store.count_pairs("status") == {"claimed": 8}
@@ -357,7 +362,7 @@ def test_the_studio_killed_mid_round_fails_the_round_and_releases_its_pairs(worl
     log = home / "worker.log"
     argv = [sys.executable, "-m", "evorag_core.cli.main", "worker", *cli_args(home, url, tiny),
             "--lease", "600", "--poll", "0.3"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO), **HOLD)
     parent = subprocess.Popen([sys.executable, "-c", PARENT, *argv, str(log)], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, text=True)
     try:
