@@ -21,7 +21,8 @@ from app.dynakrag_step import controller_html, final_html, operations_html, scor
 from app.dynakrag_view import trace_html
 from app.handlers import dynakrag as hd
 from app.services import Services
-from app.wiring import TIMER_SECONDS, on
+from app.page_timers import PageTimers
+from app.wiring import on
 
 __all__ = ["build_tab", "render"]
 
@@ -53,7 +54,7 @@ def _controller_box(svc: Services, controller: str) -> str:
     return controller_html(status.trained, status.text, controller)
 
 
-def build_tab(svc: Services) -> gr.Tab:
+def build_tab(svc: Services, timers: PageTimers) -> gr.Tab:
     """The tab (created inside the caller's `gr.Tabs`); it reloads its pickers and the controller line when shown."""
     files = handlers.data_choices(svc)
     trained = hd.controller_status(svc).trained
@@ -181,7 +182,7 @@ def build_tab(svc: Services) -> gr.Tab:
     on(train.click, on_train, [data_dd, questions], [train_msg, train_progress, round_id])
     on(cancel.click, on_cancel, round_id, train_msg)
     with tab:  # a component outside the Tab would sit directly in the Tabs: Gradio then draws a selected tab twice
-        timer = gr.Timer(TIMER_SECONDS)
+        timer = timers.for_tab("dynakrag")  # ticks while the tab is shown (app/page_timers.py)
     on(timer.tick, tick, [round_id, controller], [train_progress, controller_box, controller, round_id], quiet=True,
        show_progress="hidden", concurrency_limit=None, trigger_mode="once", api_visibility="private")
     return tab

@@ -5,7 +5,7 @@ Pure functions of a `Round` row (as the worker's heartbeat last wrote it) and th
 
     phase_of(round)               -> "queued" | "setup" | "load" | ... | "register" | the final status
     eta_seconds(progress, ...)    -> seconds left: mean measured step time x steps left, minus the time since the
-                                     heartbeat wrote it (so it counts down between heartbeats), or None
+                                     step was reported (so it counts down until the next step), or None
     progress_html(round, now)     -> the progress box (escaped; no text from the round is trusted)
     integer_steps(fig, last_step) -> the figure with x ticks on whole steps only
     log_html(round, lines, last)  -> the round's log panel: its newest stored lines, oldest first (escaped)
@@ -66,12 +66,17 @@ def seconds_per_step(progress: Mapping[str, Any]) -> float | None:
 
 
 def eta_seconds(progress: Mapping[str, Any], heartbeat_at: datetime | None, now: datetime) -> float | None:
-    """Seconds left in training: seconds/step x steps left as of the heartbeat, less the time since it."""
+    """Seconds left in training: seconds/step x steps left as of the last step report, less the time since that
+    report (`progress["at"]`, epoch seconds, written by the worker with each step; else the heartbeat's time). The
+    heartbeat is rewritten every few seconds without a new step, so counting from it froze the ETA on slow steps."""
     per_step, total, step = seconds_per_step(progress), progress.get("total"), progress.get("step")
     if per_step is None or not total:
         return None
     left = per_step * max(float(total) - float(step), 0.0)
-    if heartbeat_at is not None:
+    at = progress.get("at")
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        left -= max(now.timestamp() - float(at), 0.0)
+    elif heartbeat_at is not None:
         left -= max((now - heartbeat_at).total_seconds(), 0.0)
     return max(left, 0.0)
 

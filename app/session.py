@@ -234,7 +234,11 @@ class EpisodeSession:
         verdict = self.judge.set_override(self.record.episode_id, t, answerable, who or None)
         self.overrides[t] = verdict
         if self.store is not None and self.db_id is not None:
-            self._store_call(self.store.set_override, self.db_id, t, verdict_name(answerable), who or "anonymous")
+            # one recomputation, stored once: the step's row (signals, R_t) and the episode's return change with
+            # the override in one transaction, so a trace shows what this page shows
+            step = next(s for s in self.record.steps if s.t == t)
+            self._store_call(self.store.set_override_rescored, self.db_id, t, verdict_name(answerable),
+                             who or "anonymous", signals=dict(step.signals), reward=float(step.reward))
             if self.done:
                 self._store_call(self.store.finish_episode, self.db_id, total_return=self.record.total_return,
                                  status=self._final_status(), outcome=self._outcome())

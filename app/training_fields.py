@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Mapping
 
-from evorag_core.config import CONTINUATION_TARGETS, Config
+from evorag_core.config import CONTINUATION_TARGETS, Allowed, Config, rule_of
 from evorag_core.env.scheduler import STAGES
 from evorag_core.objectives import OBJECTIVES
 from evorag_core.store.records import PAIR_SOURCES
@@ -26,6 +26,10 @@ LR_STEP = 1e-5  # ArrowUp on 5e-5 gives 6e-5 (Gradio's default step 1 would give
 
 @dataclass(frozen=True)
 class FieldSpec:
+    """How one field is asked for. Its allowed values are one rule set for the page (the input's bounds) and the
+    launch (`app.handlers.training`): the config setting's rule where the field is a setting (`rule`, e.g.
+    "train.lr": `evorag_core.config` RULES), else `minimum` / `maximum` here."""
+
     key: str  # a job key (training/job.py), or section.key of a nested settings object
     label: str
     kind: Literal["int", "float", "choice", "radio", "data"]
@@ -33,10 +37,36 @@ class FieldSpec:
     step: float | None = None
     choices: tuple[str, ...] = ()
     elem: str = ""  # the element id where tests and docs name it already
+    maximum: float | None = None
+    rule: str = ""  # the config setting whose rule bounds this field ("" : minimum / maximum)
 
     @property
     def elem_id(self) -> str:
         return self.elem or "evo-f-" + self.key.replace(".", "-").replace("_", "-")
+
+    @property
+    def allowed(self) -> Allowed | None:
+        """The config setting's rule (None without `rule`, or when the setting has none)."""
+        return rule_of(self.rule) if self.rule else None
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None]:
+        """(lowest, highest) the input accepts, both inclusive (None: open)."""
+        allowed = self.allowed
+        if allowed is not None:
+            return allowed.lo, allowed.hi
+        return self.minimum, self.maximum
+
+    def problem(self, number: float) -> str | None:
+        """Why `number` is not allowed here, in words (None: allowed)."""
+        allowed = self.allowed
+        if allowed is not None:
+            return None if allowed.ok(number) else f"{self.label} must be {allowed.what}, got {number:g}"
+        if self.minimum is not None and number < self.minimum:
+            return f"{self.label} must be at least {self.minimum:g}, got {number:g}"
+        if self.maximum is not None and number > self.maximum:
+            return f"{self.label} must be at most {self.maximum:g}, got {number:g}"
+        return None
 
 
 _G = "Replies per question (G)"
@@ -50,7 +80,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("arena.offset", "Skip the first N questions", "int", 0, 1),
     FieldSpec("arena.group_size", _G, "int", 2, 1),
     FieldSpec("arena.questions_per_step", "Questions per step", "int", 1, 1),
-    FieldSpec("arena.temperature", "Rollout temperature", "float", 0.05, 0.05),
+    FieldSpec("arena.temperature", "Rollout temperature", "float", 0.05, 0.05, maximum=2.0),
     FieldSpec("arena.max_new_tokens", "Max new tokens", "int", 1, 16),
     FieldSpec("arena.bonus", "Bonus (0: no-bonus ablation)", "float", 0, 1),
     FieldSpec("r2ag.questions", "Questions to use", "int", 1, 1),
@@ -58,17 +88,17 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("r2ag.group_size", "Expansions per state (G)", "int", 2, 1),
     FieldSpec("r2ag.states_per_step", "Tree states per step", "int", 1, 1),
     FieldSpec("r2ag.iterations", "Iterations (progressive passes)", "int", 1, 1),
-    FieldSpec("r2ag.temperature", "Rollout temperature", "float", 0.05, 0.05),
+    FieldSpec("r2ag.temperature", "Rollout temperature", "float", 0.05, 0.05, maximum=2.0),
     FieldSpec("r2ag.max_new_tokens", "Max new tokens", "int", 1, 16),
     FieldSpec("dynakrag.questions", "Questions to explore (0: all)", "int", 0, 1),
     FieldSpec("dynakrag.offset", "Skip the first N questions", "int", 0, 1),
-    FieldSpec("dynakrag.train_rollouts", "Rollouts per question", "int", 1, 1),
+    FieldSpec("dynakrag.train_rollouts", "Rollouts per question", "int", 1, 1, rule="dynakrag.train_rollouts"),
     FieldSpec("dynakrag.continuation_target", "Continuation target", "choice", choices=tuple(CONTINUATION_TARGETS)),
-    FieldSpec("dynakrag.n_estimators", "Trees per forest", "int", 1, 10),
-    FieldSpec("dynakrag.min_samples_leaf", "Min samples per leaf", "int", 1, 1),
-    FieldSpec("epochs", "Epochs", "int", 1, 1, elem="evo-epochs"),
-    FieldSpec("lr", "Learning rate (e.g. 5e-5)", "float", None, LR_STEP, elem="evo-lr"),
-    FieldSpec("beta", "DPO beta", "float", None, 0.01),
+    FieldSpec("dynakrag.n_estimators", "Trees per forest", "int", 1, 10, rule="dynakrag.n_estimators"),
+    FieldSpec("dynakrag.min_samples_leaf", "Min samples per leaf", "int", 1, 1, rule="dynakrag.min_samples_leaf"),
+    FieldSpec("epochs", "Epochs", "int", 1, 1, elem="evo-epochs", rule="train.epochs"),
+    FieldSpec("lr", "Learning rate (e.g. 5e-5)", "float", None, LR_STEP, elem="evo-lr", rule="train.lr"),
+    FieldSpec("beta", "DPO beta", "float", None, 0.01, rule="train.beta"),
     FieldSpec("vf_coef", "Value loss weight", "float", 0, 0.1),
     FieldSpec("kl", "KL estimator", "radio", choices=KL_ESTIMATORS),
     FieldSpec("max_steps", "Max steps (0: no cap)", "int", 0, 1, elem="evo-max-steps"),

@@ -26,7 +26,8 @@ from app import training_fields as tf
 from app.handlers import promotion
 from app.handlers import training as th
 from app.services import Services
-from app.wiring import TIMER_SECONDS, on
+from app.page_timers import PageTimers
+from app.wiring import on
 
 __all__ = ["LR_STEP", "TrainingTab", "build_tab"]
 
@@ -61,12 +62,14 @@ def _field(spec: tf.FieldSpec, value: Any, visible: bool, svc: Services) -> gr.c
         return gr.Dropdown(list(spec.choices), value=value, min_width=150, **common)
     if spec.kind == "radio":
         return gr.Radio(list(spec.choices), value=value, min_width=150, **common)
-    return gr.Number(value=value, precision=0 if spec.kind == "int" else None, minimum=spec.minimum,
+    lo, hi = spec.bounds  # one rule set: the launch checks the same (FieldSpec.problem)
+    return gr.Number(value=value, precision=0 if spec.kind == "int" else None, minimum=lo, maximum=hi,
                      step=spec.step, min_width=150, **common)
 
 
-def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) -> TrainingTab:
-    """The Training tab's components and events (refreshed by a timer and when `tab` is selected)."""
+def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab, timers: PageTimers) -> TrainingTab:
+    """The Training tab's components and events (refreshed when `tab` is selected, then by its timer while it is
+    shown: app/page_timers.py)."""
 
     t = svc.cfg.train
     defaults = tf.defaults(svc.cfg, str(svc.default_data))
@@ -240,9 +243,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab | None = None) 
     for changed in (source.change, stage.change, data.change):
         on(changed, lambda o, s, g, d: th.availability_text(svc, o, s, g, d), [objective, source, stage, data],
            available, quiet=True, show_progress="hidden", api_visibility="private")
-    if tab is not None:
-        on(tab.select, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
-    timer = gr.Timer(TIMER_SECONDS)
+    on(tab.select, refresh, watched, outs, quiet=True, show_progress="hidden", api_visibility="private")
+    timer = timers.for_tab("training")
     on(timer.tick, refresh, watched, outs, quiet=True, show_progress="hidden", concurrency_limit=None,
        trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
     on(timer.tick, clear_when_ended, launched, [launch_msg, launched], quiet=True, show_progress="hidden",

@@ -16,8 +16,9 @@ from app import (annotate_tab, arena_tab, compare_tab, dynakrag_tab, episode_tab
                  roles, traces_tab, training_tab, views)
 from app.episode_tab import Reload
 from app.handlers import annotate as annotate_handlers
+from app.page_timers import VISIBILITY_JS, PageTimers
 from app.services import Services
-from app.wiring import EXAMPLE_SCRIPT, TIMER_SECONDS, on
+from app.wiring import EXAMPLE_SCRIPT, on
 
 __all__ = ["build_ui", "page_header", "HIDE_TABS_JS"]
 
@@ -50,20 +51,21 @@ def build_ui(svc: Services) -> gr.Blocks:
                                    elem_id="evo-annotator")
         # every event checks the user's role on the server against the tab its components sit in
         # (app.event_roles.check_roles, at the end; app.roles.TAB_ACTIONS)
+        timers = PageTimers()  # each ticks only while what it refreshes can be seen
         with gr.Tabs() as tabs:
             with gr.Tab("Episode", id="episode") as tab_episode:
                 episode = episode_tab.build_tab(svc, annotator, demo)
             with gr.Tab("Pairs", id="pairs") as tab_pairs:
                 pairs_reload = _pairs_tab(svc, demo)
             with gr.Tab("Training", id="training") as tab_training:
-                training = training_tab.build_tab(svc, episode.policy_dd, tab_training)
+                training = training_tab.build_tab(svc, episode.policy_dd, tab_training, timers)
             with gr.Tab("Compare", id="compare") as tab_compare:
                 compare = compare_tab.build_tab(svc)
             with gr.Tab("Evaluate", id="evaluate") as tab_eval:
                 _eval_tab(svc).wire(tab_eval.select)
             with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
                 r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
-            tab_dynakrag = dynakrag_tab.build_tab(svc)
+            tab_dynakrag = dynakrag_tab.build_tab(svc, timers)
             tab_arena = arena_tab.build_tab(svc)
             tab_traces = traces_tab.build_tab(svc, demo, tabs)
             annotation = annotate_tab.build_tabs(svc, annotator, demo)
@@ -90,7 +92,7 @@ def build_ui(svc: Services) -> gr.Blocks:
             sent = tuple(new if new != old else gr.skip() for new, old in zip(fresh, last or ("", "")))
             return (*sent, fresh)
 
-        timer = gr.Timer(TIMER_SECONDS)
+        timer = timers.for_shell()
         on(timer.tick, tick, header_shown, [header, episode.pairs_count, header_shown], quiet=True,
            show_progress="hidden", concurrency_limit=None, trigger_mode="once", api_visibility="private")
 
@@ -111,6 +113,10 @@ def build_ui(svc: Services) -> gr.Blocks:
                     api_visibility="private")
         # Gradio 6.31 keeps a tab's button when an update hides the tab: the page hides the buttons itself
         loaded.then(None, role_box, None, js=HIDE_TABS_JS, api_visibility="private")
+        # the timers tick only for the selected tab of a visible page (app/page_timers.py)
+        timers.wire(tabs, {t.label: t.id for t in (*admin_tabs, annotation.annotate, annotation.review)},
+                    first_tab="episode")
+        loaded.then(None, None, None, js=VISIBILITY_JS, api_visibility="private")
         first_fn, first_in, first_out = annotation.first_item
         on(loaded.then, first_fn, first_in, first_out, api_visibility="private")
     return event_roles.check_roles(demo, svc)

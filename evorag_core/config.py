@@ -31,7 +31,9 @@ __all__ = [
     "CONTINUATION_TARGETS",
     "RETRIEVERS",
     "Allowed",
+    "LEARNING_RATE",
     "check_section",
+    "rule_of",
     "PREFILL_DTYPES",
     "POLICY_BACKENDS",
     "TRAIN_DTYPES",
@@ -75,15 +77,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Allowed:
-    """One setting's rule: `ok(value)` says whether the value is allowed, `what` says so in words."""
+    """One setting's rule: `ok(value)` says whether the value is allowed, `what` says so in words; `lo` / `hi`: the
+    inclusive numeric bounds an input field can show (None: open on that side, or not expressible as one)."""
 
     what: str
     ok: Callable[[Any], bool]
     choices: tuple[str, ...] = ()
+    lo: float | None = None
+    hi: float | None = None
 
 
 def at_least(lo: float) -> Allowed:
-    return Allowed(f">= {lo}", lambda v: v >= lo)
+    return Allowed(f">= {lo}", lambda v: v >= lo, lo=lo)
 
 
 def above(lo: float) -> Allowed:
@@ -91,7 +96,11 @@ def above(lo: float) -> Allowed:
 
 
 def within(lo: float, hi: float) -> Allowed:
-    return Allowed(f"in [{lo}, {hi}]", lambda v: lo <= v <= hi)
+    return Allowed(f"in [{lo}, {hi}]", lambda v: lo <= v <= hi, lo=lo, hi=hi)
+
+
+def above_up_to(lo: float, hi: float) -> Allowed:
+    return Allowed(f"in ({lo}, {hi}]", lambda v: lo < v <= hi, hi=hi)
 
 
 def one_of(choices: tuple[str, ...]) -> Allowed:
@@ -111,6 +120,9 @@ def _is_network(value: Any) -> bool:
 
 
 POSITIVE = at_least(1)  # counts, sizes and token budgets where 0 means nothing would happen
+# A LoRA learning rate: the embedded model's rounds train at 5e-5 to 1e-3, the tests' tiny random model at up to 2e-2;
+# at 0.1 and beyond Adam's first steps wreck any adapter (a typo such as 5 for 5e-5 would run a round and register it)
+LEARNING_RATE = above_up_to(0, 0.1)
 NON_NEGATIVE = at_least(0)
 PROBABILITY = within(0, 1)
 SEED = NON_NEGATIVE  # numpy refuses negative seeds
@@ -141,6 +153,15 @@ def _hints(cls: type) -> dict[str, Any]:
 @functools.cache
 def _section_name(cls: type) -> str:
     return next((name for name, hint in _hints(Config).items() if hint is cls), cls.__name__)
+
+
+def rule_of(key: str) -> Allowed | None:
+    """The rule of setting `section.name` (e.g. "train.lr"); None if it has none. KeyError for an unknown key."""
+    section, _, name = key.partition(".")
+    hints = _hints(Config)
+    if section not in hints or name not in {f.name for f in fields(hints[section])}:
+        raise KeyError(f"no setting {key!r}")
+    return hints[section].RULES.get(name)
 
 
 def check_section(section: _Checked) -> None:
@@ -457,7 +478,7 @@ class TrainConfig(_Checked):
     RULES: ClassVar[Rules] = {
         "objective": one_of(tuple(OBJECTIVES)),
         "epochs": POSITIVE,
-        "lr": above(0),
+        "lr": LEARNING_RATE,
         "beta": above(0),
         "kl": one_of(("k2", "k3")),
         "kl_coef": NON_NEGATIVE,

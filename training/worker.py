@@ -131,7 +131,7 @@ class Heartbeat:
             with self._lock:
                 first = self._progress.get("phase") != now_in
                 self._progress = {**{k: v for k, v in entry.items() if isinstance(v, (int, float, str)) or v is None},
-                                  "eta": eta, "phase": now_in}
+                                  "eta": eta, "phase": now_in, "at": round(time.time(), 3)}  # the ETA counts from it
             if first:
                 self._wake.set()
             if self.first_attempt and step:

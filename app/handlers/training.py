@@ -240,10 +240,9 @@ def _checked(key: str, value: Any) -> Any:
         raise ValueError(f"{spec.label}: {value!r} is not a number") from None
     if spec.kind == "int" and number != float(value):
         raise ValueError(f"{spec.label}: a whole number is needed, got {value}")
-    if key == "lr" and not number > 0:
-        raise ValueError("the learning rate must be positive")
-    if spec.minimum is not None and number < spec.minimum:
-        raise ValueError(f"{spec.label} must be at least {spec.minimum:g}, got {number:g}")
+    problem = spec.problem(number)  # the same bounds the page's input shows (app/training_fields.py)
+    if problem is not None:
+        raise ValueError(problem)
     return number
 
 

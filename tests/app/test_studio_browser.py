@@ -378,3 +378,54 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
     assert "SEARCH" in page.locator("#evo-trace-box").inner_text()
     assert page.locator("#evo-drill-trace-link").get_attribute("href").startswith("?episode=")
     shot(page, "06_evaluate")
+
+
+def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
+    """app/page_timers.py: a hidden page sends no timer ticks; shown again, the header's ticks resume; the Training
+    tab's timer ticks only while that tab is selected. Ticks are counted as the page's queue joins (nothing else
+    runs on an idle page). Absences are checked over three timer periods: a loaded machine only sends fewer ticks,
+    so it cannot fail them; each presence is awaited as a state."""
+    from app.wiring import TIMER_SECONDS
+
+    _, store = studio
+    joins: list[float] = []
+    page.on("request", lambda r: joins.append(time.monotonic()) if "/queue/join" in r.url else None)
+
+    def ticks_after(t0: float) -> int:
+        return sum(t >= t0 for t in joins)
+
+    def await_tick(what: str) -> None:
+        t0 = time.monotonic()
+        deadline = t0 + 120
+        while ticks_after(t0) == 0:
+            assert time.monotonic() < deadline, f"no tick: {what}"
+            page.wait_for_timeout(200)
+
+    def set_visibility(state: str) -> None:
+        page.evaluate("(s) => { Object.defineProperty(document, 'visibilityState', {value: s, configurable: true});"
+                      " document.dispatchEvent(new Event('visibilitychange')); }", state)
+
+    await_tick("the header's timer of a visible page")
+    with page.expect_response(lambda r: "/run/predict" in r.url or "/queue/" in r.url):
+        set_visibility("hidden")
+    page.wait_for_timeout(500)  # a tick already in flight when the page was hidden may still land
+    t0 = time.monotonic()
+    page.wait_for_timeout(3 * TIMER_SECONDS * 1000)
+    assert ticks_after(t0) == 0, "a hidden page kept polling"
+    set_visibility("visible")
+    await_tick("the header's timer once the page is shown again")
+
+    # the Training tab's timer: a round queued after the tab was opened appears in its table (the tab's select
+    # event drew the table before; only the timer redraws it)
+    page.get_by_role("tab", name="Training").click()
+    page.wait_for_selector("#evo-rounds")
+    rows = "document.querySelectorAll('#evo-rounds tbody tr').length"
+    before = page.evaluate(rows)
+    store.enqueue_round("dpo", {"pairs": 1})
+    page.wait_for_function(f"{rows} > {before}", timeout=120_000)
+    # on the Episode tab the Training tab's timer stops: only the header's ticks (at most one per period)
+    page.get_by_role("tab", name="Episode").click()
+    page.wait_for_timeout(500)
+    t0 = time.monotonic()
+    page.wait_for_timeout(4 * TIMER_SECONDS * 1000)
+    assert ticks_after(t0) <= 4 + 1, "the Training tab's timer kept ticking on the Episode tab"

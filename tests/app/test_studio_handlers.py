@@ -109,6 +109,10 @@ def test_refusal_override_recomputes_signal_and_return_and_is_stored(svc):
     assert store.effective_verdict(sess.db_id, 2) == "answerable"
     assert [j.who for j in store.judgments(sess.db_id) if j.is_override] == ["tester"]
     assert store.get_episode(sess.db_id).total_return == pytest.approx(before - 1.0)
+    # the stored step follows too (the trace's row and its header agree with this page)
+    stored = store.get_episode(sess.db_id)
+    assert stored.steps[1].signals["ref"] == -1.0 and stored.steps[1].reward == pytest.approx(step.reward)
+    assert sum(s.reward for s in stored.steps) == pytest.approx(stored.total_return)
 
 
 def test_override_needs_a_judged_step(svc):

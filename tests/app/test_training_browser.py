@@ -73,6 +73,12 @@ def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(pa
     page.wait_for_function(f"{text_of('evo-available')}.startsWith('3 queued pairs available for DPO')")
 
     lr = page.locator("#evo-lr input")
+    # the input's bounds are the setting's (train.lr in (0, 0.1]): 5 is refused in the page, nothing is queued
+    lr.fill("5")
+    page.click("#evo-launch")
+    page.wait_for_function("[...document.querySelectorAll('[data-testid=toast-body]')]"
+                           ".some(t => t.innerText.includes('maximum value 0.1'))")
+    assert store.list_rounds() == []
     lr.fill("5e-5")
     lr.press("Tab")
     assert float(lr.input_value()) == pytest.approx(5e-5)

@@ -104,6 +104,12 @@ def test_progress_reads_in_phases_with_elapsed_time_and_a_counting_down_eta(svc)
     assert '<span class="evo-phase current" data-phase="train"' in html
     assert "ETA 9 s" in th.training_view(svc, now=beat + timedelta(seconds=3)).progress
     assert round_progress.eta_seconds({"step": 4, "total": 10, "elapsed_s": 8.0}, beat, beat + timedelta(60)) == 0.0
+    # the worker stamps each step report ("at"); heartbeats without a new step must not hold the ETA up
+    step_at = beat - timedelta(seconds=5)
+    later_beat = beat + timedelta(seconds=2)
+    progress = {"step": 4, "total": 10, "elapsed_s": 8.0, "at": step_at.timestamp()}
+    assert round_progress.eta_seconds(progress, later_beat, beat) == pytest.approx(12.0 - 5.0)
+    assert round_progress.eta_seconds(progress, later_beat, beat + timedelta(seconds=4)) == pytest.approx(3.0)
 
 
 def test_loss_ticks_are_whole_steps_and_the_kl_panel_is_hidden_for_dpo(svc):

@@ -134,6 +134,16 @@ def test_bad_settings_and_files_are_refused_before_queueing(svc, tmp_path):
         th.launch_job(svc, "dynakrag", {"dynakrag.continuation_target": "nope"})
     with pytest.raises(ValueError, match="whole number"):
         th.launch_job(svc, "r2ag-grpo", {"r2ag.iterations": 1.5})
+    # the settings' own ranges (evorag_core.config RULES), the ones the page's inputs show (FieldSpec.bounds)
+    for lr in (5, 0, -1):
+        with pytest.raises(ValueError, match=r"Learning rate .* must be in \(0, 0.1\], got"):
+            th.launch_job(svc, "dpo", {"lr": lr})
+    with pytest.raises(ValueError, match="Epochs must be >= 1, got 0"):
+        th.launch_job(svc, "grpo", {"epochs": 0})
+    with pytest.raises(ValueError, match="Rollout temperature must be at most 2, got 5"):
+        th.launch_job(svc, "arena-grpo", {"arena.temperature": 5})
+    with pytest.raises(ValueError, match="Trees per forest must be >= 1, got 0"):
+        th.launch_job(svc, "dynakrag", {"dynakrag.n_estimators": 0})
     outside = tmp_path.parent / "elsewhere.jsonl"
     with pytest.raises(Exception, match="not a data file the studio may read"):
         th.launch_job(svc, "dynakrag", {"data": str(outside)})
@@ -141,6 +151,25 @@ def test_bad_settings_and_files_are_refused_before_queueing(svc, tmp_path):
     with pytest.raises(ValueError, match="Not launched: no questions with passages"):
         th.launch_job(svc, "arena-grpo", {"arena.offset": 60})
     assert svc.store().list_rounds() == []
+
+
+def test_every_numeric_field_has_the_bounds_its_launch_checks():
+    """One rule set: a field tied to a setting takes that setting's bounds; at each bound the launch's check
+    agrees with the input (the bound passes, one step past it is refused)."""
+    from app import training_fields as tf
+    from evorag_core.config import rule_of
+
+    assert tf.spec("lr").bounds == (None, 0.1) and tf.spec("epochs").bounds == (1, None)
+    assert tf.spec("dynakrag.n_estimators").bounds == (rule_of("dynakrag.n_estimators").lo, None)
+    for spec in tf.FIELDS:
+        if spec.kind not in ("int", "float"):
+            continue
+        lo, hi = spec.bounds
+        step = 1 if spec.kind == "int" else 1e-6
+        for bound, past in ((lo, -step), (hi, step)):
+            if bound is not None:
+                assert spec.problem(bound) is None, (spec.key, bound)
+                assert spec.problem(bound + past) is not None, (spec.key, bound + past)
 
 
 def test_charts_follow_what_each_round_logs(svc):

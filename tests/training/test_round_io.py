@@ -80,9 +80,13 @@ def test_a_round_that_saved_nan_weights_registers_nothing(world):
 
 
 @pytest.mark.slow  # two optimiser steps of GRPO on the tiny model
-def test_a_diverging_round_fails_in_the_worker_and_registers_nothing(world):
+def test_a_diverging_round_fails_in_the_worker_and_registers_nothing(world, monkeypatch):
     """GRPO at lr 1e20: Adam's first step moves every B entry by ~1e20, the next forward overflows and the loss at
-    step 2 is NaN. The worker fails the round with the TrainingError; no adapter is registered."""
+    step 2 is NaN. The worker fails the round with the TrainingError; no adapter is registered. (The config refuses
+    such a learning rate, `LEARNING_RATE`; the rule is lifted here so the loss check itself is what is tested.)"""
+    from evorag_core.config import TrainConfig, above
+
+    monkeypatch.setitem(TrainConfig.RULES, "lr", above(0))
     cfg, home, store = world
     write_rollouts(store)
     rid = store.enqueue_round("grpo", {"lr": 1e20, "max_steps": 2})
