@@ -27,20 +27,13 @@ if TYPE_CHECKING:
     from evorag_core.retrieval import RetrievalService
     from evorag_core.store import Store
 
-__all__ = ["FeatureUnavailable", "Services", "WorkerProcess", "worker_command_available", "BENCHMARKS_DIR"]
+__all__ = ["FeatureUnavailable", "Services", "WorkerProcess", "BENCHMARKS_DIR"]
 
 log = logging.getLogger(__name__)
 
 BENCHMARKS_DIR = REPO_ROOT.parent / "shared" / "benchmarks"
 BUNDLED_DATA_DIR = REPO_ROOT / "data"
 _MAX_RUNTIMES = 4  # data files kept loaded (each holds its corpus; indexes are cached on disk)
-
-
-def worker_command_available() -> bool:
-    """True when `evorag worker` exists (the CLI's command table names it)."""
-    from evorag_core.cli.main import COMMANDS
-
-    return "worker" in COMMANDS
 
 
 class Services:
@@ -204,13 +197,10 @@ class Services:
         return store.active_adapter() if store is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------------------------
-    def start_worker(self) -> WorkerProcess | None:
-        """Start `evorag worker` against this studio's home and database, if that command exists, supervised: when it
-        dies the rounds it held are reaped at once (run again while attempts remain) and it is restarted after a
-        backoff (studio.worker_restart_s, doubling up to studio.worker_restart_max_s; app/worker_process.py)."""
-        if not worker_command_available():
-            log.info("no `evorag worker` command yet: training rounds stay queued until a worker runs")
-            return None
+    def start_worker(self) -> WorkerProcess:
+        """Start `evorag worker` against this studio's home and database, supervised: when it dies the rounds it held
+        are reaped at once (run again while attempts remain) and it is restarted after a backoff
+        (studio.worker_restart_s, doubling up to studio.worker_restart_max_s; app/worker_process.py)."""
         env = dict(os.environ, EVORAG_HOME=str(self.home), EVORAG_DB_URL=self.db_url)
         self.worker = WorkerProcess(self.worker_argv(), env, self.home / "logs" / "worker.log",
                                     backoff_s=self.cfg.studio.worker_restart_s,

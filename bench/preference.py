@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
 TARGETS = {"head_accuracy_min": 0.5, "overall_accuracy_min": 0.70}
-COMBINERS = (  # (name, combine_folds, combine_nonnegative): see evorag_core/preference.py, "Overall preference"
+COMBINERS = (  # (name, combine_folds, combine_nonnegative): see evorag_core/preference/__init__.py, "Overall preference"
     ("in-sample", 0, False), ("stacked", 5, False), ("stacked-nonnegative", 5, True))
 
 

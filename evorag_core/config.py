@@ -421,7 +421,7 @@ class RolloutConfig(_Checked):
 
 @dataclass(frozen=True)
 class PreferenceConfig(_Checked):
-    """The multi-head preference model (evorag_core/preference.py)."""
+    """The multi-head preference model (evorag_core/preference/)."""
 
     layer: int = 16  # hidden-state layer of the frozen policy LM (0 = embeddings, 30 = last for SmolLM2-135M)
     pooling: str = "probe"  # mean (over the completion) | last (its last token) | probe (the question asked after it)
@@ -658,7 +658,7 @@ ANSWER_RANKERS: tuple[str, ...] = ("learned", "lm")
 
 @dataclass(frozen=True)
 class AnswerConfig(_Checked):
-    """The reader every method answers with (evorag_core/reader/answers.py, span_reader.py)."""
+    """The reader every method answers with (evorag_core/reader/answers.py, reader/span.py)."""
 
     mode: str = "span"  # one of ANSWER_MODES
     passage_chars: int = 0  # span mode: passage cut in the reader prompt (0 = the method's own, e.g. policy.passage_chars)
@@ -695,7 +695,7 @@ class AnswerConfig(_Checked):
 
 @dataclass(frozen=True)
 class ArenaSettings(_Checked):
-    """The `arena` method's settings (`[arena]`; its prompt and decoding are `methods.arena_prompt.ArenaConfig`)."""
+    """The `arena` method's settings (`[arena]`; its prompt and decoding are `reader.arena.prompt.ArenaConfig`)."""
 
     answer_span: bool = False  # the final answer is the shared reader's ([answer]) over the references ARENA selected
 

@@ -14,6 +14,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_the_library_contract_lists_every_package_but_the_cli():
+    """A new package of evorag_core is covered by "imports neither the trainer nor the studio" only if it is listed;
+    the list must name every package and module of the library but cli/."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    listed = set(next(c for c in contracts if c["forbidden_modules"] == ["training", "app"])["source_modules"])
+    pkg = importlib.import_module("evorag_core")
+    present = {f"evorag_core.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)} - {"evorag_core.cli"}
+    assert present <= listed, f"not in the contract: {sorted(present - listed)}"
+
+
 def test_import_contracts_are_kept():
     out = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
                           "--no-cache"], cwd=ROOT, capture_output=True, text=True)

@@ -57,7 +57,13 @@ def load_data(svc: Services, path: str | None) -> DataInfo:
     ds = rt.dataset
     questions = [(f"{q.id} · {short(q.question, 90)}", q.id) for q in ds.questions]
     n_pass = sum(len(q.passages) for q in ds.questions)
-    summary = f"{ds.name}: {len(ds.questions)} questions, {n_pass} passages ({Path(ds.path).name})"
+    if n_pass and rt.fixed_corpus is None and rt.cfg.env.corpus == "pooled":
+        # what the agent searches: the file's passages pooled (one copy each) - the demo lists 494, 210 distinct
+        n_searched = len(rt.pooled_corpus.passages)
+        passages = f"{n_searched} distinct passages searched ({n_pass} listed with the questions)"
+    else:
+        passages = f"{n_pass} passages"
+    summary = f"{ds.name}: {len(ds.questions)} questions, {passages} ({Path(ds.path).name})"
     if n_pass == 0:
         summary += " — this file has no passages, so its questions cannot be searched here"
     return DataInfo(str(Path(ds.path).resolve()), questions, summary, views.message_html(summary, "info"))
@@ -105,7 +111,9 @@ def start_episode(svc: Services, settings: EpisodeSettings, loading: str = "") -
     policy = svc.policies.make(settings.policy, script=settings.script, adapter_lookup=adapter_lookup(svc))
     session = EpisodeSession.start(settings, rt, policy, svc.store_or_none())
     took = f"; {loading.rstrip('…')} took {time.perf_counter() - start:.1f} s" if loading else ""
-    return episode_view(session, f"New episode started{took}."), session
+    blank = (" The typed question was blank, so the picked question was asked."
+             if settings.free_question and not settings.free_question.strip() else "")
+    return episode_view(session, f"New episode started{took}.{blank}"), session
 
 
 def _require(session: EpisodeSession | None) -> EpisodeSession:
@@ -211,7 +219,11 @@ def queue_pair(session: EpisodeSession | None, svc: Services, preferred: int | N
         _prompt(session), chosen, rejected_text, source="human", annotator=annotator.strip() or "anonymous",
         margin=margin, stage=session.record.stage, metadata=meta,
     )
-    return f"Queued human pair #{pair_id}: candidate {i} preferred over {j}.", pair_id
+    msg = f"Queued human pair #{pair_id}: candidate {i} preferred over {j}."
+    if margin is not None and margin <= 0:  # a person may overrule the rewards; say that this pair does
+        msg += (f" Note: the branch returns do not agree ({a['branch_return']:+.3f} vs {b['branch_return']:+.3f}, "
+                f"margin {margin:+.3f}); the pair is kept as your judgment.")
+    return msg, pair_id
 
 
 def _prompt(session: EpisodeSession) -> str:

@@ -5,7 +5,7 @@ The LLM judge (`evorag_core.policy.llm_judge`) implements the same interface.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, MutableMapping, Protocol
+from typing import MutableMapping, Protocol
 
 from evorag_core.types import Passage
 
@@ -68,7 +68,3 @@ class OverrideJudge:
     def judge(self, request: JudgeRequest) -> Verdict:
         override = self.overrides.get((request.episode_id, request.t))
         return override if override is not None else self.inner.judge(request)
-
-    @classmethod
-    def from_mapping(cls, inner: SufficiencyJudge, overrides: Mapping[tuple[str, int], Verdict]) -> "OverrideJudge":
-        return cls(inner, dict(overrides))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol
 
 from evorag_core.env.actions import Action, action_to_dict
 from evorag_core.env.env import RagEnv
@@ -133,6 +133,3 @@ class EpisodeMethod:
         record = run_episode(self.make_env(question), self.policy, question)
         return result_from_episode(question, record, time.perf_counter() - start)
 
-
-def trace_of(actions: Sequence[Action]) -> list[dict[str, str]]:
-    return [action_to_dict(a) for a in actions]

@@ -131,7 +131,7 @@ def _seed(base: int, question_id: str, t: int) -> int:
 
 
 def _observation(env: RagEnv, view: AgentView, step: StepRecord, passage_chars: int) -> str:
-    """What the branch's own first step returned, for the preference model's x (preference.py): a SEARCH's passages
+    """What the branch's own first step returned, for the preference model's x (evorag_core/preference/): a SEARCH's passages
     rendered as the policy's next prompt would show them; "" for other actions."""
     if not isinstance(step.action, Search):
         return ""

@@ -90,7 +90,7 @@ def _hop_lines(passages: Sequence[Passage], numbers: dict[str, int], passage_cha
 
 def render_search_result(view: AgentView, passages: Sequence[Passage], passage_chars: int) -> str:
     """What a SEARCH taken at `view` returned (`passages`), as the next prompt would show that hop: the preference
-    model reads it after the candidate's reply line (preference.py, `observation`)."""
+    model reads it after the candidate's reply line (evorag_core/preference/, `observation`)."""
     numbers: dict[str, int] = {}
     for hop in view.chain:
         _hop_lines(hop.passages, numbers, passage_chars)

@@ -147,12 +147,6 @@ class AnnotationOps(StoreBase):
                 return _item(conn, item_id)
             return None
 
-    def release_annotation_lease(self, item_id: int, annotator: str) -> bool:
-        """Give an item back unlabelled (the page was closed, say); False if there was no lease."""
-        with self._write() as conn:
-            gone = conn.execute(delete(leases).where(leases.c.item_id == item_id, leases.c.annotator == annotator))
-            return gone.rowcount > 0
-
     def label_annotation_item(self, item_id: int, annotator: str, decision: str,
                               ranking: Sequence[Sequence[int]] | None = None, *, per_item: int,
                               now: datetime | None = None) -> AnnotationLabel:

@@ -272,10 +272,6 @@ def _get_seconds(url: str, timeout: float = 60.0) -> float:
 def test_launch_a_tiny_round_see_it_complete_and_activate_its_adapter(page, studio):
     """Two human pairs, DPO, 1 epoch, at most 1 optimiser step: the studio's worker trains and registers
     adapter r<id>-dpo; the page shows it live; activating it changes the live name and the next LM episode uses it."""
-    from app.services import worker_command_available
-
-    if not worker_command_available():
-        pytest.skip("`evorag worker` does not exist yet")
     url, store = studio
     for q, good, bad in (("Where was Ansel Travine born?", "SEARCH: Ansel Travine", "ANSWER: Paris"),
                          ("On which river is Mirrow?", "SEARCH: Mirrow river", "REFUSE")):

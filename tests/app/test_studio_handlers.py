@@ -40,7 +40,8 @@ def test_load_data_lists_the_demo_questions(svc):
     info = handlers.load_data(svc, str(DEMO))
     assert info.questions[0][1] == "demo-001"
     assert len(info.questions) == 52
-    assert info.summary.startswith("demo: 52 questions")
+    assert info.summary.startswith("demo: 52 questions, 210 distinct passages searched "
+                                   "(494 listed with the questions)")
     assert any(label.endswith("demo.jsonl") for label, _ in handlers.data_choices(svc))
 
 
@@ -147,6 +148,9 @@ def test_free_question_has_no_gold_so_no_retrieval_bonus(svc):
     assert [s.signals["ret"] for s in sess.record.steps] == [0.0, 0.0]
     assert sess.record.steps[1].signals["ans"] == 0.0
     assert "badge gold" not in handlers.episode_view(sess).passages
+    # a blank typed question: the picked question is asked, and the message says so
+    view, sess = handlers.start_episode(svc, _settings(question_id="demo-002", free_question="   "))
+    assert sess.question.id == "demo-002" and "typed question was blank" in view.message
 
 
 def test_passage_text_from_an_uploaded_file_is_escaped(svc, tmp_path):
@@ -403,6 +407,9 @@ def test_lm_siblings_scored_and_queued_as_a_human_pair(svc):
     assert pair.chosen == completions[0] and pair.rejected == completions[j]
     assert pair.prompt.endswith("<|im_start|>assistant\n") and "Ansel Travine" in pair.prompt
     assert pair.metadata["t"] == 1 and pair.metadata["question_id"] == "demo-001"
+    # a pair against its branch returns (or a tie) is kept, and the message says the returns disagree
+    disagree = pair.margin is not None and pair.margin <= 0
+    assert ("the branch returns do not agree" in msg) == disagree, (msg, pair.margin)
     with pytest.raises(ValueError, match="different"):
         handlers.queue_pair(sess, svc, 1, 1, "ann-lm")
     view, sess = handlers.step_episode(sess)  # the step taken after sampling carries the siblings into the store
