@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from evorag_core.env.actions import action_to_dict
 from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.env.scheduler import PAPER_TABLE, SIGNAL_WEIGHT, WeightTable, weights_at
+from evorag_core.signal_table import SIGNAL_TABLE
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.types import Passage
 
@@ -40,22 +41,10 @@ __all__ = [
     "empty_figure",
 ]
 
-SIGNAL_LABELS: Mapping[str, str] = {
-    "ret": "retrieval bonus",
-    "act": "retrieval action penalty",
-    "dup": "sub-query overlap",
-    "bt": "backtrack penalty",
-    "ref": "refusal reward",
-    "step": "step cost",
-    "ans": "answer correctness",
-}
-WEIGHT_SYMBOLS: Mapping[str, str] = {
-    "beta": "β", "lambda": "λ", "gamma": "γ", "delta": "δ", "rho": "ρ", "eta": "η", "kappa": "κ",
-}
-_COLORS: Mapping[str, str] = {
-    "ret": "#1f77b4", "act": "#ff7f0e", "dup": "#2ca02c", "bt": "#d62728",
-    "ref": "#9467bd", "step": "#8c564b", "ans": "#e377c2",
-}
+# the signals' words, weight symbols and colours: one table (evorag_core/signal_table.py)
+SIGNAL_LABELS: Mapping[str, str] = {row.name: row.label for row in SIGNAL_TABLE}
+WEIGHT_SYMBOLS: Mapping[str, str] = {row.weight: row.symbol for row in SIGNAL_TABLE}
+_COLORS: Mapping[str, str] = {row.name: row.colour for row in SIGNAL_TABLE}
 _FIG_LAYOUT = dict(
     template="plotly_white",
     height=300,

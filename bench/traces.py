@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evorag_core.data.datasets import load_dataset
+from evorag_core.env.scheduler import WEIGHT_NAMES as WEIGHTS
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.store import Outcome, Sibling, Step, TraceFilter, open_store
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "data" / "demo" / "demo.jsonl"
 DATASETS = ("demo", "hotpotqa", "musique", "2wikimultihopqa")
-WEIGHTS = ("beta", "lambda", "gamma", "delta", "rho", "eta", "kappa")
 POLICIES = {"studio": ("oracle", "script", "LM · base model", "LM · adapter dpo-r1"),
             "eval": ("oracle", "lm:base", "lm:dpo-r1", "bm25-rag", "dynakrag"),
             "rollout": ("lm:HuggingFaceTB/SmolLM2-135M-Instruct", "lm:HuggingFaceTB/SmolLM2-135M-Instruct+dpo-r1")}

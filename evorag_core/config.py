@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, get_args, get_origin, get_type_hints
 
+from evorag_core.signal_table import SIGNAL_TABLE
 from evorag_core.errors import ConfigError
 from evorag_core.objectives import OBJECTIVES
 
@@ -249,8 +250,8 @@ class WeightsConfig(_Checked):
     kappa_mid: float = 0.10
     kappa_end: float = 1.00
 
-    RULES: ClassVar[Rules] = {f"{w}_{c}": NON_NEGATIVE for w in ("beta", "lambda", "gamma", "delta", "rho", "eta",
-                                                               "kappa") for c in ("start", "mid", "end")}
+    RULES: ClassVar[Rules] = {f"{row.weight}_{c}": NON_NEGATIVE for row in SIGNAL_TABLE
+                              for c in ("start", "mid", "end")}
 
 
 @dataclass(frozen=True)

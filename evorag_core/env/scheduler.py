@@ -7,6 +7,7 @@ from typing import Mapping
 
 from evorag_core.config import WeightsConfig
 from evorag_core.errors import ConfigError
+from evorag_core.signal_table import SIGNAL_TABLE
 from evorag_core.env.signals import SIGNAL_NAMES, progress
 
 __all__ = [
@@ -22,11 +23,9 @@ __all__ = [
     "StageSwitchController",
 ]
 
-WEIGHT_NAMES: tuple[str, ...] = ("beta", "lambda", "gamma", "delta", "rho", "eta", "kappa")
-# Which weight multiplies which signal (SPEC §2 table).
-SIGNAL_WEIGHT: Mapping[str, str] = MappingProxyType(
-    {"ret": "beta", "act": "lambda", "dup": "gamma", "bt": "delta", "ref": "rho", "step": "eta", "ans": "kappa"}
-)
+WEIGHT_NAMES: tuple[str, ...] = tuple(row.weight for row in SIGNAL_TABLE)  # beta, lambda, ..., kappa
+# Which weight multiplies which signal (SPEC §2 table; evorag_core/signal_table.py).
+SIGNAL_WEIGHT: Mapping[str, str] = MappingProxyType({row.name: row.weight for row in SIGNAL_TABLE})
 STAGES: tuple[str, ...] = ("discovery", "refinement")
 SCHEDULES: tuple[str, ...] = ("time-dynamic", "two-stage", "no-reward")
 # Reward-combination presets (paper Table 6): which signals keep their weight. The outcome reward `ans` is kept in

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from evorag_core.env.actions import Action, Answer, Backtrack, Refuse, Search
+from evorag_core.signal_table import SIGNAL_TABLE
 from evorag_core.metrics import exact_match, f1_score
 
 __all__ = [
@@ -28,7 +29,7 @@ __all__ = [
     "progress",
 ]
 
-SIGNAL_NAMES: tuple[str, ...] = ("ret", "act", "dup", "bt", "ref", "step", "ans")
+SIGNAL_NAMES: tuple[str, ...] = tuple(row.name for row in SIGNAL_TABLE)  # ret, act, dup, bt, ref, step, ans
 
 
 @dataclass(frozen=True)
