@@ -27,7 +27,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Pyt
 @pytest.fixture(scope="module")
 def studio(session_home, tmp_path_factory):
     """(url, store) of a studio on the tiny model; the test process opens the same SQLite database."""
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     work = tmp_path_factory.mktemp("human_browser")
     tiny = build_tiny_model(work / "tiny")

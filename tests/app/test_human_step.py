@@ -181,7 +181,7 @@ def test_round_ended_clears_the_launch_message_only_once_the_round_is_over(svc):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 

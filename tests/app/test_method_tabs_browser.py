@@ -43,7 +43,7 @@ def studio(tmp_path_factory):
     from evorag_core.config import apply_overrides, load_config
     from evorag_core.store import open_store
     from tests.app.test_studio_activation import make_adapter
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     work = tmp_path_factory.mktemp("method_tabs_browser")
     tiny = build_tiny_model(work / "tiny")

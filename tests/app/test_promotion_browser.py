@@ -35,7 +35,7 @@ def studio(session_home, tmp_path_factory):
     from evorag_core.promotion.gate import evaluate_candidate
     from evorag_core.store import open_store
     from tests.lora_adapters import random_adapter
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     torch.set_num_threads(1)
     work = tmp_path_factory.mktemp("promotion_browser")

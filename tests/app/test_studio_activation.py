@@ -26,7 +26,7 @@ from tests.lora_adapters import random_adapter
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 

@@ -41,7 +41,7 @@ def make_adapter(tiny: Path, folder: Path, seed: int) -> str:
 def studio(session_home, tmp_path_factory):
     """(url, store, adapter folders) of a running studio on the tiny model with adapters 'good' and 'garbled'
     registered; the test process opens the same SQLite database."""
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     work = tmp_path_factory.mktemp("studio_activation")
     tiny = build_tiny_model(work / "tiny")

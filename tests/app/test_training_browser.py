@@ -28,7 +28,7 @@ PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion:
 @pytest.fixture(scope="module")
 def studio(session_home, tmp_path_factory):
     """(url, store) of a studio on the tiny model with its worker; the test process opens the same database."""
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     work = tmp_path_factory.mktemp("training_browser")
     tiny = build_tiny_model(work / "tiny")

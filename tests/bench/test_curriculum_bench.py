@@ -21,7 +21,7 @@ from tests.paths import DEMO, REPO
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")]
     texts = [r["question"] for r in rows] + [f"{p['title']}: {p['text']}" for r in rows for p in r["passages"]]

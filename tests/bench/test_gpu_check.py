@@ -12,7 +12,7 @@ import torch
 def _gpu_check_on_the_cpu(tmp_path, monkeypatch, *args: str) -> tuple[int, dict]:
     """gpu_check.main on a tiny random model on the CPU with `args` added; (exit code, the JSON report)."""
     from bench import gpu_check
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     monkeypatch.delenv("OUT", raising=False)
     torch.set_num_threads(1)

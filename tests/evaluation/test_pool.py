@@ -17,7 +17,7 @@ SETS = {"policy.device": "cpu", "policy.threads": 1, "env.t_max": 3, "policy.max
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")]
     texts = [r["question"] for r in rows] + [f"{p['title']}: {p['text']}" for r in rows for p in r["passages"]]

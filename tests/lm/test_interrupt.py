@@ -15,7 +15,7 @@ from evorag_core.lm.base import interruptible
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     torch.set_num_threads(1)
     tiny = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")

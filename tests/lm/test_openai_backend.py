@@ -157,7 +157,7 @@ def test_a_server_that_cannot_load_adapters_refuses_them(served, tmp_path):
     """Neither llama.cpp server has a run-time LoRA endpoint: loading is refused with the reason, activating an adapter
     the server does not serve is refused, and the base model keeps serving."""
     from tests.lm.test_openai_adapters import make_adapter
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     folder = make_adapter(build_tiny_model(tmp_path / "tiny"), tmp_path / "round-1", seed=1)
     with pytest.raises(AdapterError, match="cannot load adapters at run time"):

@@ -229,10 +229,10 @@ def test_eval_method_summary_and_compare(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_reader_folder(tmp_path_factory) -> Path:
-    """A random 2-layer Llama (training.tiny) saved as a model folder; 1 torch thread."""
+    """A random 2-layer Llama (tests.tiny_model) saved as a model folder; 1 torch thread."""
     import torch
 
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     torch.set_num_threads(1)
     return build_tiny_model(tmp_path_factory.mktemp("tiny-reader") / "model",
@@ -392,14 +392,14 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def warm_tiny(tmp_path_factory) -> Path:
-    """A 2-layer random Llama (training.tiny) warmed up for 80 supervised steps on four replies to Q, saved as a
+    """A 2-layer random Llama (tests.tiny_model) warmed up for 80 supervised steps on four replies to Q, saved as a
     model folder. Its samples then differ in reward (GOOD 13, wrong answer 2, wrong relevance 2, bare answer 1):
     GRPO needs reward differences inside a group to have a policy gradient at all."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

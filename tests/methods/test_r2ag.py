@@ -342,7 +342,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def warm_tiny(tmp_path_factory, demo_rt) -> Path:
-    """A 2-layer random Llama (training.tiny) warmed up for WARMUP_STEPS = 120 supervised steps on REPLIES after the root prompt of
+    """A 2-layer random Llama (tests.tiny_model) warmed up for WARMUP_STEPS = 120 supervised steps on REPLIES after the root prompt of
     demo-001, so that its samples differ in reward (GRPO needs spread inside a group)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -350,7 +350,7 @@ def warm_tiny(tmp_path_factory, demo_rt) -> Path:
     from evorag_core.methods.r2ag.prompt import SYSTEM_PROMPT, render_user
     from evorag_core.methods.r2ag.steering import LMSteering
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -36,7 +36,7 @@ QUESTIONS = 4
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")]
     texts = [r["question"] for r in rows] + [f"{p['title']}: {p['text']}" for r in rows for p in r["passages"]]

@@ -100,7 +100,7 @@ def demo_runtime(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_policy_backend(tmp_path_factory, demo_runtime):
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     texts = [q.question for q in demo_runtime.dataset.questions[:5]]
     folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=1024)

@@ -1,6 +1,6 @@
 """Grounded follow-up queries (evorag_core/policy/queries.py): candidates come from the passages and the question,
 filtered against repeats, copied passage lines and loops; the policy searches the best-scored one. The model tests
-use a tiny random Llama (training/tiny.py), so they are fast."""
+use a tiny random Llama (tests/tiny_model.py), so they are fast."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -85,7 +85,7 @@ def test_copied_lines_in_the_passages_are_never_candidates():
 
 @pytest.fixture(scope="module")
 def tiny_backend(tmp_path_factory) -> TransformersBackend:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", [QUESTION, P1.text, P2.text],
                               vocab_size=1024)

@@ -11,7 +11,7 @@ from tests.reader.texts import PASSAGES, QUESTIONS
 
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     texts = QUESTIONS + [f"{p.title}: {p.text}" for p in PASSAGES]
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=1024)

@@ -12,7 +12,7 @@ from tests.paths import DEMO
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)

@@ -36,7 +36,7 @@ HOLD = {ENV: "round:step"}  # a round's first attempt holds after its first step
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from training.tiny import build_tiny_model
+    from tests.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 

@@ -1,7 +1,7 @@
 """A tiny random Llama with a ChatML tokenizer, saved as a model folder: fast stand-in for the policy model in
 tests and smoke runs (`policy.model = <folder>`); every code path (loading, prompts, LoRA, rounds) stays the real one.
 
-    python -m training.tiny OUT_DIR [--text FILE ...]
+    python -m tests.tiny_model OUT_DIR [--text FILE ...]
 
 The tokenizer is a byte-level BPE (any text encodes) trained on the system prompt, the demonstration and the given
 texts, with ChatML's special tokens and chat template, so `apply_chat_template` renders prompts as SmolLM2's does.
