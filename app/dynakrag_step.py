@@ -36,8 +36,11 @@ def controller_html(trained: bool, text: str, controller: str) -> str:
     """The controller line: what is installed, and which controller this episode runs."""
     if controller == "uniform":
         running = f'<span class="dk-badge dk-uniform">{esc(UNIFORM_LABEL)}</span>'
-    else:
+    elif trained:
         running = '<span class="dk-badge dk-learned">learned controller (random forests)</span>'
+    else:  # picked, but there is none: Reset refuses until one is trained (never a "learned" badge on nothing)
+        running = ('<span class="dk-badge dk-missing">nothing: the learned controller is picked and none is trained'
+                   '</span>')
     if trained:
         return f'<div class="dk-controller" data-trained="1">Running: {running}<br><small>{esc(text)}</small></div>'
     return ('<div class="dk-controller" data-trained="0"><div class="evo-msg evo-msg-warn"><strong>No trained '

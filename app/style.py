@@ -94,6 +94,7 @@ CSS = """
 .dk-badge { display: inline-block; padding: 1px 8px; border-radius: 8px; font-size: 0.8rem; font-weight: 600; }
 .dk-uniform { background: #fff3e0; color: #8a4b00; border: 1px solid #ffa726; }
 .dk-learned { background: #e3f2fd; color: #0d47a1; border: 1px solid #64b5f6; }
+.dk-missing { background: #ffebee; color: #b71c1c; border: 1px solid #e57373; }
 .dk-controller { font-size: 0.9rem; margin: 4px 0; }
 .dk-kv th { width: 9.5em; white-space: nowrap; }
 .dk-kv td { overflow-wrap: anywhere; }

@@ -92,6 +92,8 @@ def test_the_controller_line_says_plainly_when_nothing_is_trained_and_labels_the
     assert 'data-trained="0"' in html and "No trained" in html and "Train one on the current data file" in html
     assert UNIFORM_LABEL in html
     assert "learned controller" in controller_html(True, "Trained controller in /h/dynakrag.", "learned")
+    picked_missing = controller_html(False, "No trained DynaKrag controller in /h/dynakrag.", "learned")
+    assert "dk-learned" not in picked_missing and "none is trained" in picked_missing
 
 
 # -- the handler through real Services (tiny random model) ---------------------------------------------------------
