@@ -401,13 +401,17 @@ def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
         page.evaluate("(s) => { Object.defineProperty(document, 'visibilityState', {value: s, configurable: true});"
                       " document.dispatchEvent(new Event('visibilitychange')); }", state)
 
+    def quiet_window() -> bool:
+        """No tick over three timer periods (a tick in flight when the page was hidden may still land before)."""
+        t0 = time.monotonic()
+        page.wait_for_timeout(3 * TIMER_SECONDS * 1000)
+        return ticks_after(t0) == 0
+
     await_tick("the header's timer of a visible page")
-    with page.expect_response(lambda r: "/run/predict" in r.url or "/queue/" in r.url):
-        set_visibility("hidden")
-    page.wait_for_timeout(500)  # a tick already in flight when the page was hidden may still land
-    t0 = time.monotonic()
-    page.wait_for_timeout(3 * TIMER_SECONDS * 1000)
-    assert ticks_after(t0) == 0, "a hidden page kept polling"
+    set_visibility("hidden")
+    # the server stops the timers once the hidden event is through: a window without ticks comes within a few tries
+    # on a loaded machine, never when the timers keep running (a tick in every window)
+    assert any(quiet_window() for _ in range(6)), "a hidden page kept polling"
     set_visibility("visible")
     await_tick("the header's timer once the page is shown again")
 
@@ -421,7 +425,11 @@ def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
     page.wait_for_function(f"{rows} > {before}", timeout=120_000)
     # on the Episode tab the Training tab's timer stops: only the header's ticks (at most one per period)
     page.get_by_role("tab", name="Episode").click()
-    page.wait_for_timeout(500)
-    t0 = time.monotonic()
-    page.wait_for_timeout(4 * TIMER_SECONDS * 1000)
-    assert ticks_after(t0) <= 4 + 1, "the Training tab's timer kept ticking on the Episode tab"
+
+    def header_only_window() -> bool:
+        """At most the header's ticks over four periods (the Training tab's timer adds two joins per period)."""
+        t0 = time.monotonic()
+        page.wait_for_timeout(4 * TIMER_SECONDS * 1000)
+        return ticks_after(t0) <= 4 + 1
+
+    assert any(header_only_window() for _ in range(4)), "the Training tab's timer kept ticking on the Episode tab"

@@ -9,9 +9,10 @@ from evorag_core.cli.main import main as cli_main
 from evorag_core.store import open_store
 
 REFUSED = [
-    (["--lr", "-3"], "--lr: train.lr must be > 0, got -3.0"),
+    (["--lr", "-3"], "--lr: train.lr must be in (0, 0.1], got -3.0"),
     (["--lr", "inf"], "--lr: train.lr must be a finite number, got inf"),
-    (["--lr", "0"], "--lr: train.lr must be > 0, got 0.0"),
+    (["--lr", "0"], "--lr: train.lr must be in (0, 0.1], got 0.0"),
+    (["--lr", "5"], "--lr: train.lr must be in (0, 0.1], got 5.0"),  # the Training tab's bound too
     (["--beta", "-1"], "--beta: train.beta must be > 0, got -1.0"),
     (["--beta", "nan"], "--beta: train.beta must be a finite number, got nan"),
     (["--holdout", "5"], "holdout must be in [0, 1), got 5.0"),
