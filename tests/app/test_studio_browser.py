@@ -418,7 +418,8 @@ def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
     # the Training tab's timer: a round queued after the tab was opened appears in its table (the tab's select
     # event drew the table before; only the timer redraws it)
     page.get_by_role("tab", name="Training").click()
-    page.wait_for_selector("#evo-rounds")
+    # the tab's select event draws the rounds box ("No rounds yet." or the table #evo-rounds) once; then count
+    page.wait_for_function("(document.querySelector('#evo-rounds-box') || {innerText: ''}).innerText.trim() !== ''")
     rows = "document.querySelectorAll('#evo-rounds tbody tr').length"
     before = page.evaluate(rows)
     store.enqueue_round("dpo", {"pairs": 1})
