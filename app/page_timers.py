@@ -69,14 +69,15 @@ class PageTimers:
         shown = gr.Button(visible="hidden", elem_id="evo-page-shown")
         owners = list(self.owners)
 
-        def update(now: dict) -> tuple:
+        def update(now: dict | None, **change: object) -> tuple:
+            now = {"tab": first_tab, "visible": True, **(now or {}), **change}
             return (*(gr.Timer(active=a) for a in active_timers(owners, now["tab"], now["visible"])), now)
 
-        def on_select(now: dict, evt: gr.SelectData) -> tuple:
-            return update({**(now or {}), "tab": tab_ids.get(str(evt.value), now.get("tab") if now else None)})
+        def on_select(now: dict | None, evt: gr.SelectData) -> tuple:
+            return update(now, **({"tab": tab_ids[str(evt.value)]} if str(evt.value) in tab_ids else {}))
 
         outputs = [*self.timers, state]
         common = dict(quiet=True, show_progress="hidden", api_visibility="private", queue=False)
         on(tabs.select, on_select, state, outputs, **common)
-        on(hidden.click, lambda now: update({**(now or {}), "visible": False}), state, outputs, **common)
-        on(shown.click, lambda now: update({**(now or {}), "visible": True}), state, outputs, **common)
+        on(hidden.click, lambda now: update(now, visible=False), state, outputs, **common)
+        on(shown.click, lambda now: update(now, visible=True), state, outputs, **common)

@@ -255,8 +255,8 @@ def weights_figure(stage: str, schedule: str, preset: str, t_max: int, current_t
                            bgcolor="rgba(255,255,255,0.8)")
     tuned = "" if table == PAPER_TABLE else " (tuned weights)"
     fig.update_layout(title=dict(text=f"Weight schedule w<sub>k</sub>(t) — {stage}, {schedule}{tuned}",
-                                 font=dict(size=14), y=0.925, yanchor="top"), **_FIG_LAYOUT)
-    fig.update_layout(height=345, margin=dict(l=50, r=20, t=95, b=45))  # title under the panel label, 2 legend rows
+                                 font=dict(size=14), y=0.925, yanchor="top"),
+                      **{**_FIG_LAYOUT, "height": 345, "margin": dict(l=50, r=20, t=95, b=45)})  # 2 legend rows
     fig.update_xaxes(title_text="step t", range=[1, t_max], dtick=max(1, t_max // 10))
     fig.update_yaxes(title_text="weight")
     return fig
