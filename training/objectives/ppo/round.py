@@ -139,7 +139,7 @@ def train_ppo(
     """Optimise `policy` (PeftModel) and `head` in place on `steps`. `bootstrap[e]` is the prompt after episode e's
     last step when it was truncated (its value bootstraps GAE), None when it terminated. Under several processes each
     takes its shard of every minibatch, weighted by its share, and the gradients (LoRA and value head) are summed
-    once per optimiser step (as `grpo_round.train_grpo`)."""
+    once per optimiser step (as `objectives/grpo/round.train_grpo`)."""
     device = next(policy.parameters()).device
     head.to(device)
     old_logps, old_values, last = _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg, processes)
