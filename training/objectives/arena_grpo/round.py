@@ -35,7 +35,8 @@ from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
-from training.objectives.grpo.completions import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
+from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, save_round,
+                                                 start_with_reference)
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import StepLog, accumulate, optimizer_step, train_mode
 from training.lora_round import LoraSetup, Trained, run_lora_round

@@ -1,4 +1,4 @@
-"""A DPO round: claimed preference pairs -> TRL DPO on LoRA (`training.objectives.dpo.trainer.train_dpo`) -> registered adapter.
+"""A DPO round: claimed preference pairs -> TRL DPO on LoRA (`trainer.train_dpo`) -> registered adapter.
 
 The round claims up to `job.pairs` of the oldest queued pairs (optionally of one source/stage) for itself; the
 worker's `finish_round` then consumes them on success or releases them on failure, and an expired lease releases

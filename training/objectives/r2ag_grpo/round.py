@@ -38,7 +38,8 @@ from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import retrieve_queries
 from evorag_core.types import Passage, Question
 
-from training.objectives.grpo.completions import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
+from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, save_round,
+                                                 start_with_reference)
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import StepLog, accumulate, optimizer_step, train_mode
 from training.lora_round import LoraSetup, Trained, run_lora_round
