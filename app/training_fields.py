@@ -1,15 +1,14 @@
 """The Training tab's fields: how each job key an objective reads is asked for (label, kind, bounds) and its default.
 
 Which fields an objective shows is the registry's (`evorag_core.objectives`, `Objective.fields`); this module only
-says how a field looks. A key `section.name` is a key of the job's nested settings object: `arena` and `r2ag` (the
-GRPO configs of training/arena_grpo.py and training/r2ag_grpo.py, defaults from there), `dynakrag` (the `[dynakrag]`
-section of the studio's config, plus the round's own `questions` (0: all) and `offset`).
+says how a field looks. A key `section.name` is a key of the job's nested settings object, whose class the registry
+names (`Objective.config`; defaults from there, `training.launch.settings_defaults`): `arena` and `r2ag` (the GRPO
+configs in training/objectives/arena_grpo/config.py and r2ag_grpo/config.py), `dynakrag` (the round's own
+`questions` (0: all) and `offset`, plus the `[dynakrag]` section of the studio's config).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 from evorag_core.config import CONTINUATION_TARGETS, Allowed, Config, rule_of
@@ -118,25 +117,19 @@ def fields_of(objective: str) -> tuple[str, ...]:
 
 def section_of(objective: str) -> str | None:
     """The nested settings object the objective's fields fill (arena, r2ag, dynakrag), or None."""
-    return next((k.split(".", 1)[0] for k in fields_of(objective) if "." in k), None)
-
-
-@lru_cache(maxsize=None)
-def _grpo_defaults() -> dict[str, Any]:
-    from training.arena_grpo import ArenaGrpoConfig
-    from training.r2ag_grpo import R2agGrpoConfig
-
-    return {**{f"arena.{k}": v for k, v in dataclasses.asdict(ArenaGrpoConfig()).items()},
-            **{f"r2ag.{k}": v for k, v in dataclasses.asdict(R2agGrpoConfig()).items()}}
+    known = OBJECTIVES.get(objective)
+    return known.section if known is not None else None
 
 
 def defaults(cfg: Config, default_data: str) -> dict[str, Any]:
-    """Every field's default value: the studio's [train] and [dynakrag] sections, the GRPO configs' defaults."""
+    """Every field's default value: the studio's [train] and [dynakrag] sections, the objectives' config classes'
+    defaults (the nested settings)."""
+    from training.launch import settings_defaults
+
     t = cfg.train
     out: dict[str, Any] = {"data": default_data, "pairs": 64, "episodes": 32, "source": "all", "stage": "all",
-                           "epochs": t.epochs, "lr": t.lr, "beta": t.beta, "vf_coef": 0.5, "kl": t.kl, "max_steps": 0,
-                           "dynakrag.questions": 0, "dynakrag.offset": 0}
-    out.update({k: v for k, v in _grpo_defaults().items() if k in _SPEC})
+                           "epochs": t.epochs, "lr": t.lr, "beta": t.beta, "vf_coef": 0.5, "kl": t.kl, "max_steps": 0}
+    out.update({k: v for k, v in settings_defaults().items() if k in _SPEC})
     out.update({k: getattr(cfg.dynakrag, k.split(".", 1)[1]) for k in FIELD_KEYS
                 if k.startswith("dynakrag.") and k not in out})
     return out

@@ -7,7 +7,7 @@
 Per-question (distractor) setting on the HotpotQA, 2Wiki and MuSiQue samples in ../shared/benchmarks: the first
 --limit questions of each file, references = the question's own passages. Reports EM, F1, format score, relevance
 score (and accuracy/bonus/reward, the other reward parts) of the base model. With --train-steps N > 0 it then runs
-one small arena-grpo round (training.arena_grpo.train_arena_grpo: LoRA, G = --group replies per question, KL
+one small arena-grpo round (training.objectives.arena_grpo.round.train_arena_grpo: LoRA, G = --group replies per question, KL
 estimator --kl) on --train-questions questions per file taken from index --train-offset on (disjoint from the
 evaluated ones when offset >= limit), evaluates the trained adapter on the same questions, and adds the paired
 bootstrap (10,000 resamples) of base vs adapter per data set. The per-step KL under both estimators and the reward
@@ -93,7 +93,8 @@ def _answer_span_report(evaluated: dict) -> dict:
 
 def _train(args, datasets, home: Path, out_dir: Path) -> tuple[Path, dict]:
     from evorag_core.lm.loading import load_model
-    from training.arena_grpo import ArenaGrpoConfig, train_arena_grpo
+    from training.objectives.arena_grpo.config import ArenaGrpoConfig
+    from training.objectives.arena_grpo.round import train_arena_grpo
     from training.lora import attach_lora, save_adapter
     from evorag_core.lm.loading import base_model_id
 

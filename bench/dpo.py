@@ -33,7 +33,7 @@ def _rss_mb() -> float:
 
 
 def _pairs(tokenizer, n: int):
-    from training.data import PairExample
+    from training.objectives.dpo.data import PairExample
 
     rows = [json.loads(line) for line in (BENCHMARKS / "hotpotqa_dev300.jsonl").open(encoding="utf-8")][:n]
     pairs = []
@@ -56,7 +56,7 @@ def run_one(max_length: int, dtype: str, grad_ckpt: bool, batch: int, steps: int
     from evorag_core.lm.half_decode import cpu_has_native_bf16, cpu_model
     from evorag_core.lm.loading import load_model
 
-    from training.dpo import train_dpo
+    from training.objectives.dpo.trainer import train_dpo
 
     torch.set_num_threads(threads)
     home = Path(os.environ.get("EVORAG_HOME", ".evorag"))

@@ -354,7 +354,7 @@ def phase_round(args: argparse.Namespace, objective: str, held: dict[str, Any]) 
         queued = store.count_pairs("status").get("queued", 0)
         rid = store.enqueue_round(objective, job_config(objective, **values))
     if objective == "dpo" and args.max_steps and args.max_steps * args.batch / args.epochs < queued:
-        # the round claims only the pairs its steps use (training/dpo_round.claim_size), the oldest first: with more
+        # the round claims only the pairs its steps use (training/objectives/dpo/round.claim_size), the oldest first: with more
         # training pairs than max_steps x batch / epochs, the later ones (e.g. --reader-dumps') are never trained on
         print(f"bench.learning: the {objective} round trains on {args.max_steps * args.batch // args.epochs} of "
               f"{queued} queued pairs (the oldest); --epochs 1 --max-steps "
@@ -391,8 +391,8 @@ def phase_pair_accuracy(args: argparse.Namespace, held: dict[str, Any], rounds: 
 
     from evorag_core.lm.loading import load_model
     from evorag_core.store import open_store
-    from training.dpo import pair_margins
-    from training.dpo_round import pair_examples
+    from training.objectives.dpo.trainer import pair_margins
+    from training.objectives.dpo.round import pair_examples
     from evorag_core.adapters.files import load_adapter
     from evorag_core.lm.loading import base_model_id
 

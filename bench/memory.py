@@ -14,7 +14,7 @@
    cuts them to train.max_length like rollout pairs; then a DPO round (`pairs`, `max_steps`) is queued, which the
    worker claims.
 4. Every `--interval` s until the round has finished: RSS of the studio process and of the worker's process tree
-   (psutil), and the worker's current phase, read from its log (`dpo phase NAME` lines written by training/dpo.py:
+   (psutil), and the worker's current phase, read from its log (`dpo phase NAME` lines written by training/objectives/dpo/trainer.py:
    load = base model loading and pair fitting, reference = TRL trainer setup (the frozen reference adapter, the
    tokenized dataset), train = optimiser steps, heldout, save, done = registered).
 5. Writes `--out` (the run is stored under `runs.<label>`, other labels kept) with the peak RSS of each process, of

@@ -1,12 +1,14 @@
 """Policy training: objectives (DPO via TRL, step-level GRPO and PPO losses), LoRA adapters and pair data.
 
-Re-exported here: the pure, torch-only pieces. `training.lora` (peft) and `training.dpo` (TRL) pull in heavier
-libraries, so import them from their modules: `from training.dpo import train_dpo`.
+Re-exported here: the pure, torch-only pieces. `training.lora` (peft) and `training.objectives.dpo.trainer` (TRL)
+pull in heavier libraries, so import them from their modules: `from training.objectives.dpo.trainer import train_dpo`.
+Each objective's folder is training/objectives/<name>/ (its round, config and loss).
 """
-from training.data import FitReport, PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
-from training.grpo import group_advantages, grpo_loss
 from training.kl import kl_estimator, kl_k2, kl_k3
-from training.ppo import ValueHead, gae, ppo_losses
+from training.objectives.dpo.data import (FitReport, PairExample, fit_pairs, from_conversational, split_pairs,
+                                          to_conversational)
+from training.objectives.grpo.loss import group_advantages, grpo_loss
+from training.objectives.ppo.loss import ValueHead, gae, ppo_losses
 from training.reduce import per_sequence, sequence_mean
 
 __all__ = [

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from evorag_core.config import Config
 from evorag_core.env.scheduler import STAGES, StageSwitchController
 from evorag_core.errors import ConfigError, TrainingError
+from evorag_core.objectives import OBJECTIVES
 
 if TYPE_CHECKING:
     from evorag_core.methods.base import EpisodePolicy
@@ -244,7 +245,7 @@ def run_curriculum(cfg: Config, home: Path, store, plan: CurriculumPlan,
         except TrainingError as exc:
             record["preference"] = {"skipped": str(exc)}
         objective = cfg.train.objective
-        values = ({"stage": stage, "pairs": 10_000, "pairs_after": floor} if objective == "dpo"
+        values = ({"stage": stage, "pairs": 10_000, "pairs_after": floor} if OBJECTIVES[objective].data == "pairs"
                   else {"episode_ids": episodes, "data": str(plan.data)})
         # reference: the policy this round rolled out with (in an unbroken run the live adapter, `previous`; named,
         # so that a resumed round does not start from the adapter a cut-off attempt registered)

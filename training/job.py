@@ -13,9 +13,9 @@ A round's job is stored as JSON in its database row (`rounds.config`); `RoundJob
     holdout     DPO: share of the claimed pairs' states held out to measure pair accuracy (0: none)
     vf_coef     PPO: weight of the value loss        max_steps: stop after this many optimiser steps (0: no cap)
     data        a data file to resolve passage ids of stored episodes that do not name one (arena-grpo: its questions)
-    arena       arena-grpo: {ArenaGrpoConfig keys} (training/arena_grpo.py)
-    r2ag        r2ag-grpo: {R2agGrpoConfig keys} (training/r2ag_grpo.py)
-    dynakrag    dynakrag: {any [dynakrag] key, plus questions (0: all) and offset} (training/dynakrag_round.py)
+    arena       arena-grpo: {ArenaGrpoConfig keys} (training/objectives/arena_grpo/round.py)
+    r2ag        r2ag-grpo: {R2agGrpoConfig keys} (training/objectives/r2ag_grpo/round.py)
+    dynakrag    dynakrag: {any [dynakrag] key, plus questions (0: all) and offset} (training/objectives/dynakrag/round.py)
     base_model  the policy model spec (default: [policy] model)
     epochs, lr, kl, beta, seed, and `train: {any [train] key}`: the [train] section's values for this round
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from evorag_core.config import Config, PolicyConfig, TrainConfig, apply_overrides
 from evorag_core.errors import ConfigError
@@ -33,7 +33,7 @@ from evorag_core.objectives import EVALUATE_JOB, WORKER_OBJECTIVES
 from training.processes import SINGLE, Processes
 
 __all__ = ["OBJECTIVES", "EVALUATE", "JOB_KINDS", "JOB_KEYS", "ReportRef", "ProgressFn", "RoundJob", "AdapterRef", "ControllerRef", "RoundResult",
-           "RoundLost", "RoundCancelled", "job_config", "phase"]
+           "RoundLost", "RoundCancelled", "job_config", "nested_config", "phase"]
 
 OBJECTIVES: tuple[str, ...] = WORKER_OBJECTIVES  # the objectives a queued round can run (evorag_core.objectives)
 EVALUATE = EVALUATE_JOB  # the other kind of queued job: gated promotion's evaluation of an adapter (no training)
@@ -189,3 +189,23 @@ def job_config(objective: str, **values: Any) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"unknown job key(s) {', '.join(unknown)} (known: {', '.join(JOB_KEYS)})")
     return raw
+
+
+C = TypeVar("C")
+
+
+def nested_config(job: RoundJob, section: str, cls: type[C]) -> C:
+    """The job's `section` object (e.g. `arena`) as an objective's config dataclass `cls`; a typo or a bad value is
+    a ConfigError that names it (the config's own checks run in its `__post_init__`)."""
+    raw = job.raw.get(section) or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"round {job.round_id}: '{section}' must be an object of {cls.__name__} keys")
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"round {job.round_id}: unknown {section} key(s) {', '.join(unknown)} "
+                          f"(known: {', '.join(sorted(known))})")
+    try:
+        return cls(**raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"round {job.round_id}: bad {section} value ({exc})") from None

@@ -1,9 +1,9 @@
 """One training round of any objective: `run_round(job, store, on_progress) -> AdapterRef | ControllerRef`.
 
-Each objective is its own module (`dpo_round`, `grpo_round`, `ppo_round`, `arena_grpo`, `r2ag_grpo`,
-`dynakrag_round`) with `run(job, store, on_progress)`, and each goes setup -> train -> save -> register. The LoRA
-objectives register an adapter (`AdapterRef`); DynaKrag installs its controller folder (`ControllerRef`). The names
-and modules come from `evorag_core.objectives`.
+Each objective is its folder under training/objectives/ whose `round.py` has `run(job, store, on_progress)`, and each
+goes setup -> train -> save -> register (the LoRA objectives through `training.lora_round`). The LoRA objectives
+register an adapter (`AdapterRef`); DynaKrag installs its controller folder (`ControllerRef`). The names and modules
+come from the one registry, `evorag_core.objectives`.
 """
 from __future__ import annotations
 

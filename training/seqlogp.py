@@ -5,7 +5,7 @@ completion's ids, each encoded without special tokens and no EOS — so a comple
 `backend.sequence_logprob(prompt, completion)` at sampling time. A prompt longer than the budget loses its middle:
 its head (HEAD_SHARE = 1/6 of the budget: the system prompt) and its tail (the current user turn — question, hops —
 and the assistant opener) are kept, joined by the ids of "\n…\n". The agent prompt puts the demonstration episode
-between the system prompt and the current turn, so the demonstration is what is cut first (`training.data.fit_pairs`
+between the system prompt and the current turn, so the demonstration is what is cut first (`training.objectives.dpo.data.fit_pairs`
 keeps a third at the head; `fit_text` applies this rule to DPO's text prompts first). Only completion positions go
 through the LM head, so the `[B, T, vocab]` logits are never built.
 """

@@ -48,6 +48,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from evorag_core import test_hooks
 from evorag_core.config import Config
 from evorag_core.errors import StoreError, TrainingError
+from evorag_core.objectives import OBJECTIVES
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from training.job import AdapterRef, ProgressFn, ReportRef, RoundCancelled, RoundJob, RoundLost, RoundResult
@@ -64,7 +65,8 @@ log = logging.getLogger("evorag.worker")
 _NOT_METRICS = frozenset({"step", "total", "elapsed_s", "epoch", "phase"})  # step reports' bookkeeping keys
 
 RunFn = Callable[[RoundJob, Any, ProgressFn], RoundResult]
-MULTI_PROCESS_OBJECTIVES = ("dpo", "grpo", "ppo", "arena-grpo", "r2ag-grpo")  # dynakrag's fit runs in one process
+# the LoRA rounds (training.lora_round) run on several processes; DynaKrag's controller fit runs in one
+MULTI_PROCESS_OBJECTIVES = tuple(n for n, o in OBJECTIVES.items() if o.artifact == "adapter")
 
 
 PROGRESS_EVERY_S = 2.0  # the heartbeat writes progress (and extends the lease) at least this often

@@ -2,7 +2,6 @@
 progress and history, cancel it, list and activate adapters, and the page header's live status."""
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import plotly.graph_objects as go
 
-from evorag_core.config import apply_overrides
 from evorag_core.errors import EvoRagError
 from evorag_core.objectives import EVALUATE_JOB, OBJECTIVES as OBJECTIVES_ALL, STUDIO_OBJECTIVES
 from evorag_core.store.records import ROUND_KL_KEYS
@@ -87,41 +85,13 @@ class Launch:
     capped: bool = False
 
 
-# What makes a question of the data file usable, per question-based objective (the rounds skip the others).
-_QUESTION_NEEDS: dict[str, str] = {"arena-grpo": "passages", "r2ag-grpo": "gold", "dynakrag": "gold"}
-_NEEDS_TEXT = {"passages": "questions with passages", "gold": "questions with gold passages"}
-
-
 def available(svc: Services, objective: str, source: str | None = None, stage: str | None = None,
               data: str | None = None) -> tuple[str, int]:
-    """What a round of `objective` could use now: ("pairs", queued pairs matching the filters) for DPO,
-    ("episodes", finished stored episodes of the stage) for GRPO/PPO, ("questions", usable questions of the data
-    file) for ARENA, R²AG and DynaKrag (queued rounds that have not started yet may take pairs or episodes first)."""
-    kind = OBJECTIVES_ALL[objective].data if objective in OBJECTIVES_ALL else "episodes"
-    source, stage = none_if_all(source), none_if_all(stage)
-    if kind == "questions":
-        return "questions", len(_usable_questions(svc, objective, data))
-    store = svc.store()
-    if kind == "pairs":
-        return "pairs", sum(store.count_pairs("status", status="queued", source=source, stage=stage).values())
-    return "episodes", store.count_finished_episodes(stage=stage)
+    """What a round of `objective` could use now (training.launch.available): ("pairs", n), ("episodes", n) or
+    ("questions", n); "all" as a source or stage filter is no filter."""
+    from training import launch as tl
 
-
-_USABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Runtime -> {need: question ids} (timer ticks)
-
-
-def _usable_questions(svc: Services, objective: str, data: str | None) -> list[str]:
-    """Ids of the data file's questions a round of `objective` trains on (in file order), worked out once per
-    loaded data file (the availability line is recomputed on every timer tick)."""
-    rt = svc.runtime(data or None)
-    need = _QUESTION_NEEDS.get(objective, "gold")
-    known = _USABLE.setdefault(rt, {})
-    if need not in known:
-        if need == "passages":
-            known[need] = [q.id for q in rt.dataset.questions if q.passages]
-        else:
-            known[need] = [q.id for q in rt.dataset.questions if rt.corpus_for(q).gold_for(q)]
-    return known[need]
+    return tl.available(objective, svc.store, svc.runtime, none_if_all(source), none_if_all(stage), data)
 
 
 def availability_text(svc: Services, objective: str, source: str | None = None, stage: str | None = None,
@@ -133,8 +103,10 @@ def availability_text(svc: Services, objective: str, source: str | None = None, 
     except (EvoRagError, OSError) as exc:  # an unreadable or refused data file: said here, not as a toast per tick
         return f'<span id="evo-available" data-n="0" data-kind="error">{views.esc(str(exc))}</span>'
     if what == "questions":
+        from training.launch import needs_text
+
         name = Path(str(data)).name if data else svc.default_data.name
-        kind, where = _NEEDS_TEXT[_QUESTION_NEEDS.get(objective, "gold")], f" in {name}"
+        kind, where = needs_text(objective), f" in {name}"
     else:
         kind = "queued pairs" if what == "pairs" else "stored episodes"
         filters = [f"{name} {value}" for name, value in (("source", none_if_all(source)), ("stage", none_if_all(stage)))
@@ -179,32 +151,21 @@ def launch_job(svc: Services, objective: str, values: Mapping[str, Any]) -> Laun
             job[key] = value
     if "data" in keys:
         job["data"] = str(svc.allowed_data_path(job.get("data") or svc.default_data))
-    section = tf.section_of(objective)
-    _check_settings(svc, objective, section, job.get(section) or {})
-    what, n_available = available(svc, objective, values.get("source"), values.get("stage"), job.get("data"))
-    if what == "questions":
-        settings = job.setdefault(section, {})
-        offset = int(settings.get("offset") or 0)
-        if offset:  # the rounds skip the file's first `offset` questions, then keep the usable ones
-            usable = set(_usable_questions(svc, objective, job.get("data")))
-            n_available = sum(q.id in usable for q in svc.runtime(job.get("data")).dataset.questions[offset:])
-        asked = int(settings.get("questions") or 0) or n_available  # dynakrag: 0 explores every question
-    else:
-        asked = int(job.get(what) or 0)
-    if n_available == 0:
-        raise ValueError(f"Not launched: {_nothing(what, objective, job)}")
-    capped = asked > n_available
-    if capped:
-        if what == "questions":
-            job[section]["questions"] = n_available
-        else:
-            job[what] = n_available
+    from training import launch as tl
+
+    try:  # the job as the worker will read it (its nested settings by the objective's config class)
+        tl.check_job(objective, job, svc.cfg, svc.home)
+    except EvoRagError as exc:
+        raise ValueError(f"Not launched: {objective} settings: {exc}") from None
+    capped = tl.cap(job, objective, svc.store, svc.runtime, none_if_all(values.get("source")),
+                    none_if_all(values.get("stage")))
+    job, what, asked, n_available = capped.job, capped.what, capped.asked, capped.available
     job["base_model"] = svc.cfg.policy.model
     round_id = svc.store().enqueue_round(objective, job, max_attempts=svc.cfg.train.max_attempts)
     worker = svc.worker.describe() if svc.worker is not None else "no worker process started by this studio"
     note = (f"Capped: {asked} {what} asked, only {n_available} available, so the round uses {n_available}. "
-            if capped else "")
-    used = min(asked, n_available)
+            if capped.capped else "")
+    used = capped.used
     parts = [objective]
     if "epochs" in job:
         parts.append(f"{job['epochs']} epoch(s)")
@@ -213,7 +174,7 @@ def launch_job(svc: Services, objective: str, values: Mapping[str, Any]) -> Laun
     if "kl" in job:
         parts.append(f"KL {job['kl']}")
     parts.append(f"up to {used} pairs" if what == "pairs" else f"{used} {what}")
-    return Launch(f"{note}Round #{round_id} queued ({', '.join(parts)}); {worker}.", round_id, capped)
+    return Launch(f"{note}Round #{round_id} queued ({', '.join(parts)}); {worker}.", round_id, capped.capped)
 
 
 def _checked(key: str, value: Any) -> Any:
@@ -244,39 +205,6 @@ def _checked(key: str, value: Any) -> Any:
     if problem is not None:
         raise ValueError(problem)
     return number
-
-
-def _check_settings(svc: Services, objective: str, section: str | None, settings: Mapping[str, Any]) -> None:
-    """The nested settings as the round will read them (the same config classes), so a bad combination is refused
-    here rather than failing the round."""
-    if section is None:
-        return
-    try:
-        if section == "arena":
-            from training.arena_grpo import ArenaGrpoConfig
-
-            ArenaGrpoConfig(**settings)
-        elif section == "r2ag":
-            from training.r2ag_grpo import R2agGrpoConfig
-
-            R2agGrpoConfig(**settings)
-        elif section == "dynakrag":
-            from training.dynakrag_round import ROUND_KEYS
-
-            apply_overrides(svc.cfg, {f"dynakrag.{k}": v for k, v in settings.items() if k not in ROUND_KEYS})
-    except (EvoRagError, TypeError) as exc:
-        raise ValueError(f"Not launched: {objective} settings: {exc}") from None
-
-
-def _nothing(what: str, objective: str, job: Mapping[str, Any]) -> str:
-    if what == "pairs":
-        return (f"no queued pairs match the source/stage filters for {objective.upper()}; queue pairs on the Episode "
-                "tab or by `evorag rollout` first.")
-    if what == "episodes":
-        return (f"no finished episodes are stored for {objective.upper()}; run episodes on the Episode tab or by "
-                "`evorag rollout` first.")
-    need = _NEEDS_TEXT[_QUESTION_NEEDS.get(objective, "gold")]
-    return f"no {need} in {Path(str(job.get('data'))).name} (after the offset) for {objective.upper()}; pick another data file."
 
 
 def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: float, kl: str,

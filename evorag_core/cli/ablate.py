@@ -35,7 +35,8 @@ def add_pipeline_args(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("--train", default="0:64", help="training questions START:STOP of --data (default 0:64)")
     p.add_argument("--eval", default="100:200", help="evaluation questions START:STOP, disjoint (default 100:200)")
-    p.add_argument("--objective", choices=[o for o in ("dpo", "grpo", "ppo") if o in OBJECTIVES], default="dpo")
+    p.add_argument("--objective", default="dpo",  # the objectives that train on the rollouts' pairs or episodes
+                   choices=[n for n, o in OBJECTIVES.items() if o.data in ("pairs", "episodes")])
     p.add_argument("--max-steps", type=int, default=12, help="optimiser steps per round at most (0: no cap)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-t-max", type=int, default=8, help="T_max of the evaluation episodes")

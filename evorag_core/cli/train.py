@@ -186,12 +186,12 @@ def _check_train_flags(args: argparse.Namespace, cfg: Config) -> None:
 
 
 def _check_job(objective: str, config: dict[str, Any], cfg: Config, home: Path) -> None:
-    """The round's job read as the worker will read it (training.job.RoundJob): a value the worker would fail the
-    round for (--holdout outside [0, 1), say) is refused here instead, and nothing is queued."""
-    from training.job import RoundJob
+    """The round's job read as the worker will read it (training.launch.check_job, as the studio's Launch does): a
+    value the worker would fail the round for (--holdout outside [0, 1), say) is refused here instead, and nothing
+    is queued."""
+    from training.launch import check_job
 
     try:
-        RoundJob.from_config(0, objective, config, cfg, home)
+        check_job(objective, config, cfg, home)
     except ConfigError as exc:
-        problem = str(exc).removeprefix("round 0: ")
-        raise ConfigError(f"the worker would refuse this round: {problem}; nothing queued") from None
+        raise ConfigError(f"the worker would refuse this round: {exc}; nothing queued") from None

@@ -178,7 +178,7 @@ def test_an_evaluation_job_reads_as_evaluating_its_side_and_counts_questions(svc
 def test_a_training_round_reads_training_from_its_first_step_on(tmp_path):
     """The loop objectives' step log and DPO's callback report phase "train" when training begins, so the page
     stops saying "preparing data" during the (minutes-long) first step."""
-    from training.dpo import _Progress
+    from training.objectives.dpo.trainer import _Progress
     from training.loop import StepLog
 
     seen: list[dict] = []

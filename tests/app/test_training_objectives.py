@@ -110,16 +110,16 @@ def test_question_objectives_count_the_data_file_and_launch_their_settings(svc, 
     assert config[section]["offset"] == 2 and not {"pairs", "episodes", "source", "stage"} & set(config)
     job = RoundJob.from_config(done.round_id, objective, config, load_config(), svc.home)
     if section == "arena":
-        from training.arena_grpo import arena_config_from_job
+        from training.objectives.arena_grpo.config import arena_config_from_job
 
         cfg, train = arena_config_from_job(job)
         assert cfg.group_size == 3 and cfg.questions == 50 and train.kl == "k2" and job.max_steps == 4
     elif section == "r2ag":
-        from training.r2ag_grpo import r2ag_config_from_job
+        from training.objectives.r2ag_grpo.config import r2ag_config_from_job
 
         assert r2ag_config_from_job(job).group_size == 3 and job.max_steps == 4
     else:
-        from training.dynakrag_round import dynakrag_config_from_job
+        from training.objectives.dynakrag.config import dynakrag_config_from_job
 
         merged, questions, offset = dynakrag_config_from_job(job)
         assert (merged.dynakrag.n_estimators, merged.dynakrag.continuation_target, questions, offset) == (
@@ -210,7 +210,7 @@ def test_dpo_round_charts_its_margin_and_accuracy(svc):
     store.add_pairs([NewPair(f"state {i}", "SEARCH: a", "ANSWER: b", source="human") for i in range(2)])
     rid = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
     assert store.claim_round("w", 60).id == rid
-    from training.dpo_round import _forward_progress
+    from training.objectives.dpo.round import _forward_progress
 
     reports: list[dict] = []  # what a DPO round reports for a TRL log line (the keys the charts read)
     _forward_progress(reports.append)({"step": 1, "max_steps": 4, "loss": 0.69, "rewards/margins": 0.1,

@@ -439,8 +439,9 @@ def test_arena_grpo_round_on_tiny_llama(warm_tiny, one_thread):
 
     from evorag_core.config import TrainConfig
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.arena_grpo import ArenaGrpoConfig, sample_group, train_arena_grpo
-    from training.completion_grpo import encode_group
+    from training.objectives.arena_grpo.config import ArenaGrpoConfig
+    from training.objectives.arena_grpo.round import sample_group, train_arena_grpo
+    from training.objectives.grpo.completions import encode_group
     from training.lora import attach_lora
     from training.seqlogp import completion_token_logps
 
@@ -510,7 +511,7 @@ def test_arena_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_pa
     assert meta["question_ids"] == ["q1"]
     bad = job_config("arena-grpo", data=str(data), arena={"group_sise": 4})
     with pytest.raises(ConfigError, match="group_sise"):
-        from training.arena_grpo import arena_config_from_job
+        from training.objectives.arena_grpo.config import arena_config_from_job
 
         arena_config_from_job(RoundJob.from_config(rid, "arena-grpo", bad, cfg, tmp_path))
 
@@ -576,8 +577,9 @@ def test_micro_batches_accumulate_the_group_gradient(warm_tiny, one_thread):
 
     from evorag_core.config import TrainConfig
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.arena_grpo import ArenaGrpoConfig, sample_group
-    from training.completion_grpo import encode_group, micro_step, rows
+    from training.objectives.arena_grpo.config import ArenaGrpoConfig
+    from training.objectives.arena_grpo.round import sample_group
+    from training.objectives.grpo.completions import encode_group, micro_step, rows
     from training.lora import attach_lora
 
     tokenizer = AutoTokenizer.from_pretrained(warm_tiny)

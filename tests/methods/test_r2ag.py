@@ -390,9 +390,10 @@ def test_r2ag_grpo_steps_change_the_adapter_and_follow_the_reward(warm_tiny, dem
     from evorag_core.config import TrainConfig
     from evorag_core.methods.r2ag.steering import LMSteering
     from evorag_core.lm.hf_backend import TransformersBackend
-    from training.completion_grpo import encode_group
+    from training.objectives.grpo.completions import encode_group
     from training.lora import attach_lora
-    from training.r2ag_grpo import R2agGrpoConfig, TreeState, sample_group, train_r2ag_grpo
+    from training.objectives.r2ag_grpo.config import R2agGrpoConfig
+    from training.objectives.r2ag_grpo.round import TreeState, sample_group, train_r2ag_grpo
     from training.seqlogp import completion_token_logps, encode
 
     tokenizer = AutoTokenizer.from_pretrained(warm_tiny)
@@ -446,10 +447,10 @@ def test_r2ag_grpo_job_config_and_round_registration():
     """The objective is registered for the worker, and a typo in the job's r2ag object fails loudly."""
     from evorag_core.errors import ConfigError
     from training.job import OBJECTIVES, RoundJob
-    from training.r2ag_grpo import R2agGrpoConfig, r2ag_config_from_job
+    from training.objectives.r2ag_grpo.config import R2agGrpoConfig, r2ag_config_from_job
     from training.rounds import ROUND_MODULES
 
-    assert ROUND_MODULES["r2ag-grpo"] == "training.r2ag_grpo" and "r2ag-grpo" in OBJECTIVES
+    assert ROUND_MODULES["r2ag-grpo"] == "training.objectives.r2ag_grpo.round" and "r2ag-grpo" in OBJECTIVES
     cfg = load_config()
     job = RoundJob.from_config(1, "r2ag-grpo", {"r2ag": {"group_size": 4}, "data": str(DEMO)}, cfg, Path("/tmp"))
     assert r2ag_config_from_job(job) == R2agGrpoConfig(group_size=4)

@@ -16,8 +16,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from evorag_core.config import TrainConfig
 from evorag_core.errors import AdapterError, DatasetFormatError
-from training.data import PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
-from training.dpo import completion_logps, heldout_accuracy, pair_margins, train_dpo
+from training.objectives.dpo.data import PairExample, fit_pairs, from_conversational, split_pairs, to_conversational
+from training.objectives.dpo.trainer import completion_logps, heldout_accuracy, pair_margins, train_dpo
 from evorag_core.adapters.files import WEIGHTS_FILE, load_adapter, read_adapter_meta, verify_adapter
 from training.lora import attach_lora
 
@@ -189,7 +189,7 @@ def test_same_inputs_and_seed_give_the_same_adapter(round_one, tokenizer, tmp_pa
 def test_compact_lm_head_switch_changes_nothing_but_cost(round_one, tokenizer, tmp_path, monkeypatch):
     """With TRL's own CPU path (every position through the LM head) the adapter is byte-identical to the one
     trained with our compact switch: prompt positions are masked out either way."""
-    import training.dpo as dpo_module
+    import training.objectives.dpo.trainer as dpo_module
 
     result, _, _ = round_one
     monkeypatch.setattr(dpo_module, "COMPACT_LM_HEAD", False)

@@ -1,4 +1,4 @@
-"""DPO's CPU micro-batching (training/dpo.py `CPU_MICRO_BATCH`): one pair per forward pass, accumulated to the
+"""DPO's CPU micro-batching (training/objectives/dpo/trainer.py `CPU_MICRO_BATCH`): one pair per forward pass, accumulated to the
 configured batch, trains the same adapter as whole batches (equal within float rounding), in a fraction of the
 activation memory. bench/memory.py measures the memory on the embedded model."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import training.dpo as dpo_module
+import training.objectives.dpo.trainer as dpo_module
 from evorag_core.config import TrainConfig
-from training.data import PairExample
-from training.dpo import micro_batching, train_dpo
+from training.objectives.dpo.data import PairExample
+from training.objectives.dpo.trainer import micro_batching, train_dpo
 from evorag_core.adapters.files import WEIGHTS_FILE
 
 from tests.training.test_dpo import BASE_ID, CFG, PAIRS, TRAIN, build_tokenizer, chat, tiny_model

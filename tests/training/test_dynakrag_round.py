@@ -1,4 +1,4 @@
-"""DynaKrag's worker round (training/dynakrag_round.py) on the demo data with the tiny random Llama as the generator:
+"""DynaKrag's worker round (training/objectives/dynakrag/round.py) on the demo data with the tiny random Llama as the generator:
 claimed and run by `process_one` like every round, one progress step per explored question, the controller installed
 where `evorag eval --method dynakrag` loads it, the round finished with the controller's folder (no adapter). A cancel
 mid-exploration installs nothing. BM25 for both retrievers and support-recall continuation targets keep it fast."""
@@ -67,7 +67,7 @@ def test_the_worker_fits_and_installs_the_controller_without_an_adapter(world):
 
 def test_a_cancel_mid_exploration_installs_nothing(world):
     from evorag_core.methods.dynakrag.controller import model_folder
-    from training.dynakrag_round import run
+    from training.objectives.dynakrag.round import run
 
     cfg, home, store = world
     job = RoundJob.from_config(7, "dynakrag", {"data": str(DEMO), "dynakrag": FAST}, cfg, home)
@@ -84,7 +84,7 @@ def test_a_cancel_mid_exploration_installs_nothing(world):
 
 def test_a_bad_dynakrag_key_fails_the_round_readably(world):
     from evorag_core.errors import ConfigError
-    from training.dynakrag_round import dynakrag_config_from_job
+    from training.objectives.dynakrag.config import dynakrag_config_from_job
 
     cfg, home, _ = world
     job = RoundJob.from_config(8, "dynakrag", {"dynakrag": {"n_estimator": 3}}, cfg, home)

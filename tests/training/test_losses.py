@@ -1,4 +1,4 @@
-"""Pure objective maths (training.kl, training.grpo, training.ppo): hand-computed numbers, no model."""
+"""Pure objective maths (training.kl, training.objectives.grpo.loss, training.objectives.ppo.loss): hand-computed numbers, no model."""
 from __future__ import annotations
 
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from training.grpo import group_advantages, grpo_loss
+from training.objectives.grpo.loss import group_advantages, grpo_loss
 from training.kl import kl_estimator, kl_k2, kl_k3
-from training.ppo import ValueHead, gae, ppo_losses
+from training.objectives.ppo.loss import ValueHead, gae, ppo_losses
 from training.reduce import sequence_mean
 
 T = torch.tensor

@@ -243,7 +243,7 @@ def test_dpo_splits_the_global_batch_over_the_processes():
 
     from evorag_core.config import load_config
     from evorag_core.errors import ConfigError
-    from training.dpo import micro_batching
+    from training.objectives.dpo.trainer import micro_batching
 
     cfg = dataclasses.replace(load_config().train, batch_size=4, grad_accum=1)
     assert micro_batching(cfg, use_cpu=True) == (1, 4)

@@ -8,7 +8,7 @@ import torch
 
 from evorag_core.config import ConfigError, TrainConfig
 from training import loop
-from training.dpo import dpo_config
+from training.objectives.dpo.trainer import dpo_config
 from training.precision import _warn_emulated, resolve_train_dtype
 
 AMX = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"

@@ -21,7 +21,7 @@ from evorag_core.env.scheduler import step_reward, weights_at
 from evorag_core.store import NewPair, Sibling, Step, open_store
 from training.job import RoundJob, job_config
 from training.rollout_data import PassageResolver, candidate_groups, replay_episode
-from training.grpo_round import grpo_samples
+from training.objectives.grpo.round import grpo_samples
 
 Q1 = "On which river is the birthplace of the chemist Ansel Travine?"
 ZERO = {"ret": 0.0, "dup": 0.0, "bt": 0.0, "ref": 0.0, "step": -1.0, "ans": 0.0, "act": 0.0}
@@ -104,7 +104,7 @@ def test_job_merges_train_keys_and_rejects_typos(tmp_path):
 def test_dpo_claims_only_the_pairs_its_steps_use(tmp_path):
     """max_steps 12, batch 4, grad_accum 1, 2 epochs -> 12 · 4 / 2 = 24 pairs; with holdout 0.2 -> ⌈24 / 0.8⌉ = 30;
     never more than `pairs`; without max_steps exactly `pairs`."""
-    from training.dpo_round import claim_size
+    from training.objectives.dpo.round import claim_size
 
     cfg = load_config()
     size = lambda **v: claim_size(RoundJob.from_config(1, "dpo", v, cfg, tmp_path))  # noqa: E731
@@ -133,7 +133,7 @@ def test_ppo_gives_human_steps_no_advantage_but_keeps_their_reward_in_the_return
     """A person answered at t=2 in the studio: the replay says so; PPO whitens the policy's own steps only and sets
     the human step's advantage to 0 (no policy gradient on an action the policy did not choose), while its +1 answer
     reward still reaches the policy's t=1 return. With no human step nothing changes."""
-    from training.ppo_round import PpoStep, _advantages, ppo_steps
+    from training.objectives.ppo.round import PpoStep, _advantages, ppo_steps
 
     human_answer = dataclasses.replace(step(2, "ANSWER", "Sable River", ans=1.0), actor="human")
     with open_store(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
@@ -273,7 +273,7 @@ def test_ppo_round_trains_policy_and_value_head(world):
     the second round loads its value head."""
     cfg, home, store = world
     write_rollouts(store)
-    from training.ppo_round import VALUE_HEAD_FILE
+    from training.objectives.ppo.round import VALUE_HEAD_FILE
     from training.rounds import run_round
 
     r1 = store.enqueue_round("ppo", {})

@@ -385,13 +385,14 @@ def _round(plan: AblationPlan, cfg: Config, variant: Variant, seed: int) -> dict
     """One round of `plan.objective` on the variant's store, in this process through the worker's `process_one`
     (claim, train, register, finish); the adapter lands in <out>/variants/<name>/adapters/."""
     from evorag_core.store import open_store
+    from evorag_core.objectives import OBJECTIVES
     from training.job import job_config
     from training.worker import WorkerOptions, new_worker_id, process_one
 
     values: dict[str, Any] = {"reference": "base", "seed": seed, "max_steps": plan.max_steps or None}
     cfg = replace(cfg, promotion=replace(cfg.promotion, evaluate=False))  # the ablation evaluates every row itself
     with open_store(_store_url(plan, variant)) as store:
-        if plan.objective == "dpo":
+        if OBJECTIVES[plan.objective].data == "pairs":
             values["pairs"] = 100_000  # every pair the variant's scoring produced
         else:
             values.update(episode_ids=[e.id for e in store.list_episodes(limit=None)], data=str(plan.data))

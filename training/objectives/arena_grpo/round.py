@@ -4,7 +4,7 @@ with a KL penalty to the reference policy — k2 by default, k3 as the ablation 
 One optimiser step takes `questions_per_step` questions (in a seeded order, `epochs` passes). For each question:
 1. sample G replies at `temperature` from the current policy (`ArenaGenerator.sample`, one batched decode);
 2. reward each (`arena_reward`: format + accuracy + relevance + bonus) and normalise within the group,
-   A_i = (r_i − mean) / (std + ε) (`training.grpo.group_advantages`; population std; the paper's "max" in its
+   A_i = (r_i − mean) / (std + ε) (`training.objectives.grpo.loss.group_advantages`; population std; the paper's "max" in its
    advantage formula is read as the mean of standard GRPO);
 3. per completion token: log π_θ (with gradients), log π_ref (no gradients; the base model, or the adapter the
    round started from) and log π_old = log π_θ detached (one update per batch, the paper's μ = 1), then
@@ -23,24 +23,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from evorag_core.config import TrainConfig
-from evorag_core.errors import ConfigError, TrainingError
+from evorag_core.errors import TrainingError
 from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
-from evorag_core.reader.arena.prompt import ArenaConfig
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
-from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
-from training.grpo import group_advantages
+from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, save_round,
+                                                 start_with_reference)
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import StepLog, accumulate, optimizer_step, train_mode
+from training.lora_round import LoraSetup, Trained, run_lora_round
+from training.objectives.arena_grpo.config import ArenaGrpoConfig, arena_config_from_job
+from training.objectives.grpo.loss import group_advantages
 from training.processes import SINGLE, Processes
 from training.seqlogp import base_lm
 
@@ -50,40 +51,9 @@ if TYPE_CHECKING:
 
     from evorag_core.store import Store
 
-__all__ = ["ArenaGrpoConfig", "ArenaGroup", "sample_group", "train_arena_grpo", "arena_config_from_job", "run"]
+__all__ = ["ArenaGroup", "sample_group", "train_arena_grpo", "run"]
 
 REF_ADAPTER = "arena-ref"  # the frozen copy of the starting adapter, when the round starts from one
-
-
-@dataclass(frozen=True)
-class ArenaGrpoConfig:
-    """The ARENA side of a round; optimiser, LoRA and KL settings come from [train] (TrainConfig)."""
-
-    group_size: int = 4  # G replies per question (the paper: 7)
-    questions: int = 16  # questions read from the data file ...
-    offset: int = 0  # ... after skipping this many (keep them apart from the evaluation questions)
-    questions_per_step: int = 2
-    temperature: float = 0.9  # rollout temperature (the paper's)
-    max_new_tokens: int = 160
-    micro_batch: int = 1  # replies per forward/backward pass (activation memory ~ micro_batch x sequence length)
-    passage_chars: int = 300  # references cut to this many characters (0: full text)
-    demo: bool = False
-    accuracy: str = "em"  # em | f1 (ablation)
-    bonus: float = 10.0  # 0: the no-bonus ablation
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ConfigError(f"arena.group_size must be >= 2 (advantages are relative to the group), got {self.group_size}")
-        if self.questions < 1 or self.questions_per_step < 1 or self.offset < 0:
-            raise ConfigError("arena.questions and arena.questions_per_step must be >= 1, arena.offset >= 0")
-        if self.temperature <= 0:
-            raise ConfigError(f"arena.temperature must be > 0 (replies are sampled), got {self.temperature}")
-        if self.micro_batch < 1:
-            raise ConfigError(f"arena.micro_batch must be >= 1, got {self.micro_batch}")
-
-    def arena(self) -> ArenaConfig:
-        return ArenaConfig(max_new_tokens=self.max_new_tokens, passage_chars=self.passage_chars, demo=self.demo,
-                           temperature=self.temperature, accuracy=self.accuracy, bonus=self.bonus)
 
 
 @dataclass(frozen=True)
@@ -183,24 +153,6 @@ def _reward_stats(group: ArenaGroup) -> dict[str, float]:
 
 # -- the worker's round ----------------------------------------------------------------------------------------
 
-def arena_config_from_job(job: RoundJob) -> tuple[ArenaGrpoConfig, TrainConfig]:
-    """The job's `arena` object as an ArenaGrpoConfig, and its [train] section with kl = k2 unless the job names
-    one (k2 is ARENA's estimator; [train] kl's own default, k3, is the ablation here)."""
-    raw = job.raw.get("arena") or {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"round {job.round_id}: 'arena' must be an object of ArenaGrpoConfig keys")
-    known = {f.name for f in dataclasses.fields(ArenaGrpoConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"round {job.round_id}: unknown arena key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    try:
-        cfg = ArenaGrpoConfig(**raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"round {job.round_id}: bad arena value ({exc})") from None
-    named_kl = job.raw.get("kl") is not None or "kl" in (job.raw.get("train") or {})
-    return cfg, job.train if named_kl else dataclasses.replace(job.train, kl="k2")
-
-
 def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
     from evorag_core.data.datasets import load_dataset
 
@@ -214,34 +166,39 @@ def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
 
 
 def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring)."""
-    from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
+    return run_lora_round(job, store, on_progress, claim=lambda: _claim(job), prepare=lambda claimed, _: claimed,
+                          train=_train)
 
-    done = registered(store, job)
-    if done is not None:
-        return done
-    started = time.perf_counter()
+
+@dataclass(frozen=True)
+class _Questions:
+    cfg: ArenaGrpoConfig
+    train: TrainConfig
+    questions: list[Question]
+
+
+def _claim(job: RoundJob) -> _Questions:
+    """The settings and the questions, read before the model loads."""
     cfg, train = arena_config_from_job(job)
-    questions = _load_questions(job, cfg)
-    with RssSampler() as rss:
-        phase(on_progress, "load")
-        model, tokenizer, base_id = load_base(job)
-        phase(on_progress, "prepare")
-        reference = resolve_reference(store, job, base_id)
-        policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
-        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
-        setup_s = time.perf_counter() - started
-        log, samples = train_arena_grpo(policy, tokenizer, questions, train, cfg, on_progress,
-                                        max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
-                                        processes=job.processes)
-        keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
-        phase(on_progress, "save")
-        metrics, checksum = save_round(
-            policy, job, objective="arena-grpo", base_id=base_id, reference=reference, questions=questions,
-            train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
-            extra={**log.summary(keys),  # includes kl_history: {step, kl, kl_k2, kl_k3} per step
-                   "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]]
-                                      for h in log.history],
-                   "arena": dataclasses.asdict(cfg)})
-    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)
+    return _Questions(cfg, train, _load_questions(job, cfg))
+
+
+def _train(setup: LoraSetup[_Questions]) -> Trained:
+    job, cfg, train, questions = setup.job, setup.data.cfg, setup.data.train, setup.data.questions
+    base_id = setup.base.model_id
+    policy, ref_adapter = start_with_reference(setup.base.model, train, setup.reference, base_id, REF_ADAPTER)
+    setup_s = setup.elapsed()
+    log, samples = train_arena_grpo(policy, setup.base.tokenizer, questions, train, cfg, setup.on_progress,
+                                    max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
+                                    processes=job.processes)
+    keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
+    phase(setup.on_progress, "save")
+    metrics, checksum = save_round(
+        policy, job, objective="arena-grpo", base_id=base_id, reference=setup.reference, questions=questions,
+        train=train, log=log, samples=samples, setup_s=setup_s, out_dir=setup.out_dir,
+        extra={**log.summary(keys),  # includes kl_history: {step, kl, kl_k2, kl_k3} per step
+               "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]]
+                                  for h in log.history],
+               "arena": dataclasses.asdict(cfg)})
+    return Trained(checksum, metrics)

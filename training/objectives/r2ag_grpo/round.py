@@ -5,17 +5,17 @@ root state has none). For every state of the current forest:
 1. sample G expansions of the state from the current policy (`LMSteering.sample`, one batched decode) at
    `temperature`; retrieve every query of the whole group in one batch (top-k, k = 1);
 2. reward each expansion (`methods.r2ag.rewards.expansion_reward`, prior = the state's passages) and normalise within
-   the group, A_i = (R_i − mean) / (std + ε) (`training.grpo.group_advantages`, population std);
+   the group, A_i = (R_i − mean) / (std + ε) (`training.objectives.grpo.loss.group_advantages`, population std);
 3. each expansion also yields its pruned tree: the state's passages plus the new gold it found. Unless that tree is
    complete (all gold and the stop signal: Joint-Hit), it joins the next forest (states de-duplicated per question by
    their passage set, at most `max_states` kept, in sampling order);
 4. per token: the clipped objective with asymmetric clipping ε_low = train.clip_eps, ε_high = r2ag.clip_high
-   (0.2 / 0.28, DAPO's clip-higher) plus train.kl_coef · KL to the reference (`training.grpo.grpo_loss`, the
+   (0.2 / 0.28, DAPO's clip-higher) plus train.kl_coef · KL to the reference (`training.objectives.grpo.loss.grpo_loss`, the
    estimator of train.kl). Groups with std(R) = 0 are left out of the update (Eq. 6: s.t. std > 0; DAPO's dynamic
    sampling); a step whose groups are all flat makes no optimiser step (logged with updated = 0).
 One optimiser step takes `states_per_step` states; the forest is rebuilt after every pass (`iterations` passes, the
 paper's L_max-I = 5). π_old = π_θ detached (one update per batch, as ARENA's round). The encoding, reference
-log-probs and micro-batched backward pass are ARENA's (`training.arena_grpo`), shared.
+log-probs and micro-batched backward pass are ARENA's (`training.objectives.arena_grpo.round`), shared.
 
 `run(job, store, on_progress)` is the worker's round (objective `r2ag-grpo`): setup -> train -> save -> register.
 Job keys: `data` (questions with gold passages; their pooled passages are the corpus; required), `max_steps`, `kl`,
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -33,16 +32,19 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from evorag_core.config import TrainConfig
-from evorag_core.errors import ConfigError, TrainingError
+from evorag_core.errors import TrainingError
 from evorag_core.methods.r2ag.rewards import R2agReward, RewardWeights, expansion_reward
 from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import retrieve_queries
 from evorag_core.types import Passage, Question
 
-from training.completion_grpo import encode_group, epoch_order, micro_step, rows, save_round, start_with_reference
-from training.grpo import group_advantages
+from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, save_round,
+                                                 start_with_reference)
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.loop import StepLog, accumulate, optimizer_step, train_mode
+from training.lora_round import LoraSetup, Trained, run_lora_round
+from training.objectives.grpo.loss import group_advantages
+from training.objectives.r2ag_grpo.config import R2agGrpoConfig, r2ag_config_from_job
 from training.processes import SINGLE, Processes
 from training.seqlogp import base_lm
 
@@ -53,41 +55,9 @@ if TYPE_CHECKING:
     from evorag_core.retrieval.base import Retriever
     from evorag_core.store import Store
 
-__all__ = ["R2agGrpoConfig", "TreeState", "R2agGroup", "sample_group", "train_r2ag_grpo", "r2ag_config_from_job",
-           "run"]
+__all__ = ["TreeState", "R2agGroup", "sample_group", "train_r2ag_grpo", "run"]
 
 REF_ADAPTER = "r2ag-ref"
-
-
-@dataclass(frozen=True)
-class R2agGrpoConfig:
-    """The R²AG side of a round; optimiser, LoRA and KL settings come from [train] (TrainConfig)."""
-
-    group_size: int = 12  # G expansions per state (the paper's)
-    questions: int = 16  # questions read from the data file ...
-    offset: int = 0  # ... after skipping this many
-    states_per_step: int = 2  # tree states per optimiser step
-    iterations: int = 5  # passes of the progressive loop (L_max-I)
-    max_states: int = 16  # states kept in the next forest
-    temperature: float = 1.0
-    max_new_tokens: int = 160
-    micro_batch: int = 2
-    passage_chars: int = 300
-    demo: bool = True
-    max_queries: int = 6
-    top_k: int = 1
-    retriever: str = "rrf"
-    clip_high: float = 0.28  # ε_high (ε_low is train.clip_eps)
-
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise ConfigError(f"r2ag.group_size must be >= 2 (advantages are relative to the group), got {self.group_size}")
-        for name in ("questions", "states_per_step", "iterations", "max_states", "micro_batch", "top_k",
-                     "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"r2ag.{name} must be >= 1, got {getattr(self, name)}")
-        if self.offset < 0 or self.temperature <= 0 or self.clip_high < 0:
-            raise ConfigError("r2ag.offset must be >= 0, r2ag.temperature > 0 and r2ag.clip_high >= 0")
 
 
 @dataclass(frozen=True)
@@ -252,20 +222,6 @@ def _reward_stats(groups: Sequence[R2agGroup]) -> dict[str, float]:
 
 # -- the worker's round ----------------------------------------------------------------------------------------
 
-def r2ag_config_from_job(job: RoundJob) -> R2agGrpoConfig:
-    raw = job.raw.get("r2ag") or {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"round {job.round_id}: 'r2ag' must be an object of R2agGrpoConfig keys")
-    known = {f.name for f in dataclasses.fields(R2agGrpoConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"round {job.round_id}: unknown r2ag key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    try:
-        return R2agGrpoConfig(**raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"round {job.round_id}: bad r2ag value ({exc})") from None
-
-
 def _load(job: RoundJob, cfg: R2agGrpoConfig):
     from evorag_core.config import RetrievalConfig
     from evorag_core.data.corpus import build_corpus
@@ -284,38 +240,44 @@ def _load(job: RoundJob, cfg: R2agGrpoConfig):
 
 
 def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring)."""
-    from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
+    return run_lora_round(job, store, on_progress, claim=lambda: _claim(job), prepare=lambda claimed, _: claimed,
+                          train=_train)
 
-    done = registered(store, job)
-    if done is not None:
-        return done
-    started = time.perf_counter()
+
+@dataclass(frozen=True)
+class _Questions:
+    cfg: R2agGrpoConfig
+    questions: list[Question]
+    corpus: Any
+    retriever: Retriever
+
+
+def _claim(job: RoundJob) -> _Questions:
+    """The settings, the questions and their retriever, built before the model loads."""
     cfg = r2ag_config_from_job(job)
     built: list = []  # the main process builds (and persists) the retrieval index first; the others then load it
     job.processes.on_main(lambda: built.append(_load(job, cfg)))
     questions, corpus, retriever = built[0] if built else _load(job, cfg)
-    train = job.train
-    with RssSampler() as rss:
-        phase(on_progress, "load")
-        model, tokenizer, base_id = load_base(job)
-        phase(on_progress, "prepare")
-        reference = resolve_reference(store, job, base_id)
-        policy, ref_adapter = start_with_reference(model, train, reference, base_id, REF_ADAPTER)
-        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
-        setup_s = time.perf_counter() - started
-        log, samples = train_r2ag_grpo(policy, tokenizer, questions, corpus.gold_for, retriever,
-                                       {p.pid: p for p in corpus.passages}, train, cfg, on_progress,
-                                       max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
-                                       processes=job.processes)
-        keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
-                "forest")
-        phase(on_progress, "save")
-        metrics, checksum = save_round(
-            policy, job, objective="r2ag-grpo", base_id=base_id, reference=reference, questions=questions,
-            train=train, log=log, samples=samples, setup_s=setup_s, out_dir=out_dir,
-            extra={"clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
-                   "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
-                   "r2ag": dataclasses.asdict(cfg)})
-    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)
+    return _Questions(cfg, questions, corpus, retriever)
+
+
+def _train(setup: LoraSetup[_Questions]) -> Trained:
+    job, cfg, questions, corpus = setup.job, setup.data.cfg, setup.data.questions, setup.data.corpus
+    train, base_id = job.train, setup.base.model_id
+    policy, ref_adapter = start_with_reference(setup.base.model, train, setup.reference, base_id, REF_ADAPTER)
+    setup_s = setup.elapsed()
+    log, samples = train_r2ag_grpo(policy, setup.base.tokenizer, questions, corpus.gold_for, setup.data.retriever,
+                                   {p.pid: p for p in corpus.passages}, train, cfg, setup.on_progress,
+                                   max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
+                                   processes=job.processes)
+    keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
+            "forest")
+    phase(setup.on_progress, "save")
+    metrics, checksum = save_round(
+        policy, job, objective="r2ag-grpo", base_id=base_id, reference=setup.reference, questions=questions,
+        train=train, log=log, samples=samples, setup_s=setup_s, out_dir=setup.out_dir,
+        extra={"clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
+               "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
+               "r2ag": dataclasses.asdict(cfg)})
+    return Trained(checksum, metrics)

@@ -1,10 +1,10 @@
 """A step-level GRPO round: sibling groups from stored rollouts -> LoRA update -> saved, registered adapter.
 
 Data: every stored state with K >= 2 sibling candidates whose branches were scored; candidate i's r̃ is its branch
-return, its advantage A_i = (r̃_i − μ) / (σ + ε) over the group (`training.grpo.group_advantages`). Groups whose
+return, its advantage A_i = (r̃_i − μ) / (σ + ε) over the group (`training.objectives.grpo.loss.group_advantages`). Groups whose
 returns are all equal give zero advantages and are left out (they carry no policy gradient).
 
-Objective (`training.grpo.grpo_loss`, per completion token): −min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A)
+Objective (`training.objectives.grpo.loss.grpo_loss`, per completion token): −min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A)
 + kl_coef · KL, with ρ = π_θ / π_old and KL estimated by k3 or k2 (train.kl) against the reference. The round
 starts from the reference adapter (the previous round's, or the base model), so π_old = π_ref = the starting policy:
 their log-probs are computed once, without gradients, before the first update. `train.epochs` passes over the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -23,13 +22,13 @@ import torch
 from evorag_core.config import TrainConfig
 from evorag_core.errors import TrainingError
 
-from training.grpo import group_advantages, grpo_loss
+from training.objectives.grpo.loss import group_advantages, grpo_loss
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.lora import save_adapter
 from training.processes import SINGLE, Processes
 from training.loop import StepLog, accumulate, autocast, minibatches, optimizer_step, start_policy, train_mode
 from training.rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
-from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from training.lora_round import Base, LoraSetup, Trained, run_lora_round
 from training.seqlogp import completion_token_logps, encode
 
 if TYPE_CHECKING:
@@ -159,45 +158,50 @@ def train_grpo(
 
 
 def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring)."""
-    done = registered(store, job)
-    if done is not None:
-        return done
-    started = time.perf_counter()
-    with RssSampler() as rss:
-        phase(on_progress, "load")
-        model, tokenizer, base_id = load_base(job)
-        phase(on_progress, "prepare")
-        render = prompt_renderer(model, tokenizer, base_id, job.policy)
-        episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
-        resolve = PassageResolver(job.data, store)
-        groups = candidate_groups([replay_episode(e, resolve, job.t_max) for e in episodes], render)
-        samples = grpo_samples(groups)
-        if not samples:
-            raise TrainingError(
-                f"GRPO needs states with >= 2 scored sibling candidates whose branch returns differ; "
-                f"{len(episodes)} episode(s) read, {len(groups)} group(s), none usable"
-            )
-        reference = resolve_reference(store, job, base_id)
-        policy = start_policy(model, job.train, reference, base_id)
-        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
-        setup_s = time.perf_counter() - started
-        log, after = train_grpo(policy, tokenizer, samples, job.train, on_progress, max_steps=job.max_steps,
-                                processes=job.processes)
-        metrics = {
-            "objective": "grpo", "kl_estimator": job.train.kl, "kl_coef": job.train.kl_coef,
-            **log.summary(("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")),
-            "episodes": len(episodes), "episode_ids": [e.id for e in episodes], "groups": len(groups),
-            "usable_groups": len({s.group for s in samples}), "samples": len(samples),
-            **after,
-            "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
-            "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
-        }
-        meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": base_id,
-                "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
-                "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
-        phase(on_progress, "save")
-        checksum = job.processes.on_main(save_adapter, policy, out_dir, meta)
-    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)
+    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
+    return run_lora_round(job, store, on_progress, claim=lambda: None,
+                          prepare=lambda _, base: _prepare(job, store, base), train=_train)
+
+
+@dataclass(frozen=True)
+class _Groups:
+    episode_ids: list[int]
+    groups: list[CandidateGroup]
+    samples: list[GrpoSample]
+
+
+def _prepare(job: RoundJob, store: Store, base: Base) -> _Groups:
+    render = prompt_renderer(base.model, base.tokenizer, base.model_id, job.policy)
+    episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
+    resolve = PassageResolver(job.data, store)
+    groups = candidate_groups([replay_episode(e, resolve, job.t_max) for e in episodes], render)
+    samples = grpo_samples(groups)
+    if not samples:
+        raise TrainingError(
+            f"GRPO needs states with >= 2 scored sibling candidates whose branch returns differ; "
+            f"{len(episodes)} episode(s) read, {len(groups)} group(s), none usable"
+        )
+    return _Groups([e.id for e in episodes], groups, samples)
+
+
+def _train(setup: LoraSetup[_Groups]) -> Trained:
+    job, data = setup.job, setup.data
+    policy = start_policy(setup.base.model, job.train, setup.reference, setup.base.model_id)
+    setup_s = setup.elapsed()
+    log, after = train_grpo(policy, setup.base.tokenizer, data.samples, job.train, setup.on_progress,
+                            max_steps=job.max_steps, processes=job.processes)
+    metrics = {
+        "objective": "grpo", "kl_estimator": job.train.kl, "kl_coef": job.train.kl_coef,
+        **log.summary(("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")),
+        "episodes": len(data.episode_ids), "episode_ids": data.episode_ids, "groups": len(data.groups),
+        "usable_groups": len({s.group for s in data.samples}), "samples": len(data.samples),
+        **after,
+        "reference": setup.reference_name, "seed": job.train.seed,
+        "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
+        "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
+    }
+    meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": setup.base.model_id,
+            "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
+            "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
+    phase(setup.on_progress, "save")
+    return Trained(job.processes.on_main(save_adapter, policy, setup.out_dir, meta), metrics)

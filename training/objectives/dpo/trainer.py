@@ -34,7 +34,7 @@ from trl import DPOConfig, DPOTrainer
 from evorag_core.config import TrainConfig
 from evorag_core.errors import AdapterError, ConfigError
 
-from training.data import PairExample, fit_pairs, pairs_to_dataset
+from training.objectives.dpo.data import PairExample, fit_pairs, pairs_to_dataset
 from training.lora import attach_lora, save_adapter
 from evorag_core.adapters.files import load_adapter
 from training.precision import resolve_train_dtype

@@ -22,36 +22,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from evorag_core.config import REPO_ROOT, Config, apply_overrides
-from evorag_core.errors import ConfigError, TrainingError
+from evorag_core.config import REPO_ROOT
+from evorag_core.errors import TrainingError
 
 from training.job import ControllerRef, ProgressFn, RoundJob, phase
+from training.objectives.dynakrag.config import dynakrag_config_from_job
 
 if TYPE_CHECKING:
     from evorag_core.store import Store
 
-__all__ = ["ROUND_KEYS", "dynakrag_config_from_job", "install", "run"]
+__all__ = ["install", "run"]
 
-ROUND_KEYS = ("questions", "offset")  # the round's own keys in the job's `dynakrag` object (the rest: [dynakrag])
 DEFAULT_DATA = REPO_ROOT / "data" / "demo" / "demo.jsonl"
-
-
-def dynakrag_config_from_job(job: RoundJob) -> tuple[Config, int, int]:
-    """(the config with the job's [dynakrag] keys applied, questions (0: all), offset); a bad key or value is a
-    ConfigError that names it."""
-    raw = job.raw.get("dynakrag") or {}
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"round {job.round_id}: 'dynakrag' must be an object of [dynakrag] keys")
-    if job.config is None:
-        raise ConfigError(f"round {job.round_id}: the dynakrag round needs the job's whole config (RoundJob.from_config)")
-    try:
-        questions, offset = int(raw.get("questions") or 0), int(raw.get("offset") or 0)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"round {job.round_id}: bad dynakrag value ({exc})") from None
-    if questions < 0 or offset < 0:
-        raise ConfigError(f"round {job.round_id}: dynakrag.questions and dynakrag.offset must be >= 0")
-    overrides = {f"dynakrag.{k}": v for k, v in raw.items() if k not in ROUND_KEYS}
-    return apply_overrides(job.config, overrides), questions, offset
 
 
 def install(staged: Path, target: Path, round_id: int) -> Path:

@@ -1,4 +1,4 @@
-"""A DPO round: claimed preference pairs -> TRL DPO on LoRA (`training.dpo.train_dpo`) -> registered adapter.
+"""A DPO round: claimed preference pairs -> TRL DPO on LoRA (`trainer.train_dpo`) -> registered adapter.
 
 The round claims up to `job.pairs` of the oldest queued pairs (optionally of one source/stage) for itself; the
 worker's `finish_round` then consumes them on success or releases them on failure, and an expired lease releases
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from evorag_core.errors import DatasetFormatError, TrainingError
 
-from training.data import PairExample, split_pairs
-from training.job import AdapterRef, ProgressFn, RoundJob, phase
-from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from training.objectives.dpo.data import PairExample, split_pairs
+from training.job import AdapterRef, ProgressFn, RoundJob
+from training.lora_round import Base, LoraSetup, Trained, run_lora_round
 from training.seqlogp import fit_text
 
 if TYPE_CHECKING:
@@ -79,43 +79,62 @@ def _forward_progress(on_progress: ProgressFn | None) -> ProgressFn | None:
 
 
 def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring)."""
-    from training.dpo import log_phase, train_dpo
+    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
+    from training.objectives.dpo.trainer import log_phase
 
-    done = registered(store, job)
-    if done is not None:
-        return done
-    started = time.perf_counter()
-    with RssSampler() as rss:
-        # the main process claims, every process trains on them
-        claimed = job.processes.on_main(store.claim_pairs, job.round_id, claim_size(job), source=job.source,
-                                        stage=job.stage, after=job.pairs_after)
-        if not claimed:
-            raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}, "
-                                f"after pair {job.pairs_after}); "
-                                "add pairs by rollouts or annotation first")
-        log_phase("load")
-        phase(on_progress, "load")
-        model, tokenizer, base_id = load_base(job)
-        phase(on_progress, "prepare")
-        examples, skipped = pair_examples(claimed, tokenizer, job.train.max_length)
-        if not examples:
-            raise TrainingError(f"none of the {len(claimed)} claimed pairs is trainable (empty or identical sides)")
-        train, heldout = split_pairs(examples, job.holdout, job.train.seed) if job.holdout > 0 else (examples, [])
-        reference = resolve_reference(store, job, base_id)
-        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
-        setup_s = time.perf_counter() - started
-        pair_ids = [p.id for p in claimed]
-        result = train_dpo(
-            train, model, tokenizer, job.train, out_dir, reference.path if reference is not None else None,
-            _forward_progress(on_progress), heldout=heldout, base_model_id=base_id,
-            meta={"round_id": job.round_id, "objective": "dpo", "pair_ids": pair_ids}, processes=job.processes,
-        )
+    ref = run_lora_round(job, store, on_progress, claim=lambda: _claim(job, store),
+                         prepare=lambda claimed, base: _prepare(job, claimed, base), train=_train)
+    log_phase("done")
+    return ref
+
+
+def _claim(job: RoundJob, store: Store) -> list[Any]:
+    """The main process claims the pairs (broadcast to the others: every process trains on them)."""
+    from training.objectives.dpo.trainer import log_phase
+
+    claimed = job.processes.on_main(store.claim_pairs, job.round_id, claim_size(job), source=job.source,
+                                    stage=job.stage, after=job.pairs_after)
+    if not claimed:
+        raise TrainingError(f"no queued pairs (filters source={job.source}, stage={job.stage}, "
+                            f"after pair {job.pairs_after}); "
+                            "add pairs by rollouts or annotation first")
+    log_phase("load")
+    return claimed
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    claimed: list[Any]
+    train: list[PairExample]
+    heldout: list[PairExample]
+    skipped: list[int]
+
+
+def _prepare(job: RoundJob, claimed: list[Any], base: Base) -> _Pairs:
+    examples, skipped = pair_examples(claimed, base.tokenizer, job.train.max_length)
+    if not examples:
+        raise TrainingError(f"none of the {len(claimed)} claimed pairs is trainable (empty or identical sides)")
+    train, heldout = split_pairs(examples, job.holdout, job.train.seed) if job.holdout > 0 else (examples, [])
+    return _Pairs(claimed, train, heldout, skipped)
+
+
+def _train(setup: LoraSetup[_Pairs]) -> Trained:
+    from training.objectives.dpo.trainer import train_dpo
+
+    job, pairs, reference = setup.job, setup.data, setup.reference
+    setup_s = setup.elapsed()
+    pair_ids = [p.id for p in pairs.claimed]
+    result = train_dpo(
+        pairs.train, setup.base.model, setup.base.tokenizer, job.train, setup.out_dir,
+        reference.path if reference is not None else None, _forward_progress(setup.on_progress),
+        heldout=pairs.heldout, base_model_id=setup.base.model_id,
+        meta={"round_id": job.round_id, "objective": "dpo", "pair_ids": pair_ids}, processes=job.processes,
+    )
     steps = [h for h in result.history if "loss" in h]
     metrics: dict[str, Any] = {
-        "objective": "dpo", "beta": job.train.beta, "steps": result.steps, "pairs": len(claimed),
-        "pair_ids": pair_ids, "skipped_pairs": len(skipped), "n_train": result.n_train, "n_heldout": result.n_heldout,
-        "truncated_prompts": result.truncated, "dropped_pairs": result.dropped,
+        "objective": "dpo", "beta": job.train.beta, "steps": result.steps, "pairs": len(pairs.claimed),
+        "pair_ids": pair_ids, "skipped_pairs": len(pairs.skipped), "n_train": result.n_train,
+        "n_heldout": result.n_heldout, "truncated_prompts": result.truncated, "dropped_pairs": result.dropped,
         "first_loss": result.metrics.get("first_loss"), "final_loss": result.metrics.get("loss"),
         "train_loss": result.metrics.get("train_loss"),
         **{f"final_{k.replace('/', '_')}": result.metrics[k] for k in _DPO_LOGGED[1:] if k in result.metrics},
@@ -125,12 +144,8 @@ def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> A
         "accuracy_history": [[h["step"], h.get("rewards/accuracies")] for h in steps],
         "step_history": [{k: v for k, v in (("step", h["step"]), ("loss", h["loss"]), ("margin", h.get("rewards/margins")),
                                             ("accuracy", h.get("rewards/accuracies"))) if v is not None} for h in steps],
-        "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
+        "reference": setup.reference_name, "seed": job.train.seed,
         "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
         "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
     }
-    metrics = {k: v for k, v in metrics.items() if v is not None}
-    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    ref = register(store, job, out_dir, result.checksum, base_id, metrics, on_progress)
-    log_phase("done")
-    return ref
+    return Trained(result.checksum, {k: v for k, v in metrics.items() if v is not None})

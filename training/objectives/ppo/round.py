@@ -1,7 +1,7 @@
 """A step-level PPO round: stored episodes -> GAE advantages -> LoRA + value head update -> registered adapter.
 
 Data: each stored episode replayed into (state, action taken, r̃_t = Σ_k w_k(t) r_t^(k)) steps. A linear value head
-(`training.ppo.ValueHead`) reads the policy's last hidden state at the state's last prompt token. Before the first
+(`training.objectives.ppo.loss.ValueHead`) reads the policy's last hidden state at the state's last prompt token. Before the first
 update, without gradients: π_old log-probs of every action, V_old(s_t), and V(s_{T+1}) for truncated episodes (0 for
 terminated ones); then GAE(γ = train.gamma, λ = train.gae_lambda) per episode gives advantages and value targets.
 Advantages are whitened over the round's steps (zero mean, unit std), as TRL's PPO did. Steps a person took in the
@@ -9,14 +9,13 @@ studio (`actor = "human"`) carry their reward into the returns but get advantage
 action as its own (GRPO's groups are the policy's sampled siblings, so it never trains on a human action either).
 
 Loss: clipped policy loss (ε = train.clip_eps) + vf_coef · clipped value loss (train.value_clip), per completion
-token then per step (`training.ppo.ppo_losses`). The value head starts at zero (V ≡ 0), or from the reference
+token then per step (`training.objectives.ppo.loss.ppo_losses`). The value head starts at zero (V ≡ 0), or from the reference
 adapter's `value_head.safetensors` when it has one; this round's head is saved beside its adapter.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -31,11 +30,11 @@ from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.kl import kl_k3
 from training.lora import save_adapter
 from training.loop import StepLog, accumulate, autocast, minibatches, optimizer_step, start_policy, train_mode
-from training.ppo import ValueHead, gae, ppo_losses
+from training.objectives.ppo.loss import ValueHead, gae, ppo_losses
 from training.processes import SINGLE, Processes
 from training.reduce import sequence_mean
 from training.rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
-from training.round_io import RssSampler, load_base, prepare_adapter_dir, register, registered, resolve_reference
+from training.lora_round import Base, LoraSetup, Trained, run_lora_round
 from training.seqlogp import Encoded, base_lm, completion_token_logps, encode
 
 if TYPE_CHECKING:
@@ -140,7 +139,7 @@ def train_ppo(
     """Optimise `policy` (PeftModel) and `head` in place on `steps`. `bootstrap[e]` is the prompt after episode e's
     last step when it was truncated (its value bootstraps GAE), None when it terminated. Under several processes each
     takes its shard of every minibatch, weighted by its share, and the gradients (LoRA and value head) are summed
-    once per optimiser step (as `grpo_round.train_grpo`)."""
+    once per optimiser step (as `objectives/grpo/round.train_grpo`)."""
     device = next(policy.parameters()).device
     head.to(device)
     old_logps, old_values, last = _rollout_stats(policy, head, tokenizer, steps, bootstrap, cfg, processes)
@@ -202,44 +201,50 @@ def _save(policy: PeftModel, head: ValueHead, out_dir: Path, meta: dict) -> str:
 
 
 def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring)."""
-    done = registered(store, job)
-    if done is not None:
-        return done
-    started = time.perf_counter()
-    with RssSampler() as rss:
-        phase(on_progress, "load")
-        model, tokenizer, base_id = load_base(job)
-        phase(on_progress, "prepare")
-        render = prompt_renderer(model, tokenizer, base_id, job.policy)
-        episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
-        resolve = PassageResolver(job.data, store)
-        replays = [r for r in (replay_episode(e, resolve, job.t_max) for e in episodes) if r.steps]
-        if not replays:
-            raise TrainingError(f"PPO needs stored episodes with steps; {len(episodes)} episode(s) read, none usable")
-        steps = ppo_steps(replays, render)
-        bootstrap = [None if r.terminated else render(r.final_view) for r in replays]
-        reference = resolve_reference(store, job, base_id)
-        policy = start_policy(model, job.train, reference, base_id)
-        head = _value_head(policy, reference)
-        out_dir = prepare_adapter_dir(job.adapter_dir, job.processes)
-        setup_s = time.perf_counter() - started
-        log = train_ppo(policy, head, tokenizer, steps, bootstrap, job.train, on_progress,
-                        vf_coef=job.vf_coef, max_steps=job.max_steps, processes=job.processes)
-        metrics = {
-            "objective": "ppo", "gamma": job.train.gamma, "gae_lambda": job.train.gae_lambda, "vf_coef": job.vf_coef,
-            **log.summary(("loss", "policy_loss", "value_loss", "kl", "approx_kl", "clip_frac", "value_clip_frac")),
-            "episodes": len(replays), "episode_ids": [r.episode_id for r in replays], "samples": len(steps),
-            "human_steps": sum(s.human for s in steps),
-            "mean_step_reward": sum(s.reward for s in steps) / len(steps),
-            "reference": reference.name if reference is not None else "base", "seed": job.train.seed,
-            "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-            "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
-        }
-        meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": base_id,
-                "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
-                "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
-        phase(on_progress, "save")
-        checksum = job.processes.on_main(_save, policy, head, out_dir, meta)
-    metrics.update(wall_s=time.perf_counter() - started, peak_rss_mb=rss.peak_mb)
-    return register(store, job, out_dir, checksum, base_id, metrics, on_progress)
+    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
+    return run_lora_round(job, store, on_progress, claim=lambda: None,
+                          prepare=lambda _, base: _prepare(job, store, base), train=_train)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    replays: list[Replay]
+    steps: list[PpoStep]
+    bootstrap: list[str | None]
+
+
+def _prepare(job: RoundJob, store: Store, base: Base) -> _Steps:
+    render = prompt_renderer(base.model, base.tokenizer, base.model_id, job.policy)
+    episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
+    resolve = PassageResolver(job.data, store)
+    replays = [r for r in (replay_episode(e, resolve, job.t_max) for e in episodes) if r.steps]
+    if not replays:
+        raise TrainingError(f"PPO needs stored episodes with steps; {len(episodes)} episode(s) read, none usable")
+    steps = ppo_steps(replays, render)
+    bootstrap = [None if r.terminated else render(r.final_view) for r in replays]
+    return _Steps(replays, steps, bootstrap)
+
+
+def _train(setup: LoraSetup[_Steps]) -> Trained:
+    job, data = setup.job, setup.data
+    policy = start_policy(setup.base.model, job.train, setup.reference, setup.base.model_id)
+    head = _value_head(policy, setup.reference)
+    setup_s = setup.elapsed()
+    steps = data.steps
+    log = train_ppo(policy, head, setup.base.tokenizer, steps, data.bootstrap, job.train, setup.on_progress,
+                    vf_coef=job.vf_coef, max_steps=job.max_steps, processes=job.processes)
+    metrics = {
+        "objective": "ppo", "gamma": job.train.gamma, "gae_lambda": job.train.gae_lambda, "vf_coef": job.vf_coef,
+        **log.summary(("loss", "policy_loss", "value_loss", "kl", "approx_kl", "clip_frac", "value_clip_frac")),
+        "episodes": len(data.replays), "episode_ids": [r.episode_id for r in data.replays], "samples": len(steps),
+        "human_steps": sum(s.human for s in steps),
+        "mean_step_reward": sum(s.reward for s in steps) / len(steps),
+        "reference": setup.reference_name, "seed": job.train.seed,
+        "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
+        "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
+    }
+    meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": setup.base.model_id,
+            "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
+            "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
+    phase(setup.on_progress, "save")
+    return Trained(job.processes.on_main(_save, policy, head, setup.out_dir, meta), metrics)

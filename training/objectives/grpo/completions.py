@@ -10,7 +10,7 @@ import torch
 
 from evorag_core.config import TrainConfig
 
-from training.grpo import grpo_loss
+from training.objectives.grpo.loss import grpo_loss
 from training.kl import kl_k2, kl_k3
 from training.loop import StepLog, autocast, start_policy
 from training.reduce import sequence_mean
