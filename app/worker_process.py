@@ -94,15 +94,16 @@ class WorkerProcess:
             self._terminate(timeout)
 
     # -- the supervising thread ---------------------------------------------------------------------------------
-    def _spawn(self) -> None:
+    def _spawn(self, *, restart: bool = False) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as out:
             proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=_worker_child_setup if sys.platform.startswith("linux") else None,
             )
-        with self._lock:
+        with self._lock:  # one step: `describe` never sees the new count beside the dead process
             self.proc, self._restart_at = proc, None
+            self.restarts += int(restart)
         self._started_at = time.monotonic()
         log.info("started worker pid %s: %s (log %s)", proc.pid, " ".join(self.argv), self.log_path)
 
@@ -115,8 +116,7 @@ class WorkerProcess:
                 self._exited(proc)
                 if self._stop.wait(max((self._restart_at or 0.0) - time.monotonic(), 0.0)):
                     break
-                self.restarts += 1
-                self._spawn()
+                self._spawn(restart=True)
         finally:
             self._terminate(STOP_GRACE_S)
 
