@@ -7,7 +7,7 @@
 Chromium page (Playwright, Debian's /usr/bin/chromium) on it. Three phases of `--minutes` each, nothing clicked within a phase:
 1. `visible`: the page on `--tab` (Training: the tab with the most live parts: header, progress, rounds, charts);
 2. `hidden`: the page reports itself hidden (`visibilitychange` with `document.visibilityState = "hidden"`, what a
-   background browser tab sends; app/page_timers.py then stops the page's timers);
+   background browser tab sends; app/common/page_timers.py then stops the page's timers);
 3. `episode`: shown again, on the Episode tab (only the header's timer runs there).
 Every `--sample-s` s: the CPU seconds and RSS of the studio process and of Chromium's process tree (psutil), and the
 number of requests the page sent since the last sample. Reported per phase: CPU % of one core (server, browser),

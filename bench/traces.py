@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 def _open_trace(store: Any, runs: int, rng: random.Random) -> dict[str, dict[str, Any]]:
     """A random trace loaded (steps, siblings, judgments) and rendered as the Traces tab draws it (no passage
     texts: the seeded data paths do not exist)."""
-    from app.trace_view import render_trace
+    from app.common.trace_view import render_trace
 
     total = store.search_traces(limit=1).total
     render_trace(store.get_episode(1), store.judgments(1), by_pid=None, gold=())  # imports and Plotly's first use

@@ -509,7 +509,7 @@ class StudioConfig(_Checked):
     host: str = "127.0.0.1"
     port: int = 7860
     start_worker: bool = True
-    prepare_next: bool = True  # compute the next greedy LM decision while the person reads a step (app/session.py)
+    prepare_next: bool = True  # compute the next greedy LM decision while the person reads a step (app/common/session.py)
     data_roots: tuple[str, ...] = ()  # folders the studio may read data files from, besides data/ and uploads
     max_question_chars: int = 2000  # longest text typed in the studio (a question, a query, an answer, a name)
     trusted_proxies: tuple[str, ...] = ()  # reverse proxies (IPs or networks) whose X-Forwarded-For is honoured

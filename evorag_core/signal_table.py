@@ -1,6 +1,6 @@
 """The seven reward signals in one table: each signal's key, the weight that multiplies it, the weight's symbol, its
 name in words and its colour in charts. A leaf module (no imports): the signals (`env/signals.py`), the scheduler
-(`env/scheduler.py`), the config's weight rules, the studio's legends (`app/views.py`) and the benches read their
+(`env/scheduler.py`), the config's weight rules, the studio's legends (`app/common/views.py`) and the benches read their
 names from here.
 
 Adding a signal: a row here, its function in `env/signals.py` (`SIGNALS`), and its three weight columns

@@ -64,3 +64,28 @@ def test_the_public_api_resolves_and_import_stays_light():
     assert not missing, missing
     with pytest.raises(AttributeError):
         evorag_core.no_such_name  # noqa: B018
+
+
+def test_the_tab_contract_lists_every_tab():
+    """A new tab package of the studio is covered by "the tabs do not import each other" only if it is listed."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    listed = set(next(c for c in contracts if c["type"] == "independence")["modules"])
+    tabs = importlib.import_module("app.tabs")
+    present = {f"app.tabs.{m.name}" for m in pkgutil.iter_modules(tabs.__path__) if m.ispkg}
+    assert present == listed, f"not in the contract: {sorted(present - listed)}; not a tab: {sorted(listed - present)}"
+
+
+def test_no_function_of_the_studio_is_longer_than_80_lines():
+    """Issue #45: a long `build_tab` is split into one builder per visual section and its event wiring."""
+    import ast
+
+    longest = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    longest.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not longest, "\n".join(longest)

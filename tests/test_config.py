@@ -176,7 +176,7 @@ def test_a_config_travels_to_a_child_process_as_set_overrides(tmp_path):
     """The studio starts its worker with `overrides_from(cfg)`: every value that differs from the default file, as
     `--set` text, rebuilds the same config (tuples, booleans, floats and strings alike); the studio's worker command
     carries them (its --model among them)."""
-    from app.services import Services
+    from app.common.services import Services
     from tests.paths import DEMO
     from evorag_core.config import overrides_from
 

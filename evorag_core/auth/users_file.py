@@ -2,7 +2,7 @@
 
     [users.alice]
     password_hash = "$argon2id$v=19$m=65536,t=3,p=4$..."
-    role = "admin"          # annotator | reviewer | admin (the studio's role checks: app/roles.py)
+    role = "admin"          # annotator | reviewer | admin (the studio's role checks: app/common/roles.py)
 
 Earlier versions kept `name = "plain-text password"` entries under `[users]`: `load_users` refuses a file with any,
 naming them and the command that replaces each (`evorag users add NAME --file FILE --replace`, which keeps the other

@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
 
 
 def main(args: argparse.Namespace) -> int:
-    from app.main import run
+    from app.shell.main import run
 
     cfg = config_from_args(args, {"policy.model": args.model,
                                   "studio.trusted_proxies": tuple(args.trusted_proxies) or None})

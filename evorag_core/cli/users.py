@@ -5,7 +5,7 @@ store is --db, else $EVORAG_DB_URL, else <home>/evorag.db, as for the studio).
 The password is asked twice on the terminal (getpass), or read as one line from stdin with `--password-stdin`
 (`printf '%s\\n' "$PW" | evorag users add alice --password-stdin`); only its argon2id hash is written. Roles:
 annotator | reviewer | admin (default admin), and viewer (store users only): what the studio shows each user and
-lets them do (app/roles.py).
+lets them do (app/common/roles.py).
 """
 from __future__ import annotations
 

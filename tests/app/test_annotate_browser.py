@@ -151,7 +151,7 @@ def _call_endpoint(page, name_part: str, first: object) -> None:
 
 
 def _wait_for_line(log: Path, text: str) -> None:
-    """The studio logs each refusal (app.event_roles) before the call's reply, so the line is in the file or being
+    """The studio logs each refusal (app.shell.event_roles) before the call's reply, so the line is in the file or being
     flushed to it; the bound only keeps a broken studio from hanging the run."""
     give_up = time.monotonic() + 120
     while text not in log.read_text():
@@ -221,7 +221,7 @@ def test_two_annotators_a_reviewer_and_roles(studio, browser, capsys):
     assert "may not" not in _toasts(ann1)
     log = REPO / "artifacts" / "annotate_browser.log"
     # ... and calling an admin endpoint directly is refused on the server: launching a round (the Training tab's own
-    # check) and resetting an episode (the check every event gets from app.event_roles)
+    # check) and resetting an episode (the check every event gets from app.shell.event_roles)
     _call_endpoint(ann1, "on_launch", "dpo")
     _wait_for_line(log, "ann1 (annotator) may not launch or cancel training rounds")
     assert store.list_rounds() == []

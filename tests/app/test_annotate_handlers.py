@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from app import roles
-from app.handlers import annotate as ha
-from app.services import Services
+from app.common import roles
+from app.common.services import Services
+from app.tabs.annotate import handlers as ha
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.env.scheduler import SIGNAL_WEIGHT
 from evorag_core.errors import PermissionDenied
@@ -63,7 +63,7 @@ def test_an_annotators_header_shows_who_they_are_and_their_progress_not_admin_in
     """#46: annotators saw the admin header (live adapter, pairs, rounds, worker pid). ann labels 1 item and skips
     1 of 3: "ann (annotator) · you have labelled 1 item, 1 skipped; 1 open to you"; an admin still gets the
     admin header."""
-    from app.ui import page_header
+    from app.shell.ui import page_header
 
     a, b, c = svc.store().add_annotation_items([NewAnnotationItem("preference", PREF)] * 3)
     ha.next_item(svc, "ann")

@@ -1,4 +1,4 @@
-"""Compare (app/compare.py, app/handlers/compare.py): two episodes of one question aligned by step, graded, with
+"""Compare (app/tabs/compare/view.py, app/tabs/compare/handlers.py): two episodes of one question aligned by step, graded, with
 the first difference found; and the handler running base vs an adapter on the tiny model through real Services."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from app import compare as cmp
-from app.handlers.compare import compare_policies
-from app.policies import BASE
-from app.session import EpisodeSettings
+from app.common.policies import BASE
+from app.common.session import EpisodeSettings
+from app.tabs.compare import view as cmp
+from app.tabs.compare.handlers import compare_policies
 from evorag_core.env.actions import Answer, Refuse, Search
 from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.types import Question

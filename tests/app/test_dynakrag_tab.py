@@ -1,5 +1,5 @@
-"""The DynaKrag tab without a browser: the pure view builders (`app/dynakrag_step.py`) over hand-made states and
-decisions, and the handler (`app/handlers/dynakrag.py`) through real Services on the tiny random model: a fresh home
+"""The DynaKrag tab without a browser: the pure view builders (`app/tabs/dynakrag/view.py`) over hand-made states and
+decisions, and the handler (`app/tabs/dynakrag/handlers.py`) through real Services on the tiny random model: a fresh home
 has no trained controller and says so, the uniform-valid controller runs an episode to its graded answer, Stop
 before or during a run keeps the state of the last finished operation, a saved controller is picked up and scores
 the valid operations, and "Train controller" queues the Training tab's dynakrag round."""
@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.dynakrag_step import (CHOSEN_COLOUR, OTHER_COLOUR, UNIFORM_LABEL, controller_html, final_html,
+from app.tabs.dynakrag.view import (CHOSEN_COLOUR, OTHER_COLOUR, UNIFORM_LABEL, controller_html, final_html,
                                operations_html, scores_figure, state_html)
-from app.handlers import dynakrag as hd
-from app.services import Services
+from app.common.services import Services
+from app.tabs.dynakrag import handlers as hd
 from evorag_core.config import DynaKragConfig, apply_overrides
 from evorag_core.errors import ModelLoadError
 from evorag_core.methods.dynakrag import (FEATURE_NAMES, STATE_FEATURES, EvidenceDoc, EvidenceState, ValueModels,

@@ -1,4 +1,4 @@
-"""The Episode tab's grade badge and source passage (`app/grading_view.py`, `views.passages_html(source=...)`), and
+"""The Episode tab's grade badge and source passage (`app/common/grading_view.py`, `views.passages_html(source=...)`), and
 the handlers' view of finished oracle episodes on the demo data (demo-001 answerable, demo-004 unanswerable).
 
 Hand-computed F1 (SQuAD token F1 after normalisation): "the Sable" vs "Sable River": tokens {sable} vs
@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from tests.paths import DEMO
-from app import handlers, views
-from app.grading_view import (Grade, episode_grade, gold_text, grade_episode, grade_html, highlight, recorded_source,
+from app.common import views
+from app.tabs.episode import handlers as episode_handlers
+from app.common.grading_view import (Grade, episode_grade, gold_text, grade_episode, grade_html, highlight, recorded_source,
                               source_index)
-from app.services import Services
-from app.session import EpisodeSettings, free_question
+from app.common.services import Services
+from app.common.session import EpisodeSettings, free_question
 from evorag_core.env.actions import Answer, Refuse, Search
 from evorag_core.config import load_config
 from evorag_core.env.episode import EpisodeRecord, StepRecord
@@ -131,9 +132,9 @@ def svc(session_home, tmp_path_factory) -> Services:
 def test_a_finished_answered_episode_shows_the_badge_and_its_source_passage(svc):
     """demo-001, oracle: SEARCH, SEARCH, ANSWER "Sable River" (EM 1, F1 1). The oracle is not the span reader, so
     the source is the first chain passage containing the span (the old-episode fallback)."""
-    view, sess = handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-001"))
+    view, sess = episode_handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-001"))
     assert "evo-grade" not in view.status
-    view, sess = handlers.run_to_end(sess)
+    view, sess = episode_handlers.run_to_end(sess)
     assert sess.record.answer == "Sable River"
     assert 'data-verdict="correct"' in view.status and "correct · EM 1 · F1 1.00" in view.status
     assert "gold answer: Sable River" in view.status and "read from passage [" in view.status
@@ -143,9 +144,9 @@ def test_a_finished_answered_episode_shows_the_badge_and_its_source_passage(svc)
 
 def test_an_unanswerable_question_shows_unanswerable_and_a_refusal_is_correct(svc):
     """demo-004 (its stored answer "1845" is false to the corpus): the oracle refuses at t = 1."""
-    view, sess = handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-004"))
+    view, sess = episode_handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-004"))
     assert "gold answer: unanswerable" in view.status and "1845" not in view.status
-    view, sess = handlers.run_to_end(sess)
+    view, sess = episode_handlers.run_to_end(sess)
     assert sess.record.refused
     assert 'data-verdict="correct"' in view.status and "1845" not in view.status
     assert "<mark>" not in view.passages and 'class="badge source"' not in view.passages
@@ -153,7 +154,7 @@ def test_an_unanswerable_question_shows_unanswerable_and_a_refusal_is_correct(sv
 
 def test_the_studio_policy_records_the_answer_source_in_the_step_info():
     """A span answer's source pid travels from the LM decision to the step record the view reads."""
-    from app.policies import _info
+    from app.common.policies import _info
     from evorag_core.policy.agent import PolicyDecision
 
     decision = PolicyDecision(Answer("Sable River"), -1.0, -2.0, -3.0, "prompt", "ANSWER: Sable River",

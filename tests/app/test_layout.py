@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.services import Services
-from app.ui import build_ui
+from app.common.services import Services
+from app.shell.ui import build_ui
 from evorag_core.config import load_config
 from tests.paths import DEMO
 

@@ -22,8 +22,8 @@ pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not 
 
 @pytest.fixture(scope="module")
 def studio(session_home, tmp_path_factory):
-    from app.main import launch
-    from app.services import Services
+    from app.common.services import Services
+    from app.shell.main import launch
     from evorag_core.auth.limiter import LoginLimiter, LoginLimits
     from evorag_core.auth.users_file import add_user
     from evorag_core.config import load_config

@@ -1,8 +1,8 @@
-"""`app.page_timers.active_timers`: which of the page's timers tick for a selected tab and visibility (the browser
+"""`app.common.page_timers.active_timers`: which of the page's timers tick for a selected tab and visibility (the browser
 side is tests/app/test_studio_browser.py::test_timers_tick_only_for_the_selected_tab_of_a_visible_page)."""
 from __future__ import annotations
 
-from app.page_timers import active_timers
+from app.common.page_timers import active_timers
 
 OWNERS = [None, "training", "training", "dynakrag"]  # the header's, the Training tab's two events' timer, DynaKrag's
 

@@ -1,4 +1,4 @@
-"""The R²AG tab's tree diagram (app.r2ag_figure) and handlers (app.r2ag_view).
+"""The R²AG tab's tree diagram (app.tabs.r2ag.figure) and handlers (app.tabs.r2ag.handlers).
 
 The figure tests grow a small tree by hand (a fixed steering, a lookup-table retriever, gold g1 and g2):
 question -> a, b, c (base), d (predicted, gold g1); a -> e (gold g2), h (g1 again: a gold hit, not new); b's
@@ -17,7 +17,7 @@ from evorag_core.types import Passage
 from tests.app.test_studio_activation import tiny  # noqa: F401 - the tiny random model
 from tests.paths import DEMO
 
-from app.r2ag_figure import (BACKGROUND, GOLD, KEPT, NODE_META, PLAIN, PRUNED, ROOT, STOP, STYLES, contrast_ratio,
+from app.tabs.r2ag.figure import (BACKGROUND, GOLD, KEPT, NODE_META, PLAIN, PRUNED, ROOT, STOP, STYLES, contrast_ratio,
                              node_choices, node_detail_html, tree_figure)
 
 PASSAGES = {pid: Passage(pid, title, f"Text of {title}.") for pid, title in
@@ -162,7 +162,7 @@ def test_node_detail(tree):
 
 
 def test_parse_node():
-    from app.r2ag_view import parse_node
+    from app.tabs.r2ag.handlers import parse_node
 
     assert parse_node("12") == 12 and parse_node("3@1700000000") == 3 and parse_node(4) == 4
     assert parse_node(None) is None and parse_node("") is None and parse_node("x") is None
@@ -172,7 +172,7 @@ def test_parse_node():
 
 @pytest.fixture(scope="module")
 def studio(session_home, tmp_path_factory):
-    from app.services import Services
+    from app.common.services import Services
 
     services = Services(load_config(), session_home, data_path=DEMO,
                         db_url=f"sqlite:///{tmp_path_factory.mktemp('r2ag_db') / 'studio.db'}")
@@ -184,7 +184,7 @@ def test_studio_tree_steps_one_expansion_at_a_time(studio):
     """demo-002 with the scripted steering: start (root only), one expansion (three base children, all three gold
     hits, the duplicate marked, the expansion's R = 0.720), then to the end; with 'Show pruning' the branches without
     new gold are greyed; a selected node stays selected and shows its passage."""
-    from app.r2ag_view import run_tree, select_node, show_tree, start_tree, step_tree
+    from app.tabs.r2ag.handlers import run_tree, select_node, show_tree, start_tree, step_tree
 
     view, sess = start_tree(studio, str(DEMO), "demo-002", "scripted", 3)
     assert "iteration 0/3" in view.status and "No expansions yet" in view.rewards and view.nodes == [
@@ -218,7 +218,7 @@ def test_growing_streams_each_expansion_and_a_stop_keeps_the_last_finished_tree(
     with the Stop flag set before anything ran, the tree is the one it was (no iteration half-kept)."""
     import threading
 
-    from app.r2ag_view import grow_tree, start_tree
+    from app.tabs.r2ag.handlers import grow_tree, start_tree
 
     _, sess = start_tree(studio, str(DEMO), "demo-002", "scripted", 3)
     once = [u for u in grow_tree(studio, sess, threading.Event(), to_end=False, poll=0.01) if u.session is not None]
@@ -241,8 +241,8 @@ def test_stopping_lm_steering_interrupts_its_decode_and_discards_the_expansion(t
     background (the backend counts no generated token once the expansion's thread has ended)."""
     import threading
 
-    from app.r2ag_view import grow_tree, start_tree
-    from app.services import Services
+    from app.common.services import Services
+    from app.tabs.r2ag.handlers import grow_tree, start_tree
     from evorag_core.config import apply_overrides
 
     cfg = apply_overrides(load_config(), {"policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1,

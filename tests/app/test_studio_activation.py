@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from tests.paths import DEMO
-from app import handlers
-from app.policies import LIVE
-from app.services import Services
-from app.session import EpisodeSettings
-from app.wiring import error_message
+from app.common.policies import LIVE
+from app.common.services import Services
+from app.common.session import EpisodeSettings
+from app.common.wiring import error_message
+from app.tabs.episode import handlers as episode_handlers
+from app.tabs.training import handlers as training_handlers
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import AdapterError
 from tests.lora_adapters import random_adapter
@@ -56,7 +57,7 @@ def register(svc: Services, name: str, folder: Path) -> None:
 def refusal(svc: Services, name: str) -> str:
     """Click Activate on `name`, expecting a refusal; returns the one line the page's error toast shows."""
     with pytest.raises(AdapterError) as caught:
-        handlers.activate_adapter(svc, name)
+        training_handlers.activate_adapter(svc, name)
     return error_message(caught.value)
 
 
@@ -68,7 +69,7 @@ def _good_live_and_three_bad(svc: Services, tmp_path: Path) -> None:
                for seed, name in enumerate(("good", "garbled", "deleted", "foreign"), start=1)}
     for name, folder in folders.items():
         register(svc, name, folder)
-    assert "Adapter good is live" in handlers.activate_adapter(svc, "good")
+    assert "Adapter good is live" in training_handlers.activate_adapter(svc, "good")
     weights = folders["garbled"] / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-16] + b"\x00" * 16)
     shutil.rmtree(folders["deleted"])
@@ -87,8 +88,8 @@ def test_activate_refuses_garbled_deleted_or_foreign_adapters_and_the_previous_s
     assert "trained on 'someone/else-135m'" in msg and msg.endswith("adapter good stays live")
 
     assert svc.store().active_adapter().name == "good"
-    assert handlers.training_view(svc).live == "good"
-    assert 'id="evo-live-adapter">good<' in handlers.header_status(svc)
+    assert training_handlers.training_view(svc).live == "good"
+    assert 'id="evo-live-adapter">good<' in training_handlers.header_status(svc)
 
 
 @pytest.mark.slow
@@ -97,8 +98,8 @@ def test_after_a_refusal_the_next_lm_episode_runs_on_the_previous_adapter(svc, t
     on 'good', the only adapter loaded into the studio's backend."""
     _good_live_and_three_bad(svc, tmp_path)
     refusal(svc, "garbled")
-    _, session = handlers.start_episode(svc, EpisodeSettings(policy=LIVE, question_id="demo-001"))
-    handlers.step_episode(session)
+    _, session = episode_handlers.start_episode(svc, EpisodeSettings(policy=LIVE, question_id="demo-001"))
+    episode_handlers.step_episode(session)
     assert session.policy.adapter == "good"
     backend = svc.policies._get_backend()
     assert backend.active_adapter == "good" and backend.list_adapters() == ["good"]
@@ -111,19 +112,19 @@ def test_activate_with_nothing_live_keeps_the_base_model(svc, tmp_path):
     (folder / "adapter_config.json").unlink()
     msg = refusal(svc, "only")
     assert "missing adapter_config.json" in msg and msg.endswith("the base model stays live")
-    assert svc.store().active_adapter() is None and handlers.training_view(svc).live == "base model"
+    assert svc.store().active_adapter() is None and training_handlers.training_view(svc).live == "base model"
     with pytest.raises(ValueError, match="choose an adapter"):
-        handlers.activate_adapter(svc, "")
+        training_handlers.activate_adapter(svc, "")
 
 
 def test_the_policy_loader_refuses_weights_flipped_after_activation(svc, tmp_path):
     """good is activated intact, then 64 bytes of its weights are inverted on disk: "LM · live adapter" (and
     "lm:good") is refused by the studio's policy loader with the sha256 reason, and no adapter reaches the model."""
-    from app.handlers.common import adapter_lookup
+    from app.common.handlers import adapter_lookup
 
     folder = make_adapter(svc.cfg, svc.cfg.policy.model, tmp_path / "adapters" / "good", 1)
     register(svc, "good", folder)
-    assert "Adapter good is live" in handlers.activate_adapter(svc, "good")
+    assert "Adapter good is live" in training_handlers.activate_adapter(svc, "good")
     weights = folder / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2:len(data) // 2 + 64] = bytes(b ^ 0xFF for b in data[len(data) // 2:len(data) // 2 + 64])

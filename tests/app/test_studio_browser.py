@@ -377,11 +377,11 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
 
 
 def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
-    """app/page_timers.py: a hidden page sends no timer ticks; shown again, the header's ticks resume; the Training
+    """app/common/page_timers.py: a hidden page sends no timer ticks; shown again, the header's ticks resume; the Training
     tab's timer ticks only while that tab is selected. Ticks are counted as the page's queue joins (nothing else
     runs on an idle page). Absences are checked over three timer periods: a loaded machine only sends fewer ticks,
     so it cannot fail them; each presence is awaited as a state."""
-    from app.wiring import TIMER_SECONDS
+    from app.common.wiring import TIMER_SECONDS
 
     _, store = studio
     joins: list[float] = []

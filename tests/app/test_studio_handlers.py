@@ -12,10 +12,14 @@ import gradio as gr
 import pytest
 
 from tests.paths import DEMO
-from app import handlers, views
-from app.services import Services
-from app.session import EpisodeSettings
-from app.wiring import annotator_name, error_message, guard
+from app.common import views, pickers, policies
+from app.common.services import Services
+from app.common.session import EpisodeSettings
+from app.common.wiring import annotator_name, error_message, guard
+from app.tabs.episode import handlers as episode_handlers
+from app.tabs.evaluate import handlers as evaluate_handlers
+from app.tabs.pairs import handlers as pairs_handlers
+from app.tabs.training import handlers as training_handlers
 from evorag_core.config import load_config
 from evorag_core.errors import ActionParseError, AdapterError, ConfigError, EnvStateError
 from evorag_core.env.signals import SIGNAL_NAMES
@@ -37,22 +41,22 @@ def _settings(**kw) -> EpisodeSettings:
 
 
 def test_load_data_lists_the_demo_questions(svc):
-    info = handlers.load_data(svc, str(DEMO))
+    info = pickers.load_data(svc, str(DEMO))
     assert info.questions[0][1] == "demo-001"
     assert len(info.questions) == 52
     assert info.summary.startswith("demo: 52 questions, 210 distinct passages searched "
                                    "(494 listed with the questions)")
-    assert any(label.endswith("demo.jsonl") for label, _ in handlers.data_choices(svc))
+    assert any(label.endswith("demo.jsonl") for label, _ in pickers.data_choices(svc))
 
 
 def test_three_oracle_steps_show_signals_weights_and_return(svc):
     """demo-001 with the oracle: SEARCH, SEARCH, ANSWER.
     t = 1: SEARCH hits gold -> ret = +1, step = -1: R_1 = 2.0 * 1 + 0.02 * (-1) = 1.98."""
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
     assert "No steps yet" in view.steps
     keys = []
     for _ in range(3):
-        view, sess = handlers.step_episode(sess)
+        view, sess = episode_handlers.step_episode(sess)
         keys.append(view.weights_key)
     rec = sess.record
     assert [type(s.action).__name__ for s in rec.steps] == ["Search", "Search", "Answer"]
@@ -76,12 +80,12 @@ def test_three_oracle_steps_show_signals_weights_and_return(svc):
         assert sum(tr.y[i] for tr in bars) == pytest.approx(step.reward)
     assert "Evidence in the active chain" in view.passages  # ANSWER retrieves nothing: the chain is shown
     with pytest.raises(EnvStateError):
-        handlers.step_episode(sess)
+        episode_handlers.step_episode(sess)
 
 
 def test_step_passages_are_numbered_and_gold_is_marked(svc):
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
-    view, sess = handlers.step_episode(sess)
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = episode_handlers.step_episode(sess)
     assert "[1] " in view.passages and "[5] " in view.passages
     assert view.passages.count('class="badge gold"') == 1  # 'Ansel Travine' is the one gold passage retrieved
     assert "Passages retrieved at t = 1" in view.passages
@@ -92,14 +96,14 @@ def test_refusal_override_recomputes_signal_and_return_and_is_stored(svc):
     Judge: ref = +1 -> R_2 = 0.5 - eta(2) = 0.478421. Override 'answerable': ref = -1 -> R_2 = -0.521579,
     the return drops by exactly 2 * rho = 1.0."""
     script = json.dumps([{"action": "SEARCH", "query": "Ansel Travine"}, {"action": "REFUSE"}])
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001", policy="script", script=script))
-    view, sess = handlers.run_to_end(sess)
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001", policy="script", script=script))
+    view, sess = episode_handlers.run_to_end(sess)
     assert view.judged_steps == [2]
     assert "unanswerable" in view.verdicts and ">gold<" in view.verdicts
     before = sess.record.total_return
     assert sess.record.steps[1].reward == pytest.approx(0.5 - ETA_2)
 
-    view, sess = handlers.override_verdict(sess, 2, "answerable", "tester")
+    view, sess = episode_handlers.override_verdict(sess, 2, "answerable", "tester")
     step = sess.record.steps[1]
     assert step.signals["ref"] == -1.0
     assert step.reward == pytest.approx(-0.5 - ETA_2)
@@ -117,18 +121,18 @@ def test_refusal_override_recomputes_signal_and_return_and_is_stored(svc):
 
 
 def test_override_needs_a_judged_step(svc):
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
-    view, sess = handlers.step_episode(sess)
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = episode_handlers.step_episode(sess)
     with pytest.raises(ValueError, match="no judge verdict"):
-        handlers.override_verdict(sess, 1, "answerable", "x")
+        episode_handlers.override_verdict(sess, 1, "answerable", "x")
     with pytest.raises(ValueError, match="answerable"):
-        handlers.override_verdict(sess, 1, "maybe", "x")
+        episode_handlers.override_verdict(sess, 1, "maybe", "x")
 
 
 def test_episode_is_mirrored_to_the_store(svc):
     """Unanswerable demo-004: the oracle refuses at t = 1; R_1 = 0.5 * (+1) + 0.02 * (-1) = 0.48."""
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-004"))
-    view, sess = handlers.run_to_end(sess)
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-004"))
+    view, sess = episode_handlers.run_to_end(sess)
     ep = svc.store().get_episode(sess.db_id)
     assert ep.status == "finished" and ep.question_id == "demo-004"
     assert [s.action for s in ep.steps] == ["REFUSE"]
@@ -141,15 +145,15 @@ def test_episode_is_mirrored_to_the_store(svc):
 
 def test_free_question_has_no_gold_so_no_retrieval_bonus(svc):
     script = json.dumps([{"action": "SEARCH", "query": "Sable River"}, {"action": "ANSWER", "answer": "x"}])
-    view, sess = handlers.start_episode(
+    view, sess = episode_handlers.start_episode(
         svc, _settings(policy="script", script=script, free_question="Which river flows through Mirrow?"))
     assert sess.question.id.startswith("free-") and "unknown (free question)" in view.status
-    view, sess = handlers.run_to_end(sess)
+    view, sess = episode_handlers.run_to_end(sess)
     assert [s.signals["ret"] for s in sess.record.steps] == [0.0, 0.0]
     assert sess.record.steps[1].signals["ans"] == 0.0
-    assert "badge gold" not in handlers.episode_view(sess).passages
+    assert "badge gold" not in episode_handlers.episode_view(sess).passages
     # a blank typed question: the picked question is asked, and the message says so
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-002", free_question="   "))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-002", free_question="   "))
     assert sess.question.id == "demo-002" and "typed question was blank" in view.message
 
 
@@ -164,39 +168,39 @@ def test_passage_text_from_an_uploaded_file_is_escaped(svc, tmp_path):
     }
     path = tmp_path / "evil.jsonl"
     path.write_text(json.dumps(evil) + "\n", encoding="utf-8")
-    info = handlers.upload_data(svc, str(path))
+    info = pickers.upload_data(svc, str(path))
     kept = Path(info.path)
     assert info.questions[0][1] == "x1" and kept.name == "evil.jsonl" and kept.is_file()
     assert kept.parent.parent == (svc.home / "uploads").resolve()  # uploads/<content hash>/evil.jsonl
-    view, sess = handlers.start_episode(svc, _settings(data_path=info.path, question_id="x1"))
-    view, sess = handlers.run_to_end(sess)
-    html_out = view.status + view.steps + view.passages + handlers.episode_view(sess).passages
+    view, sess = episode_handlers.start_episode(svc, _settings(data_path=info.path, question_id="x1"))
+    view, sess = episode_handlers.run_to_end(sess)
+    html_out = view.status + view.steps + view.passages + episode_handlers.episode_view(sess).passages
     for raw in ("<script>", "<img", "<b>bold"):
         assert raw not in html_out
-    assert "&lt;script&gt;" in handlers.episode_view(sess).passages
+    assert "&lt;script&gt;" in episode_handlers.episode_view(sess).passages
     assert "&lt;b&gt;bold&lt;/b&gt;" in view.status
 
 
 def test_readable_errors_for_bad_input(svc, tmp_path):
     with pytest.raises(ValueError, match="press Reset"):
-        handlers.step_episode(None)
+        episode_handlers.step_episode(None)
     with pytest.raises(ActionParseError, match="not valid JSON"):
-        handlers.start_episode(svc, _settings(policy="script", script="[{"))
+        episode_handlers.start_episode(svc, _settings(policy="script", script="[{"))
     with pytest.raises(KeyError, match="nope"):
-        handlers.start_episode(svc, _settings(question_id="nope"))
+        episode_handlers.start_episode(svc, _settings(question_id="nope"))
     with pytest.raises(ConfigError, match="unknown stage"):
-        handlers.start_episode(svc, _settings(stage="middle"))
+        episode_handlers.start_episode(svc, _settings(stage="middle"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n', encoding="utf-8")
     with pytest.raises(Exception) as info:
-        handlers.upload_data(svc, str(bad))  # a typed path outside the studio's data folders is refused
+        pickers.upload_data(svc, str(bad))  # a typed path outside the studio's data folders is refused
     assert "bad.jsonl" in str(info.value)
 
 
 def test_siblings_need_a_language_model_policy(svc):
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
-    with pytest.raises(handlers.FeatureUnavailable, match="language-model policy"):
-        handlers.sample_siblings(sess, 4, 0.8, 0)
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
+    with pytest.raises(policies.FeatureUnavailable, match="language-model policy"):
+        episode_handlers.sample_siblings(sess, 4, 0.8, 0)
 
 
 def test_guard_turns_errors_into_readable_page_messages(caplog):
@@ -223,26 +227,26 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
     store = svc.store()
     a = store.add_pair("state A", "SEARCH: a", "SEARCH: b", source="human", annotator="ann", stage="discovery")
     b = store.add_pair("state B", "ANSWER: x", "REFUSE", source="rollout", stage="refinement", margin=0.5)
-    view = handlers.pairs_view(svc, source="human", status="all", annotator="ann", stage="all")
+    view = pairs_handlers.pairs_view(svc, source="human", status="all", annotator="ann", stage="all")
     assert [pid for _, pid in view.ids] == [a]
     assert 'id="evo-pair-total">1<' in view.counts
-    view = handlers.pairs_view(svc, "all", "all", "", "all")
+    view = pairs_handlers.pairs_view(svc, "all", "all", "", "all")
     assert {a, b} <= {pid for _, pid in view.ids}
-    assert handlers.pair_fields(svc, a) == ("state A", "SEARCH: a", "SEARCH: b", "discovery")
-    assert "saved" in handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "refinement")
+    assert pairs_handlers.pair_fields(svc, a) == ("state A", "SEARCH: a", "SEARCH: b", "discovery")
+    assert "saved" in pairs_handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "refinement")
     assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
     with pytest.raises(ValueError, match="differ"):
-        handlers.edit_pair(svc, a, "same", "same", "")
+        pairs_handlers.edit_pair(svc, a, "same", "same", "")
     with pytest.raises(ValueError, match="the chosen completion has 1,000,000 characters; texts typed in the "
                                          "studio are at most 2,000"):  # #44 item 7: was stored
-        handlers.edit_pair(svc, a, "SEARCH: " + "x" * 999_992, "SEARCH: a", "")
+        pairs_handlers.edit_pair(svc, a, "SEARCH: " + "x" * 999_992, "SEARCH: a", "")
     with pytest.raises(ValueError, match="the stage is one of discovery, refinement, or empty"):
-        handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "bogus-stage")
+        pairs_handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "bogus-stage")
     assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
-    assert "discarded" in handlers.discard_pair(svc, b)
+    assert "discarded" in pairs_handlers.discard_pair(svc, b)
     assert store.get_pair(b).status == "discarded"
-    assert b in [pid for _, pid in handlers.pairs_view(svc, "all", "discarded", "", "all").ids]
-    assert "queued again" in handlers.restore_pair(svc, b)
+    assert b in [pid for _, pid in pairs_handlers.pairs_view(svc, "all", "discarded", "", "all").ids]
+    assert "queued again" in pairs_handlers.restore_pair(svc, b)
     assert store.get_pair(b).status == "queued"
 
 
@@ -251,39 +255,39 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     registered adapter is listed with its metrics; Activate verifies it first."""
     store = svc.store()
     store.add_pairs([NewPair(f"state {i}", "SEARCH: a", "ANSWER: b", source="human") for i in range(8)])
-    msg, rid = handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
+    msg, rid = training_handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k2", "human", "all")
     assert f"Round #{rid} queued" in msg
     r = store.get_round(rid)
     assert r.status == "queued" and r.config["pairs"] == 8 and r.config["source"] == "human"
     assert "kl" not in r.config and "episodes" not in r.config  # DPO's job holds only the keys DPO reads
     with pytest.raises(ValueError, match="objective"):
-        handlers.launch_round(svc, "sft", 8, 1, 5e-5, "k2")
+        training_handlers.launch_round(svc, "sft", 8, 1, 5e-5, "k2")
 
     # stand-in for the worker process: the same store calls it makes
     assert store.claim_round("test-worker", 60).id == rid
     store.heartbeat(rid, "test-worker", {"step": 1, "total": 4, "loss": 0.69, "elapsed_s": 1.0, "phase": "train"})
-    view = handlers.training_view(svc, now=store.get_round(rid).heartbeat_at)
+    view = training_handlers.training_view(svc, now=store.get_round(rid).heartbeat_at)
     assert "running · training" in view.progress and "step 1/4" in view.progress and "ETA 3 s" in view.progress
     store.heartbeat(rid, "test-worker", {"step": 2, "total": 4, "loss": 0.61, "eta": 1.5})
-    view = handlers.training_view(svc)
+    view = training_handlers.training_view(svc)
     assert list(view.loss.data[0].y) == [0.69, 0.61]
     store.finish_round(rid, metrics={"loss": 0.55, "margin_accuracy": 0.75}, worker_id="test-worker")
     name = f"round{rid}-dpo"
     store.register_adapter(name, str(tmp_path), base_model="embedded", round_id=rid, objective="dpo",
                            metrics={"margin_accuracy": 0.75})
-    view = handlers.training_view(svc)
+    view = training_handlers.training_view(svc)
     assert "succeeded" in view.progress and name in view.adapters and "margin_accuracy" in view.adapters
     assert view.live == "base model"
-    assert ("LM · adapter " + name, "lm:" + name) in handlers.policy_options(svc)
+    assert ("LM · adapter " + name, "lm:" + name) in pickers.policy_options(svc)
 
     # the stand-in registered an empty folder: Activate verifies and refuses it (a real adapter going live, and
     # refusals of garbled ones: tests/app/test_studio_activation.py)
     with pytest.raises(AdapterError, match="missing adapter_model.safetensors.*the base model stays live"):
-        handlers.activate_adapter(svc, name)
-    assert handlers.training_view(svc).live == "base model"
-    assert 'id="evo-live-adapter">base model<' in handlers.header_status(svc)
-    handlers.use_base_model(svc)
-    assert handlers.training_view(svc).live == "base model"
+        training_handlers.activate_adapter(svc, name)
+    assert training_handlers.training_view(svc).live == "base model"
+    assert 'id="evo-live-adapter">base model<' in training_handlers.header_status(svc)
+    training_handlers.use_base_model(svc)
+    assert training_handlers.training_view(svc).live == "base model"
 
 
 def test_training_view_plots_kl_per_step_for_both_estimators(svc):
@@ -296,19 +300,19 @@ def test_training_view_plots_kl_per_step_for_both_estimators(svc):
     for step, k2, k3 in ((1, 0.0, 0.0), (2, 0.004, 0.0041)):
         store.heartbeat(rid, "test-worker", {"step": step, "total": 3, "loss": 0.1, "kl": k2, "kl_k2": k2,
                                              "kl_k3": k3})
-        view = handlers.training_view(svc)
+        view = training_handlers.training_view(svc)
     names = [trace.name for trace in view.kl.data]
     assert names == ["k2 = ½(log r)²", "k3 = r − log r − 1"]  # "kl" repeats k2 here and is left out
     assert list(view.kl.data[0].y) == [0.0, 0.004] and list(view.kl.data[1].y) == [0.0, 0.0041]
     history = [{"step": 1, "kl": 0.0, "kl_k2": 0.0, "kl_k3": 0.0}, {"step": 2, "kl": 0.004, "kl_k2": 0.004,
                "kl_k3": 0.0041}, {"step": 3, "kl": 0.009, "kl_k2": 0.009, "kl_k3": 0.0095}]
     store.finish_round(rid, metrics={"kl_history": history}, worker_id="test-worker")
-    view = handlers.training_view(svc)
+    view = training_handlers.training_view(svc)
     assert list(view.kl.data[1].x) == [1, 2, 3] and list(view.kl.data[1].y) == [0.0, 0.0041, 0.0095]
     assert view.kl_visible
     store.add_pair("state", "SEARCH: a", "ANSWER: b")
-    handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k3")
-    view = handlers.training_view(svc)
+    training_handlers.launch_round(svc, "dpo", 8, 1, 5e-5, "k3")
+    view = training_handlers.training_view(svc)
     assert not view.kl.data and "no per-step KL" in str(view.kl.layout.annotations[0].text)
     assert not view.kl_visible  # the page hides the empty KL panel for DPO
 
@@ -317,28 +321,28 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     """Oracle on demo[0:4]: demo-001..003 answered (EM 1), demo-004 unanswerable -> REFUSE (EM 0): EM = 0.75.
     A script that refuses at once scores EM 0 everywhere: A - B = +0.75 on EM."""
     seen = []
-    runs, run = handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 4, lambda d, t, r: seen.append((d, t)))
+    runs, run = evaluate_handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 4, lambda d, t, r: seen.append((d, t)))
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert run.summary["n"] == 4 and run.summary["em"] == pytest.approx(0.75)
-    runs, run_b = handlers.run_eval(svc, runs, str(DEMO), "script", '[{"action": "REFUSE"}]', 0, 4)
+    runs, run_b = evaluate_handlers.run_eval(svc, runs, str(DEMO), "script", '[{"action": "REFUSE"}]', 0, 4)
     assert run_b.summary["em"] == 0.0 and run_b.summary["avg_steps"] == 1.0
-    summary = handlers.eval_summary(runs)
+    summary = evaluate_handlers.eval_summary(runs)
     assert run.name in summary and run_b.name in summary
-    boot = handlers.compare_runs(runs, run.name, run_b.name, resamples=500)
+    boot = evaluate_handlers.compare_runs(runs, run.name, run_b.name, resamples=500)
     assert "4 common questions" in boot and "<td>+0.7500</td>" in boot
     assert boot.count("too few common questions (n=4 &lt; 20) to call significance") == 3  # no verdict on 4
     with pytest.raises(ValueError, match="different"):
-        handlers.compare_runs(runs, run.name, run.name)
-    head, steps, fig = handlers.drill_down(svc, runs, run.name, "demo-002")
+        evaluate_handlers.compare_runs(runs, run.name, run.name)
+    head, steps, fig = evaluate_handlers.drill_down(svc, runs, run.name, "demo-002")
     assert "prediction: <b>Sable River</b>" in head and "EM 1" in head
     assert steps.count("<tr") >= 3 and len(fig.data) == 8
     trace = run.episode_ids["demo-002"]  # every evaluated question is a stored trace, drawn as the Traces tab does
     assert f"?episode={trace}" in head and 'id="evo-trace-steps"' in steps and "t = 1: SEARCH" in steps
     row = svc.store().get_episode(trace)
     assert (row.source, row.em, row.answer, row.data_path) == ("eval", 1.0, "Sable River", str(DEMO.resolve()))
-    assert handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
+    assert evaluate_handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
     with pytest.raises(ValueError, match="holds no question"):
-        handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
+        evaluate_handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
 
 
 def test_annotator_is_the_logged_in_user_when_there_is_one():
@@ -355,11 +359,11 @@ def test_annotator_is_the_logged_in_user_when_there_is_one():
 
 
 def test_run_streams_one_view_per_step_and_refuses_a_finished_episode(svc):
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
-    seen = [v.steps.count("<tr") - 1 for v, _ in handlers.run_steps(sess)]
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
+    seen = [v.steps.count("<tr") - 1 for v, _ in episode_handlers.run_steps(sess)]
     assert seen == [1, 2, 3]
     with pytest.raises(ValueError, match="ended"):
-        next(handlers.run_steps(sess))
+        next(episode_handlers.run_steps(sess))
 
 
 def test_guard_keeps_generators_streaming_and_catches_their_errors():
@@ -387,12 +391,12 @@ def test_lm_siblings_scored_and_queued_as_a_human_pair(svc):
     candidate is a SEARCH; with horizon 0 its branch return is its own R_1 = 2.0 * ret + 0.02 * (-1), i.e.
     1.98 (gold retrieved) or -2.02. The queued pair is human, by the annotator, with the LM's ChatML prompt."""
     pytest.importorskip("evorag_core.policy")
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001", policy="lm:base"))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001", policy="lm:base"))
     assert sess.policy.adapter is None and "(base)" in sess.policy.label
-    view, sess = handlers.sample_siblings(sess, 4, 1.5, 0)
+    view, sess = episode_handlers.sample_siblings(sess, 4, 1.5, 0)
     assert len(sess.candidates) == 4 and {c["action"] for c in sess.candidates} == {"SEARCH"}
     assert all(c["logprob"] < 0 and c["completion"].startswith("SEARCH: ") for c in sess.candidates)
-    view, sess = handlers.score_siblings(sess, 0)
+    view, sess = episode_handlers.score_siblings(sess, 0)
     for c in sess.candidates:
         assert c["branch_steps"] == 1
         assert c["branch_return"] == pytest.approx(1.98) or c["branch_return"] == pytest.approx(-2.02)
@@ -401,7 +405,7 @@ def test_lm_siblings_scored_and_queued_as_a_human_pair(svc):
     j = next((j for j in range(1, 4) if completions[j] != completions[0]), None)
     if j is None:
         pytest.skip("the four sampled candidates were identical")
-    msg, pid = handlers.queue_pair(sess, svc, 1, j + 1, "ann-lm")
+    msg, pid = episode_handlers.queue_pair(sess, svc, 1, j + 1, "ann-lm")
     pair = svc.store().get_pair(pid)
     assert pair.source == "human" and pair.annotator == "ann-lm" and pair.stage == "discovery"
     assert pair.chosen == completions[0] and pair.rejected == completions[j]
@@ -411,8 +415,8 @@ def test_lm_siblings_scored_and_queued_as_a_human_pair(svc):
     disagree = pair.margin is not None and pair.margin <= 0
     assert ("the branch returns do not agree" in msg) == disagree, (msg, pair.margin)
     with pytest.raises(ValueError, match="different"):
-        handlers.queue_pair(sess, svc, 1, 1, "ann-lm")
-    view, sess = handlers.step_episode(sess)  # the step taken after sampling carries the siblings into the store
+        episode_handlers.queue_pair(sess, svc, 1, 1, "ann-lm")
+    view, sess = episode_handlers.step_episode(sess)  # the step taken after sampling carries the siblings into the store
     assert sess.record.steps[0].info["completion"].startswith("SEARCH")
     stored = svc.store().get_episode(sess.db_id).steps[0]
     assert len(stored.siblings) == 4 and stored.siblings[0].branch_return is not None
@@ -427,27 +431,27 @@ def _result(qid: str, trace=(), extras=None):
 
 def test_drill_down_shows_dynakrag_and_arena_traces(svc):
     """Other `evorag eval` methods are offered, and their traces open in the drill-down (escaped)."""
-    assert ("eval · dynakrag", "eval:dynakrag") in handlers.eval_method_options(svc)
+    assert ("eval · dynakrag", "eval:dynakrag") in evaluate_handlers.eval_method_options(svc)
     dyn = _result("d1", [{"step": 1, "valid": ["retrieve_more", "stop_answer"], "scores": {"retrieve_more": 0.25},
                           "chosen": "retrieve_more", "query": "<b>x</b>", "state": {"docs": []}}])
     ids = [p.pid for p in svc.runtime(str(DEMO)).dataset.get("demo-001").passages[:2]]
     arena = _result("a1", extras={"arena": {"text": "<relevance>[1]</relevance><analysis>See [1].</analysis>"
                                                     "<answer>Sable River</answer>", "references": ids,
                                             "gold_ids": [1]}})
-    runs = {"r": handlers.EvalRun("r", "m", "demo", {}, [dyn, arena], str(DEMO))}
-    head, body, _ = handlers.drill_down(svc, runs, "r", "d1")
+    runs = {"r": evaluate_handlers.EvalRun("r", "m", "demo", {}, [dyn, arena], str(DEMO))}
+    head, body, _ = evaluate_handlers.drill_down(svc, runs, "r", "d1")
     assert "retrieve_more (0.250)" in body and "&lt;b&gt;x&lt;/b&gt;" in body and "<b>x</b>" not in body
     assert "q &lt;i&gt;?&lt;/i&gt;" in head
-    head, body, _ = handlers.drill_down(svc, runs, "r", "a1")
+    head, body, _ = evaluate_handlers.drill_down(svc, runs, "r", "a1")
     assert "Answer: Sable River" in body and "well-formed" in body and "[2]" in body
 
 
 def test_one_action_at_a_time_per_episode(svc):
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
     with sess.exclusive():
         with pytest.raises(ValueError, match="busy"):
-            handlers.step_episode(sess)
-    view, sess = handlers.step_episode(sess)
+            episode_handlers.step_episode(sess)
+    view, sess = episode_handlers.step_episode(sess)
     assert len(sess.record.steps) == 1
 
 
@@ -477,14 +481,14 @@ def test_arena_answer_step_shows_citations_relevance_and_rewards(svc):
     """demo-001: the oracle searches twice, then an ARENA reply answers (`--answerer arena`). The breakdown gets
     the answer view: [1]/[2] link to the step's numbered references, the relevance list is set against the gold
     ids (from the references' pids), and the four rewards are shown (format 1, EM 1 for 'Sable River')."""
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
     for _ in range(2):
-        view, sess = handlers.step_episode(sess)
+        view, sess = episode_handlers.step_episode(sess)
     assert "arena-view" not in view.breakdown
     text = ("<relevance>[1,2]</relevance><analysis>The river is named in [1] and confirmed by [2].</analysis>"
             "<answer>Sable River</answer>")
     sess.policy.policy = _ArenaAnswer(text)
-    view, sess = handlers.step_episode(sess)
+    view, sess = episode_handlers.step_episode(sess)
     step = sess.record.steps[-1]
     arena = step.info["arena"]
     assert arena["format_ok"] and arena["relevance"] == [1, 2] and arena["selected"] == arena["references"][:2]
@@ -501,18 +505,18 @@ def test_lm_step_starts_from_the_prefill_done_while_the_page_was_read(svc):
     Step that follows runs at most a few prompt tokens of its own (the whole prompt when nothing was prepared:
     several hundred), and the episode proceeds exactly as usual."""
     pytest.importorskip("evorag_core.policy")
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001", policy="lm:base"))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001", policy="lm:base"))
     backend = svc.policies._get_backend()
     for _ in range(2):
         assert sess.preparing is not None
         sess.preparing.join(120)
         before = backend.prompt_tokens
-        view, sess = handlers.step_episode(sess)
+        view, sess = episode_handlers.step_episode(sess)
         assert backend.prompt_tokens - before <= 8
         if sess.done:
             break
     assert sess.record.steps and sess.record.steps[0].info["completion"].startswith("SEARCH")
-    oracle_view, oracle = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    oracle_view, oracle = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
     assert oracle.preparing is None  # only LM policies prepare
 
 
@@ -522,18 +526,18 @@ def test_sibling_scoring_reports_progress_and_a_stop_keeps_no_branch_return(svc)
     and the environment is back at the branch point either way."""
     import threading
 
-    from app.policies import Candidate
+    from app.common.policies import Candidate
     from evorag_core.env.actions import Refuse, Search
 
-    view, sess = handlers.start_episode(svc, _settings(question_id="demo-001"))
+    view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))
     sess.set_candidates([Candidate(Search("Ansel Travine"), None), Candidate(Refuse(), None)])
     t_before = sess.env.view().t
     stop = threading.Event()
     stop.set()
-    view, sess = handlers.score_siblings(sess, 3, stop=stop)
+    view, sess = episode_handlers.score_siblings(sess, 3, stop=stop)
     assert "Stopped: scoring was cancelled" in view.message
     assert all("branch_return" not in c for c in sess.candidates) and sess.env.view().t == t_before
     heard = []
-    view, sess = handlers.score_siblings(sess, 3, lambda done, total: heard.append((done, total)))
+    view, sess = episode_handlers.score_siblings(sess, 3, lambda done, total: heard.append((done, total)))
     assert heard == [(1, 2), (2, 2)] and all("branch_return" in c for c in sess.candidates)
     assert sess.candidates[1]["branch_steps"] == 1 and sess.env.view().t == t_before  # REFUSE ends its branch

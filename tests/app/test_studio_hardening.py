@@ -8,9 +8,10 @@ import json
 import pytest
 
 from tests.paths import DEMO
-from app import handlers
-from app.services import BUNDLED_DATA_DIR, Services
-from app.session import EpisodeSettings
+from app.common import pickers
+from app.common.services import BUNDLED_DATA_DIR, Services
+from app.common.session import EpisodeSettings
+from app.tabs.episode import handlers as episode_handlers
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import ConfigError, DataAccessError
 
@@ -49,7 +50,7 @@ def svc(session_home, tmp_path, folders):
 
 def _refusal(svc: Services, path: str) -> str:
     with pytest.raises(DataAccessError) as info:
-        handlers.load_data(svc, path)
+        pickers.load_data(svc, path)
     return str(info.value)
 
 
@@ -68,10 +69,10 @@ def test_paths_outside_the_data_folders_are_refused_without_their_content(svc, f
         msg = _refusal(svc, path)
         assert content not in msg and "CSV header" not in msg, msg
         assert "not a data file the studio may read" in msg and str(root) in msg
-    assert not any(SECRET in label for label, _ in handlers.data_choices(svc))  # nothing joined the pickers
+    assert not any(SECRET in label for label, _ in pickers.data_choices(svc))  # nothing joined the pickers
     # every handler that takes a data path goes through the same check
     with pytest.raises(DataAccessError):
-        handlers.start_episode(svc, EpisodeSettings(data_path=str(root / "link.csv"), policy="oracle"))
+        episode_handlers.start_episode(svc, EpisodeSettings(data_path=str(root / "link.csv"), policy="oracle"))
 
 
 def test_a_refusal_does_not_say_whether_the_file_exists(svc, folders):
@@ -82,13 +83,13 @@ def test_a_refusal_does_not_say_whether_the_file_exists(svc, folders):
 
 def test_files_inside_the_data_roots_the_bundled_data_and_uploads_load(svc, folders, tmp_path):
     root, _ = folders
-    info = handlers.load_data(svc, str(root / "mine.jsonl"))
+    info = pickers.load_data(svc, str(root / "mine.jsonl"))
     assert [qid for _, qid in info.questions] == ["m1"] and info.path == str((root / "mine.jsonl").resolve())
-    assert handlers.load_data(svc, f"{root}/sub/../mine.jsonl").path == info.path  # `..` that stays inside is fine
-    assert handlers.load_data(svc, str(DEMO)).questions[0][1] == "demo-001"
+    assert pickers.load_data(svc, f"{root}/sub/../mine.jsonl").path == info.path  # `..` that stays inside is fine
+    assert pickers.load_data(svc, str(DEMO)).questions[0][1] == "demo-001"
     upload = tmp_path / "up.jsonl"
     upload.write_text(_record("u1", "up"), encoding="utf-8")
-    assert handlers.upload_data(svc, str(upload)).questions[0][1] == "u1"
+    assert pickers.upload_data(svc, str(upload)).questions[0][1] == "u1"
 
 
 def test_data_roots_setting_takes_a_list_of_strings():
@@ -104,7 +105,7 @@ def test_html_in_a_dataset_or_file_name_is_escaped_in_the_data_summary(svc, tmp_
     """The summary names the data set and the file; both are anyone's text (an uploaded file)."""
     evil = tmp_path / "<img src=x onerror=alert(1)>.jsonl"
     evil.write_text(_record("e1", "<img src=y onerror=alert(2)>"), encoding="utf-8")
-    info = handlers.upload_data(svc, str(evil))
+    info = pickers.upload_data(svc, str(evil))
     assert "<img" not in info.summary_html
     assert "&lt;img src=y onerror=alert(2)&gt;" in info.summary_html
     assert "&lt;img src=x onerror=alert(1)&gt;.jsonl" in info.summary_html
@@ -114,8 +115,8 @@ def test_typed_questions_longer_than_the_limit_are_refused(svc):
     """max_question_chars = 2000: 2,000 characters are taken, 2,001 refused with the limit in the message."""
     limit = svc.cfg.studio.max_question_chars
     ok = ("Where is Mirrow? " * 200)[:limit]
-    view, sess = handlers.start_episode(svc, EpisodeSettings(free_question=ok, policy="oracle"))
+    view, sess = episode_handlers.start_episode(svc, EpisodeSettings(free_question=ok, policy="oracle"))
     assert sess.question.question == " ".join(ok.split())
     with pytest.raises(ValueError, match="at most 2,000 characters") as info:
-        handlers.start_episode(svc, EpisodeSettings(free_question="x" * 30_000, policy="oracle"))
+        episode_handlers.start_episode(svc, EpisodeSettings(free_question="x" * 30_000, policy="oracle"))
     assert "30,000" in str(info.value)

@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 
 from tests.paths import DEMO
-from app.main import launch
-from app.services import Services
+from app.common.services import Services
+from app.shell.main import launch
 from evorag_core.auth.limiter import LoginLimiter, LoginLimits
 from evorag_core.auth.users_file import add_user
 from evorag_core.config import load_config
@@ -151,7 +151,7 @@ def test_forwarded_headers_count_only_from_a_configured_trusted_proxy(studio):
 
 def test_the_page_carries_the_script_that_shows_a_lockout(studio):
     """#46: Gradio's login form shows nothing for a 429; the page served by the studio carries the script that shows
-    the reply's detail (app/login_page.py), once, inside the head."""
+    the reply's detail (app/shell/login_page.py), once, inside the head."""
     base, _ = studio
     with urllib.request.urlopen(base + "/", timeout=60) as resp:
         html = resp.read().decode()

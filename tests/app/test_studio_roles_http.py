@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from tests.paths import DEMO
-from app.main import launch
-from app.services import Services
+from app.common.services import Services
+from app.shell.main import launch
 from evorag_core.auth.users_file import add_user
 from evorag_core.config import load_config
 from evorag_core.store import NewPair

@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 
 from tests.paths import DEMO
-from app import round_progress
-from app.handlers import training as th
-from app.services import Services
+from app.common import round_progress
+from app.common.services import Services
+from app.tabs.training import handlers as th
 from evorag_core.config import load_config
 from evorag_core.store import NewPair
 

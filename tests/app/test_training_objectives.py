@@ -1,6 +1,6 @@
 """The Training tab offers every objective the worker runs (issue #26 item 3), through its handlers on a real SQLite
 store: each objective shows the fields its round reads (the registry's `fields`, each drawn by
-app/training_fields.py), its availability line counts what it trains on (pairs, episodes, or the data file's usable
+app/common/training_fields.py), its availability line counts what it trains on (pairs, episodes, or the data file's usable
 questions), Launch writes the job its round accepts (RoundJob.from_config and the objective's own settings check
 take it), and the worker has a module for it. The charts follow what each round logs. No model is loaded."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.paths import DEMO
-from app import round_progress, training_fields as tf
-from app.handlers import training as th
-from app.services import Services
+from app.common import round_progress, training_fields as tf
+from app.common.services import Services
+from app.tabs.training import handlers as th
 from evorag_core.config import load_config
 from evorag_core.objectives import OBJECTIVES, STUDIO_OBJECTIVES
 from evorag_core.store import NewPair
@@ -156,7 +156,7 @@ def test_bad_settings_and_files_are_refused_before_queueing(svc, tmp_path):
 def test_every_numeric_field_has_the_bounds_its_launch_checks():
     """One rule set: a field tied to a setting takes that setting's bounds; at each bound the launch's check
     agrees with the input (the bound passes, one step past it is refused)."""
-    from app import training_fields as tf
+    from app.common import training_fields as tf
     from evorag_core.config import rule_of
 
     assert tf.spec("lr").bounds == (None, 0.1) and tf.spec("epochs").bounds == (1, None)

@@ -1,4 +1,4 @@
-"""app.tree_layout.tidy_layout: no two nodes of a level closer than the gap, parents centred over their children,
+"""app.tabs.r2ag.tree_layout.tidy_layout: no two nodes of a level closer than the gap, parents centred over their children,
 children in order, deterministic, and invalid parent lists refused."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from app.tree_layout import Placed, tidy_layout
+from app.tabs.r2ag.tree_layout import Placed, tidy_layout
 
 
 def _random_tree(rng: random.Random, n: int, max_children: int = 6) -> list[int | None]:

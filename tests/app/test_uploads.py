@@ -1,4 +1,4 @@
-"""Uploaded data files (app/uploads.py through the studio's upload handler): a size limit with a readable refusal,
+"""Uploaded data files (app/common/uploads.py through the studio's upload handler): a size limit with a readable refusal,
 one copy on disk (Gradio's temporary file is moved, not copied), content-addressed so that another file under the
 same name shows its own questions, and deleted by age when the studio starts."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app import handlers
-from app.services import Services
+from app.common import pickers
+from app.common.services import Services
 from evorag_core.config import apply_overrides, load_config
 from evorag_core.errors import ConfigError, DataAccessError
 from tests.paths import DEMO
@@ -57,13 +57,13 @@ def test_an_upload_over_the_limit_is_refused_with_the_limit_in_the_message(tmp_p
     try:
         big = _gradio_upload(gradio_tmp, "big.jsonl", _records("b1") + " " * (2000 - len(_records("b1"))))
         with pytest.raises(DataAccessError) as info:
-            handlers.upload_data(svc, str(big))
+            pickers.upload_data(svc, str(big))
         assert "'big.jsonl' is 2,000 bytes: the studio takes uploads of at most 0.001 MB (studio.max_upload_mb)" \
             in str(info.value)
         assert _files(gradio_tmp) == [] and _files(svc.uploads_dir) == []
-        assert not any("big.jsonl" in label for label, _ in handlers.data_choices(svc))
+        assert not any("big.jsonl" in label for label, _ in pickers.data_choices(svc))
         small = _gradio_upload(gradio_tmp, "small.jsonl", _records("s1"))
-        assert [q for _, q in handlers.upload_data(svc, str(small)).questions] == ["s1"]
+        assert [q for _, q in pickers.upload_data(svc, str(small)).questions] == ["s1"]
     finally:
         svc.close()
     with pytest.raises(ConfigError, match="studio.max_upload_mb"):
@@ -77,18 +77,18 @@ def test_a_reupload_under_the_same_name_shows_the_new_questions_and_keeps_one_co
     that does not load is not kept."""
     svc = _studio(tmp_path)
     try:
-        first = handlers.upload_data(svc, str(_gradio_upload(gradio_tmp, "mine.jsonl", _records("q1", "q2"))))
+        first = pickers.upload_data(svc, str(_gradio_upload(gradio_tmp, "mine.jsonl", _records("q1", "q2"))))
         assert [q for _, q in first.questions] == ["q1", "q2"]
-        second = handlers.upload_data(svc, str(_gradio_upload(gradio_tmp, "mine.jsonl", _records("q3"))))
+        second = pickers.upload_data(svc, str(_gradio_upload(gradio_tmp, "mine.jsonl", _records("q3"))))
         assert [q for _, q in second.questions] == ["q3"] and second.path != first.path
-        assert [path for label, path in handlers.data_choices(svc) if label == "mine.jsonl"] == [second.path]
-        again = handlers.upload_data(svc, str(_gradio_upload(gradio_tmp, "mine.jsonl", _records("q3"))))
+        assert [path for label, path in pickers.data_choices(svc) if label == "mine.jsonl"] == [second.path]
+        again = pickers.upload_data(svc, str(_gradio_upload(gradio_tmp, "mine.jsonl", _records("q3"))))
         assert again.path == second.path
         assert _files(gradio_tmp) == []
         assert _files(svc.uploads_dir) == sorted([Path(first.path), Path(second.path)])
         assert Path(second.path).read_text(encoding="utf-8") == _records("q3")
         with pytest.raises(Exception, match="bad.jsonl"):
-            handlers.upload_data(svc, str(_gradio_upload(gradio_tmp, "bad.jsonl", '{"id": 1}\n')))
+            pickers.upload_data(svc, str(_gradio_upload(gradio_tmp, "bad.jsonl", '{"id": 1}\n')))
         assert len(_files(svc.uploads_dir)) == 2 and _files(gradio_tmp) == []
     finally:
         svc.close()
@@ -99,8 +99,8 @@ def test_uploads_unused_for_the_max_age_are_deleted_when_the_studio_starts(tmp_p
     next studio's start; the one used now is kept, and loading it again counts as a use."""
     svc = _studio(tmp_path, upload_max_age_hours=1)
     try:
-        old = Path(handlers.upload_data(svc, str(_gradio_upload(gradio_tmp, "old.jsonl", _records("o1")))).path)
-        new = Path(handlers.upload_data(svc, str(_gradio_upload(gradio_tmp, "new.jsonl", _records("n1")))).path)
+        old = Path(pickers.upload_data(svc, str(_gradio_upload(gradio_tmp, "old.jsonl", _records("o1")))).path)
+        new = Path(pickers.upload_data(svc, str(_gradio_upload(gradio_tmp, "new.jsonl", _records("n1")))).path)
     finally:
         svc.close()
     two_hours_ago = time.time() - 2 * 3600
@@ -108,7 +108,7 @@ def test_uploads_unused_for_the_max_age_are_deleted_when_the_studio_starts(tmp_p
     os.utime(new, (two_hours_ago, two_hours_ago))
     restarted = _studio(tmp_path, upload_max_age_hours=1)
     try:
-        handlers.load_data(restarted, str(new))  # used now
+        pickers.load_data(restarted, str(new))  # used now
         assert restarted.clean_uploads() == [old]
         assert _files(restarted.uploads_dir) == [new] and not old.parent.exists()
     finally:
@@ -123,7 +123,7 @@ def test_a_launched_studio_stops_an_upload_over_the_limit_while_it_streams(tmp_p
     import urllib.error
     import urllib.request
 
-    from app.main import launch
+    from app.shell.main import launch
 
     svc = _studio(tmp_path, max_upload_mb=0.01)
     with socket.socket() as s:

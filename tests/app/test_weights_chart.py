@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from app import handlers, views
-from app.services import Services
-from app.session import EpisodeSettings
-from app.trace_view import render_trace
+from app.common import views
+from app.common.services import Services
+from app.common.session import EpisodeSettings
+from app.common.trace_view import render_trace
+from app.tabs.episode import handlers as episode_handlers
 from evorag_core.config import WeightsConfig, apply_overrides, load_config
 from evorag_core.env.scheduler import PAPER_TABLE, WeightTable
 from tests.paths import DEMO
@@ -36,8 +37,8 @@ def svc(session_home, tmp_path):
 
 
 def test_the_episode_chart_draws_the_tuned_table_and_the_steps_weights_on_it(svc):
-    view, sess = handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-001"))
-    view, sess = handlers.run_to_end(sess)
+    view, sess = episode_handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-001"))
+    view, sess = episode_handlers.run_to_end(sess)
     fig = view.weights
     beta = _line(fig, "β")
     assert beta.y[0] == pytest.approx(4.0) and "(tuned weights)" in fig.layout.title.text

@@ -1,4 +1,4 @@
-"""The server-side role check `app.event_roles.check_roles` puts in front of every event of a built page: Gradio still
+"""The server-side role check `app.shell.event_roles.check_roles` puts in front of every event of a built page: Gradio still
 fills the handler's own parameters (its request, event data, progress), generators stay generators, a refused call
 never reaches the handler, and page loads / timer ticks are checked too (#44 item 3): a shell event runs with the
 outputs inside a tab the user may not use left as they are."""
@@ -11,9 +11,9 @@ import gradio as gr
 import pytest
 from gradio.helpers import special_args
 
-from app.event_roles import check_roles
-from app.services import Services
-from app.wiring import guard, on
+from app.common.services import Services
+from app.common.wiring import guard, on
+from app.shell.event_roles import check_roles
 from evorag_core.config import load_config
 from tests.paths import DEMO
 
@@ -140,5 +140,5 @@ def test_a_tab_without_an_action_fails_the_build(svc: Services) -> None:
             with gr.Tab("New", id="new-tab"):
                 box = gr.Textbox()
                 box.submit(lambda x: x, box, box)
-    with pytest.raises(ValueError, match="'new-tab' has no action in app.roles.TAB_ACTIONS"):
+    with pytest.raises(ValueError, match="'new-tab' has no action in app.common.roles.TAB_ACTIONS"):
         check_roles(demo, svc)

@@ -1,4 +1,4 @@
-"""The studio's supervised worker (app/worker_process.py) with real processes and a real SQLite store: a worker that
+"""The studio's supervised worker (app/common/worker_process.py) with real processes and a real SQLite store: a worker that
 dies is restarted after a backoff the page header shows; a worker SIGKILLed mid-round has its round reaped by the
 studio at once and finished by the restarted worker, no pair lost or consumed twice."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from app.handlers.training import header_status
-from app.services import Services
-from app.worker_process import WorkerProcess, restart_delay
+from app.common.services import Services
+from app.common.worker_process import WorkerProcess, restart_delay
+from app.tabs.training.handlers import header_status
 from evorag_core.config import apply_overrides
 from tests.paths import DEMO, REPO
 from tests.training.test_worker import HOLD, cli_args, tiny, wait_for, world  # noqa: F401  (fixtures)

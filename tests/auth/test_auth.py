@@ -113,7 +113,7 @@ def test_users_add_cli_reads_the_password_from_stdin_and_the_file_logs_in(tmp_pa
     Gradio awaits) accepts alice's password and refuses a wrong one and an unknown name."""
     import asyncio
 
-    from app.main import make_auth
+    from app.shell.main import make_auth
 
     class Svc:  # make_auth with a file touches nothing else of Services but this attribute
         auth_users = None
@@ -154,8 +154,8 @@ def test_users_add_cli_reads_the_password_from_stdin_and_the_file_logs_in(tmp_pa
 def test_store_auth_needs_a_user_and_checks_the_stores_hashes(tmp_path):
     import asyncio
 
-    from app.main import make_auth
-    from app.services import Services
+    from app.common.services import Services
+    from app.shell.main import make_auth
     from evorag_core.config import load_config
 
     svc = Services(load_config(), tmp_path, data_path=tmp_path / "unused.jsonl", db_url=f"sqlite:///{tmp_path / 'db'}")
@@ -283,7 +283,7 @@ def test_a_refusal_names_the_limit_and_the_login_page_words_it():
     carol x2 from A -> carol from A refused by the pair (600 s). dave from A: the address's 3rd failure -> anyone from
     A refused by the address. eve x2 from B and x2 from C: 4 failures of the name -> eve from D refused by the name.
     A tie between pair and address (carol from A, both 600 s) names the broader limit, the address."""
-    from app.login_page import duration, lockout_message
+    from app.shell.login_page import duration, lockout_message
 
     lim = LoginLimiter(LoginLimits(per_user=2, per_address=3, per_name=4, window_s=600), clock=Clock())
     assert lim.admit("carol", "A") is None and lim.admit("carol", "A") is None
@@ -314,7 +314,7 @@ def test_limiter_forgets_names_and_addresses_once_their_failures_age_out():
 # -- exposure ---------------------------------------------------------------------------------------------------
 
 def test_a_non_loopback_host_needs_auth_or_an_explicit_insecure_flag(capsys):
-    from app.main import check_exposure, is_loopback
+    from app.shell.main import check_exposure, is_loopback
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "192.168.1.5", "studio.example.org", ""))

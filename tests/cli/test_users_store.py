@@ -20,8 +20,8 @@ def test_users_add_store_stores_an_argon2id_user_that_store_auth_logs_in(tmp_pat
     """carol (reviewer) added to the store from stdin -> listed, hashed with argon2id, and the studio's
     `--auth store` check takes her password; a second add is refused without --replace (exit 2) and sets a new
     password with it; the role viewer is refused for a users file; --db without --store is refused."""
-    from app.main import make_auth
-    from app.services import Services
+    from app.common.services import Services
+    from app.shell.main import make_auth
     from evorag_core.config import load_config
 
     db = f"sqlite:///{tmp_path / 'studio.db'}"

@@ -348,7 +348,7 @@ def test_resolve_adapter(tmp_path, monkeypatch):
 def test_view_links_citations_marks_relevance_and_escapes():
     """[3] and [1] in the analysis link to #a-ref-3 / #a-ref-1; [9] does not exist (no link); relevance [1,2] vs
     gold {1,3}: 1 hit, 2 extra, 3 missed; the reward row shows 1, 1, 0.5, 0, 2.5; passage markup is escaped."""
-    from app.arena_view import render_arena_answer
+    from app.common.arena_view import render_arena_answer
 
     refs = P[:2] + (Passage("q1:2", "Eiffel <Tower>", "built by <script>alert(1)</script> Eiffel & Co"),)
     text = ("<relevance>[1,2]</relevance><analysis>Built by Eiffel [3], born in Dijon [1]; see [9] & more."
@@ -366,7 +366,7 @@ def test_view_links_citations_marks_relevance_and_escapes():
 
 
 def test_view_of_a_malformed_reply():
-    from app.arena_view import render_arena_answer
+    from app.common.arena_view import render_arena_answer
 
     page = render_arena_answer(P, "I don't know <b>", gold_ids=(1,))
     assert "format fails (&lt;relevance&gt;): missing" in page and "no readable relevance list" in page

@@ -504,7 +504,7 @@ def test_uncovered_terms_is_the_gap_fallback():
 
 def test_studio_trace_view_escapes_and_lists_scores():
     """One row per step; valid actions with their scores; the chosen action in bold; data text escaped."""
-    from app.dynakrag_view import TRACE_HEADERS, trace_html, trace_rows
+    from app.common.dynakrag_view import TRACE_HEADERS, trace_html, trace_rows
 
     trace = [{"t": 1, "action": "retrieve_more", "valid": ["retrieve_more"], "scores": {"retrieve_more": 0.25},
               "query": "<b>q</b>", "added": ["p1"], "state": {"docs": [], "cursor": 0, "ranking": None}},

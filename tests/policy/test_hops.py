@@ -159,10 +159,10 @@ def test_gate_changes_the_distribution_not_the_recorded_logprobs(demo_runtime, t
 
 
 def test_studio_step_table_shows_the_plan(demo_runtime, tiny_policy_backend):
-    """The studio's step info carries the decision's plan (`app.policies._info`), and the step table shows why the
+    """The studio's step info carries the decision's plan (`app.common.policies._info`), and the step table shows why the
     agent searched ("bridge hop: Mirrow", the query as its tooltip); a step without a plan shows no badge."""
-    from app.policies import _info
-    from app.views import steps_table
+    from app.common.policies import _info
+    from app.common.views import steps_table
     from evorag_core.env.episode import EpisodeRecord, StepRecord
 
     view = AgentView(BRIDGE_Q, (Hop(BRIDGE_Q, (TRAVINE, HARWICK_HILL)),), (), 2, 20)

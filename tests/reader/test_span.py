@@ -146,8 +146,8 @@ def test_agent_refuses_when_the_reader_withholds_its_span(tiny_backend):
     span and its confidence on the decision and in the step's info; the studio's step table shows them."""
     from evorag_core.env.actions import Refuse
     from evorag_core.env.episode import StepRecord
-    from app.policies import _info
-    from app.views import steps_table
+    from app.common.policies import _info
+    from app.common.views import steps_table
     from evorag_core.env.episode import EpisodeRecord
 
     view = AgentView(QUESTIONS[0], (Hop("Ansel Travine", (TRAVINE, MIRROW)),), (), 5, 5)

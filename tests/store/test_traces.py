@@ -221,7 +221,7 @@ def test_a_pipeline_methods_trace_is_stored_as_steps(tmp_path):
 
 @pytest.fixture
 def svc(tmp_path):
-    from app.services import Services
+    from app.common.services import Services
     from evorag_core.config import load_config
 
     services = Services(load_config(), tmp_path, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
@@ -236,7 +236,7 @@ def _signals(value: float) -> dict[str, float]:
 
 
 def test_open_trace_draws_steps_passages_and_links_and_explains_bad_ids(svc):
-    from app.handlers.traces import open_trace
+    from app.tabs.traces.handlers import open_trace
     from evorag_core.data.datasets import load_dataset
 
     q = load_dataset(DEMO).get("demo-001")
@@ -262,7 +262,7 @@ def test_open_trace_draws_steps_passages_and_links_and_explains_bad_ids(svc):
 
 
 def test_list_traces_pages_and_says_why_nothing_matches(svc):
-    from app.handlers.traces import list_traces, trace_filter
+    from app.tabs.traces.handlers import list_traces, trace_filter
 
     for i in range(30):
         svc.store().add_episode(question_id=f"q{i}", dataset="demo", question=f"question {i}", policy="oracle",
@@ -276,7 +276,7 @@ def test_list_traces_pages_and_says_why_nothing_matches(svc):
 
 
 def test_the_filter_form_names_the_bad_field():
-    from app.handlers.traces import trace_filter
+    from app.tabs.traces.handlers import trace_filter
 
     assert trace_filter("all", "", None, "all", f1_min=" 0.5 ").f1_min == 0.5
     empty = trace_filter("all", "all", "all", "all", "all", "all", "all", "", " ", "", "", "all", "", "", "", "newest")

@@ -151,8 +151,8 @@ def test_a_round_whose_worker_died_is_retried_once_by_default_and_then_fails(wor
     and dies: once its lease is past, the reaper queues the round again ("queued to retry (attempt 2/2)") with the
     pairs released. The next claim is attempt 2, which the studio's round table and progress label show as
     "retrying (attempt 2/2)". That worker dies too: the round ends failed, its pairs queued again."""
-    from app.handlers.training import launch_round, training_view
-    from app.services import Services
+    from app.common.services import Services
+    from app.tabs.training.handlers import launch_round, training_view
 
     home, url, store, cfg = world
     svc = Services(cfg, home, data_path=DEMO, db_url=url)
@@ -342,7 +342,7 @@ def test_a_database_error_while_failing_a_round_is_retried_on_fresh_connections(
 PARENT = """
 import sys, time
 from pathlib import Path
-from app.services import WorkerProcess
+from app.common.services import WorkerProcess
 argv, log = sys.argv[1:-1], Path(sys.argv[-1])
 WorkerProcess(argv, dict(__import__("os").environ), log).start()
 print("started", flush=True)
@@ -352,7 +352,7 @@ time.sleep(3600)
 
 @pytest.mark.slow
 def test_the_studio_killed_mid_round_fails_the_round_and_releases_its_pairs(world, tiny):
-    """The process that started the worker as the studio does (app.services.WorkerProcess: PR_SET_PDEATHSIG) is
+    """The process that started the worker as the studio does (app.common.services.WorkerProcess: PR_SET_PDEATHSIG) is
     SIGKILLed mid-round: the kernel sends the worker SIGTERM, and the worker fails the round ("the worker was
     stopped") with its 8 pairs queued again before it exits - no lease to wait for."""
     import psutil

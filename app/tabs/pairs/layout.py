@@ -1,0 +1,70 @@
+"""The Pairs tab: the pair queue with filters and counts; edit, discard or restore a pair. Layout and wiring only:
+every event calls `app.tabs.pairs.handlers`."""
+from __future__ import annotations
+
+import gradio as gr
+
+from evorag_core.env.scheduler import STAGES
+from evorag_core.store.records import PAIR_SOURCES, PAIR_STATUSES
+
+from app.common import roles, views
+from app.common.services import Services
+from app.common.wiring import Reload, on
+from app.tabs.pairs import handlers
+
+__all__ = ["build_tab"]
+
+
+def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
+    """The Pairs tab's content (inside its gr.Tab): filters, the pairs table, and a pair's edit / discard /
+    restore; the returned Reload refreshes the table (on select and after the Episode tab queues pairs)."""
+    with gr.Row():
+        source = gr.Dropdown(["all", *PAIR_SOURCES], value="all", label="Source", elem_id="evo-f-source")
+        status = gr.Dropdown(["all", *PAIR_STATUSES], value="all", label="Status", elem_id="evo-f-status")
+        annot = gr.Textbox(label="Annotator", placeholder="all", elem_id="evo-f-annotator")
+        stage = gr.Dropdown(["all", *STAGES], value="all", label="Stage", elem_id="evo-f-stage")
+        refresh = gr.Button("Refresh", elem_id="evo-pairs-refresh", scale=0, min_width=120)
+    counts = gr.HTML(elem_id="evo-pair-counts")
+    table = gr.HTML(elem_id="evo-pairs-box")
+    with gr.Accordion("Edit or discard a pair", open=True):
+        with gr.Row():
+            pair_dd = gr.Dropdown(label="Pair", choices=[], elem_id="evo-pair-pick", scale=1)
+            pair_stage = gr.Textbox(label="Stage", scale=1)
+        prompt = gr.Textbox(label="Prompt (state)", lines=4, max_lines=12, interactive=False)
+        with gr.Row():
+            chosen = gr.Textbox(label="Chosen (preferred)", lines=2)
+            rejected = gr.Textbox(label="Rejected", lines=2)
+        with gr.Row():
+            save = gr.Button("Save edit", elem_id="evo-pair-save")
+            discard = gr.Button("Discard", variant="stop", elem_id="evo-pair-discard")
+            restore = gr.Button("Restore", elem_id="evo-pair-restore")
+        edit_msg = gr.HTML()
+
+    filters = [source, status, annot, stage]
+
+    def show(*f):
+        view = handlers.pairs_view(svc, *f)
+        return view.counts, view.table, gr.Dropdown(choices=view.ids)
+
+    outs = [counts, table, pair_dd]
+    on(refresh.click, show, filters, outs)
+    for f in (source, status, stage):
+        on(f.input, show, filters, outs)
+    on(annot.submit, show, filters, outs)
+    on(demo.load, show, filters, outs, api_visibility="private")
+    on(pair_dd.input, lambda i: handlers.pair_fields(svc, i), pair_dd, [prompt, chosen, rejected, pair_stage])
+
+    def act(fn):
+        def run(pid, c, r, s, request: gr.Request, *f):
+            roles.require(svc, request, "queue")
+            msg = fn(pid, c, r, s)
+            return (views.message_html(msg, "ok"), *show(*f))
+        return run
+
+    on(save.click, act(lambda pid, c, r, s: handlers.edit_pair(svc, pid, c, r, s)),
+       [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+    on(discard.click, act(lambda pid, c, r, s: handlers.discard_pair(svc, pid)),
+       [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+    on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
+       [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+    return Reload(show, filters, outs)
