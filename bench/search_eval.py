@@ -59,8 +59,8 @@ def method_figures(rows: list[dict[str, Any]], gold: dict[str, set[str]], aliase
         "seconds": mean(r["seconds"] for r in rows),
         "yes_no_questions": len(yn),
         "yes_no_accuracy": mean(r["em"] for r in yn) if yn else None,
-        "yes_no_said_yes": sum(normalize_answer(r["prediction"]) == "yes" for r in yn),
-        "yes_no_answers_to_other_questions": sum(normalize_answer(r["prediction"]) in YES_NO for r in other),
+        "yes_no_said_yes": sum(normalize_answer(r["prediction"] or "") == "yes" for r in yn),
+        "yes_no_answers_to_other_questions": sum(normalize_answer(r["prediction"] or "") in YES_NO for r in other),
         "all_gold_read": len(full_read),
         "reader_f1_all_gold_read": mean(r["f1"] for r in full_read) if full_read else None,
     }
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             other = [runs[m][q] for q in common]
             f1 = asdict(paired_bootstrap([r["f1"] for r in agent], [r["f1"] for r in other]))
             em = asdict(paired_bootstrap([r["em"] for r in agent], [r["em"] for r in other]))
-            same = sum(normalize_answer(a["prediction"]) == normalize_answer(b["prediction"])
+            same = sum(normalize_answer(a["prediction"] or "") == normalize_answer(b["prediction"] or "")
                        for a, b in zip(agent, other))
             read = [[float(bool(gold[r["question_id"]]) and gold[r["question_id"]] <= set(_read_pids(r))) for r in rows]
                     for rows in (agent, other)]
