@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from evorag_core.env.actions import Action, action_to_dict
+from evorag_core.env.episode import step_info
 from evorag_core.config import Config
 from evorag_core.errors import ActionParseError, EvoRagError
 from evorag_core.methods.oracle import ORACLE_LABEL, OraclePolicy
@@ -272,8 +273,5 @@ def _logprob(decision: Any) -> float | None:
 
 def _info(decision: Any) -> dict[str, Any]:
     """What a step records about the LM's decision: log-prob, completion text, and its notes (the fallback when one
-    was used, ARENA's reply, the answer's source passage, a withheld span: `policy.agent.decision_notes`)."""
-    from evorag_core.policy.agent import decision_notes
-
-    return {"logprob": _logprob(decision), "completion": getattr(decision, "completion", None),
-            **decision_notes(decision)}
+    was used, ARENA's reply, the answer's source passage, a withheld span: `env.episode.step_info`)."""
+    return step_info(decision)
