@@ -3,7 +3,7 @@ the preference model, adapters, evaluation and the related methods (R²AG, DynaK
 
 The public API is importable from here; each name is loaded from its package on first use, so `import evorag_core`
 stays light (no torch, no models). The packages, bottom-up: store, data, retrieval, env, adapters, lm, reader,
-policy, pairs, preference, methods, evaluation, cli (README "Architecture").
+policy, pairs, preference, methods, live, evaluation, cli (README "Architecture").
 
     from evorag_core import Runtime, build_method, evaluate, home_dir, load_config, load_dataset
     rt = Runtime(load_config(), home_dir(), load_dataset("data/demo/demo.jsonl"))

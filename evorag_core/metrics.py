@@ -1,4 +1,5 @@
-"""Evaluation metrics (SPEC §6): normalized EM/F1 over aliases, support recall, refusal accuracy, paired bootstrap."""
+"""Evaluation metrics (SPEC §6): normalized EM/F1 over aliases, an episode's graded outcome (`grade`), support recall,
+refusal accuracy, paired bootstrap."""
 from __future__ import annotations
 
 import re
@@ -13,6 +14,10 @@ __all__ = [
     "normalize_answer",
     "exact_match",
     "f1_score",
+    "GRADE_LABELS",
+    "Grade",
+    "grade_verdict",
+    "grade",
     "support_recall",
     "RefusalScore",
     "refusal_accuracy",
@@ -58,6 +63,52 @@ def exact_match(prediction: str, golds: Sequence[str]) -> float:
 def f1_score(prediction: str, golds: Sequence[str]) -> float:
     """Token F1 after normalization, max over gold aliases."""
     return max((_f1_single(prediction, g) for g in golds), default=0.0)
+
+
+GRADE_LABELS = {"correct": "correct", "partial": "partly correct", "wrong": "wrong"}
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The graded outcome of an episode (what the store's outcome columns and the studio's badge show)."""
+
+    verdict: str  # "correct" | "partial" | "wrong"
+    em: float
+    f1: float
+    answerable: bool  # False: an unanswerable question (a refusal is the right outcome)
+    reason: str  # one short phrase: what was graded
+
+    @property
+    def label(self) -> str:
+        return GRADE_LABELS[self.verdict]
+
+
+def grade_verdict(em: float, f1: float) -> str:
+    """"correct" when EM = 1, "partial" when EM < 1 and F1 > 0, else "wrong" (also for a stored outcome's columns)."""
+    return "correct" if em >= 1.0 else "partial" if f1 > 0.0 else "wrong"
+
+
+def grade(answer: str | None, refused: bool, golds: Sequence[str], answerable: bool = True) -> Grade | None:
+    """The grade of an episode's final outcome, with `exact_match` / `f1_score` as every evaluation scores:
+    - an answerable question with gold answers: "correct" when EM = 1, "partial" when EM = 0 < F1, "wrong" when
+      F1 = 0; a refusal or running out of steps (`answer` None) is "wrong" with EM 0, F1 0;
+    - an unanswerable question (`answerable` False): a refusal is "correct" (EM 1, F1 1: the expected outcome), an
+      answer or running out of steps "wrong" (EM 0, F1 0) - even the stored (false) answer;
+    - an answerable question without gold answers (a typed free question): None, no grade.
+    E.g. grade("the Sable", False, ["Sable River"]): EM 0, F1 = 2 * 1 * 1/2 / (1 + 1/2) = 2/3 -> "partial"."""
+    if not answerable:
+        if refused:
+            return Grade("correct", 1.0, 1.0, False, "refused an unanswerable question")
+        what = "answered an unanswerable question" if answer is not None else "ran out of steps"
+        return Grade("wrong", 0.0, 0.0, False, what)
+    if not golds:
+        return None
+    if answer is None:
+        return Grade("wrong", 0.0, 0.0, True, "refused an answerable question" if refused else "ran out of steps")
+    em, f1 = exact_match(answer, golds), f1_score(answer, golds)
+    verdict = grade_verdict(em, f1)
+    reason = {"correct": "exact match", "partial": "overlaps the gold answer", "wrong": "no overlap with the gold answer"}
+    return Grade(verdict, em, f1, True, reason[verdict])
 
 
 def support_recall(retrieved: Iterable[str], gold: Iterable[str]) -> float | None:

@@ -159,3 +159,19 @@ def test_answer_changes_by_hand(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "answers changed: 4 (A's F1 higher on 2, lower on 1); at equal steps 3 (2 higher, 0 lower)" in text
     assert "yes/no questions: 1, right A 1  B 0" in text
+
+
+def test_grade_of_an_outcome():
+    """'the Sable' vs 'Sable River': tokens {sable} vs {sable, river}: P 1, R 1/2, F1 = 2 * 1 * 0.5 / 1.5 = 2/3, EM 0
+    -> partial. A refusal: wrong (0, 0) on an answerable question, correct (1, 1) on an unanswerable one. No gold on
+    an answerable question: no grade. A stored outcome's columns give the same verdict (grade_verdict)."""
+    from evorag_core.metrics import Grade, grade, grade_verdict
+
+    partial = grade("the Sable", False, ["Sable River"])
+    assert (partial.verdict, partial.em, partial.label) == ("partial", 0.0, "partly correct")
+    assert partial.f1 == pytest.approx(2 / 3) and grade_verdict(partial.em, partial.f1) == "partial"
+    assert grade(None, True, ["Sable River"]) == Grade("wrong", 0.0, 0.0, True, "refused an answerable question")
+    assert grade(None, True, ["1845"], answerable=False) == Grade("correct", 1.0, 1.0, False,
+                                                                   "refused an unanswerable question")
+    assert grade("Mirrow", False, []) is None
+    assert (grade_verdict(1.0, 1.0), grade_verdict(0.0, 0.0)) == ("correct", "wrong")

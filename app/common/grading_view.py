@@ -1,12 +1,7 @@
 """The finished episode's grade and its answer's source passage, for the Episode tab.
 
-`grade_episode` grades the final outcome with the project's metrics (`evorag_core.metrics.exact_match` /
-`f1_score`, as every evaluation does):
-- an answerable question (gold answers known): the answer is "correct" when EM = 1, "partly correct" when
-  0 < F1 and EM = 0, "wrong" when F1 = 0; a refusal, or running out of steps, is "wrong" (EM 0, F1 0);
-- an unanswerable question (type "unanswerable": its stored answer is a plausible falsehood, never shown): a refusal
-  is "correct" (EM 1, F1 1: the expected outcome), an answer or running out of steps "wrong" (EM 0, F1 0);
-- a question without gold (a typed free question): no grade.
+The grade itself is the library's (`evorag_core.metrics.grade`, of a finished record `evorag_core.env.rows.
+episode_grade`: the one grading every stored outcome uses); here it is drawn as a badge (`grade_html`).
 
 `source_index` finds the passage a span answer was read from: the one the reader recorded (the ANSWER step's
 `info["answer_source"]`, a pid), else - episodes stored before that record, answers not from the span reader - the
@@ -17,31 +12,17 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
 from evorag_core.env.episode import EpisodeRecord
-from evorag_core.metrics import exact_match, f1_score, normalize_answer
+from evorag_core.env.rows import episode_grade
+from evorag_core.metrics import Grade, normalize_answer
 from evorag_core.types import Passage, Question
 
-__all__ = ["Grade", "VERDICT_LABELS", "is_unanswerable", "gold_text", "grade_episode", "span_pattern",
-           "source_index", "highlight", "grade_html", "episode_grade", "recorded_source"]
+__all__ = ["is_unanswerable", "gold_text", "span_pattern", "source_index", "highlight", "grade_html", "episode_grade",
+           "recorded_source"]
 
-VERDICT_LABELS = {"correct": "correct", "partial": "partly correct", "wrong": "wrong"}
 _YES_NO = frozenset(("yes", "no"))
-
-
-@dataclass(frozen=True)
-class Grade:
-    verdict: str  # "correct" | "partial" | "wrong"
-    em: float
-    f1: float
-    answerable: bool  # False: an unanswerable question (a refusal is the right outcome)
-    reason: str  # one short phrase: what was graded
-
-    @property
-    def label(self) -> str:
-        return VERDICT_LABELS[self.verdict]
 
 
 def is_unanswerable(question: Question) -> bool:
@@ -54,24 +35,6 @@ def gold_text(question: Question) -> str:
     if is_unanswerable(question):
         return "unanswerable"
     return ", ".join(question.answers) if question.answers else "unknown (free question)"
-
-
-def grade_episode(answer: str | None, refused: bool, golds: Sequence[str], answerable: bool = True) -> Grade | None:
-    """The grade of a finished episode's outcome (see the module docstring): `answer` None when it refused
-    (`refused`) or ran out of steps. None when an answerable question has no gold answers."""
-    if not answerable:
-        if refused:
-            return Grade("correct", 1.0, 1.0, False, "refused an unanswerable question")
-        what = "answered an unanswerable question" if answer is not None else "ran out of steps"
-        return Grade("wrong", 0.0, 0.0, False, what)
-    if not golds:
-        return None
-    if answer is None:
-        return Grade("wrong", 0.0, 0.0, True, "refused an answerable question" if refused else "ran out of steps")
-    em, f1 = exact_match(answer, golds), f1_score(answer, golds)
-    verdict = "correct" if em >= 1.0 else "partial" if f1 > 0.0 else "wrong"
-    reason = {"correct": "exact match", "partial": "overlaps the gold answer", "wrong": "no overlap with the gold answer"}
-    return Grade(verdict, em, f1, True, reason[verdict])
 
 
 def span_pattern(span: str | None) -> re.Pattern[str] | None:
@@ -116,13 +79,6 @@ def grade_html(grade: Grade | None) -> str:
     return (f'<span class="badge grade {grade.verdict}" id="evo-grade" data-verdict="{grade.verdict}">'
             f"{grade.label} · EM {grade.em:.0f} · F1 {grade.f1:.2f}</span>"
             f' <span class="evo-grade-why">({html.escape(grade.reason, quote=True)})</span>')
-
-
-def episode_grade(question: Question, record: EpisodeRecord) -> Grade | None:
-    """`grade_episode` of a finished episode on `question`; None while it runs or when the question has no gold."""
-    if not record.done:
-        return None
-    return grade_episode(record.answer, record.refused, question.answers, answerable=not is_unanswerable(question))
 
 
 def recorded_source(record: EpisodeRecord) -> str | None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from evorag_core.env.actions import Action, action_to_dict
+from evorag_core.env.actions import Action
+from evorag_core.env.episode import step_info
 from evorag_core.config import Config
 from evorag_core.errors import ActionParseError, EvoRagError
+from evorag_core.live.episode import Candidate, LivePolicy
 from evorag_core.methods.oracle import ORACLE_LABEL, OraclePolicy
 from evorag_core.methods.script import ScriptPolicy, load_script
 from evorag_core.env.state import AgentView
@@ -26,15 +27,12 @@ from evorag_core.types import Question
 
 if TYPE_CHECKING:
     from evorag_core.lm.hf_backend import TransformersBackend
-    from evorag_core.methods.base import EpisodePolicy
     from evorag_core.policy.agent import LMPolicy
 
 __all__ = [
     "FeatureUnavailable",
     "BASE",
     "LIVE",
-    "StudioPolicy",
-    "Candidate",
     "PolicyProvider",
     "policy_choices",
     "parse_script",
@@ -46,34 +44,6 @@ LIVE = "lm:live"
 
 class FeatureUnavailable(EvoRagError):
     """A part of the system the studio would use is not installed or not built yet."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A sibling action sampled at a state: the action, log P(completion | prompt), the completion text the policy
-    wrote (e.g. "SEARCH: Mirrow") and the prompt it was written after (the state, as training sees it)."""
-
-    action: Action
-    logprob: float | None
-    completion: str | None = None
-    prompt: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        act = action_to_dict(self.action)
-        return {"action": act["action"], "argument": act.get("query") or act.get("answer"), "logprob": self.logprob,
-                "completion": self.completion}
-
-
-@dataclass
-class StudioPolicy:
-    """A policy ready for one episode: `policy` follows the EpisodePolicy protocol (begin/act).
-    `sample` is set when the policy can sample K sibling candidates at a state."""
-
-    choice: str
-    label: str
-    policy: EpisodePolicy
-    adapter: str | None = None
-    sample: Callable[[AgentView, int, float, int], list[Candidate]] | None = None
 
 
 def parse_script(text: str):
@@ -110,13 +80,13 @@ class PolicyProvider:
         self._loaded_adapters: dict[str, str] = {}  # name -> path loaded into the backend
 
     def make(self, choice: str, *, script: str = "", adapter_lookup: Callable[[str | None], Any] | None = None
-             ) -> StudioPolicy:
+             ) -> LivePolicy:
         """The policy for `choice` (see the module docstring). `adapter_lookup(name)` returns the store's Adapter
         row for a name, or the active adapter (or None) for name None."""
         if choice == "oracle":
-            return StudioPolicy(choice, ORACLE_LABEL, OraclePolicy())
+            return LivePolicy(choice, ORACLE_LABEL, OraclePolicy())
         if choice == "script":
-            return StudioPolicy(choice, "script", ScriptPolicy(parse_script(script)))
+            return LivePolicy(choice, "script", ScriptPolicy(parse_script(script)))
         if choice.startswith("lm:"):
             return self._lm(choice, adapter_lookup)
         raise ValueError(f"unknown policy {choice!r}; expected oracle, script, {BASE}, {LIVE} or lm:<adapter>")
@@ -150,7 +120,7 @@ class PolicyProvider:
             raise FeatureUnavailable("adapters need the store, which is not available")
         return adapter_lookup(choice[3:])
 
-    def _lm(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> StudioPolicy:
+    def _lm(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> LivePolicy:
         adapter = self._adapter_for(choice, adapter_lookup)
         name = adapter.name if adapter is not None else None
         backend = self._get_backend()
@@ -158,7 +128,7 @@ class PolicyProvider:
             self._ensure_adapter(backend, adapter)
         lm = self._lm_policy(backend)
         label = f"LM {self._model_name()}" + (f" + adapter {name}" if name else " (base)")
-        return StudioPolicy(
+        return LivePolicy(
             choice, label, _LockedPolicy(lm, self, name), adapter=name,
             sample=lambda view, k, temperature, seed: self._sample(lm, name, view, k, temperature, seed),
         )
@@ -272,8 +242,5 @@ def _logprob(decision: Any) -> float | None:
 
 def _info(decision: Any) -> dict[str, Any]:
     """What a step records about the LM's decision: log-prob, completion text, and its notes (the fallback when one
-    was used, ARENA's reply, the answer's source passage, a withheld span: `policy.agent.decision_notes`)."""
-    from evorag_core.policy.agent import decision_notes
-
-    return {"logprob": _logprob(decision), "completion": getattr(decision, "completion", None),
-            **decision_notes(decision)}
+    was used, ARENA's reply, the answer's source passage, a withheld span: `env.episode.step_info`)."""
+    return step_info(decision)

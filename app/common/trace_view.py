@@ -24,6 +24,7 @@ from evorag_core.env.actions import parse_action
 from evorag_core.env.episode import EpisodeRecord, StepRecord
 from evorag_core.errors import EvoRagError
 from evorag_core.env.judges import Verdict
+from evorag_core.metrics import GRADE_LABELS, grade_verdict
 from evorag_core.types import Passage
 
 from app.common import grading_view, views
@@ -115,8 +116,8 @@ def _outcome_html(episode: Episode) -> str:
     else:
         outcome = "no answer" if episode.em is not None else "ended"
     if episode.em is not None:
-        verdict = "correct" if episode.em >= 1 else "partial" if (episode.f1 or 0) > 0 else "wrong"
-        outcome += (f' <span class="badge grade {verdict}" id="evo-trace-grade">{grading_view.VERDICT_LABELS[verdict]}'
+        verdict = grade_verdict(episode.em, episode.f1 or 0)
+        outcome += (f' <span class="badge grade {verdict}" id="evo-trace-grade">{GRADE_LABELS[verdict]}'
                     f" · EM {episode.em:.0f} · F1 {episode.f1 or 0:.2f}</span>")
     return f'<span class="badge done">{views.esc(episode.status)}</span> {outcome}'
 

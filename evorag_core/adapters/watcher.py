@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from evorag_core.env.actions import Action
+from evorag_core.env.episode import step_info
 from evorag_core.env.state import AgentView
 from evorag_core.errors import AdapterError
 from evorag_core.types import Question
@@ -121,7 +122,4 @@ class PinnedPolicy:
         with self.watcher.lock:
             self.lm.backend.activate(self.adapter)
             decision = self.lm.act(view)
-        info: dict[str, Any] = {"logprob": decision.logprob, "completion": decision.completion, "adapter": self.adapter}
-        if decision.fallback:
-            info["fallback"] = decision.fallback
-        return decision.action, info
+        return decision.action, step_info(decision, adapter=self.adapter)

@@ -10,7 +10,7 @@ from evorag_core.env.judges import Verdict
 from evorag_core.env.scheduler import step_reward
 from evorag_core.env.signals import refusal_value
 
-__all__ = ["StepRecord", "EpisodeRecord", "apply_override"]
+__all__ = ["StepRecord", "EpisodeRecord", "apply_override", "decision_notes", "step_info"]
 
 
 @dataclass(frozen=True)
@@ -161,3 +161,37 @@ def apply_override(record: EpisodeRecord, t: int, verdict: Verdict) -> EpisodeRe
         signals["ref"] = refusal_value(verdict.answerable)
     steps[idx] = replace(step, signals=signals, reward=step_reward(signals, step.weights), verdict=verdict)
     return replace(record, steps=tuple(steps))
+
+
+def decision_notes(decision: Any) -> dict[str, Any]:
+    """The optional parts of a decision that a step records in its info, those it has: the fallback used, ARENA's
+    cited reply (the answer view), the span answer's source passage (the studio marks it) and the span the reader
+    withheld below `answer.min_confidence`, the hop planner's verdict. A decision of another policy type (no such
+    attributes) gives {}."""
+    notes: dict[str, Any] = {}
+    if getattr(decision, "fallback", None):
+        notes["fallback"] = decision.fallback
+    if getattr(decision, "arena", None) is not None:
+        notes["arena"] = decision.arena
+    if getattr(decision, "answer_source", None):
+        notes["answer_source"] = decision.answer_source
+    if getattr(decision, "withheld", None):
+        notes["withheld"] = decision.withheld
+    if getattr(decision, "plan", None):
+        notes["plan"] = decision.plan
+    return notes
+
+
+def step_info(decision: Any = None, **extra: Any) -> dict[str, Any]:
+    """What a step records in its `info`, built in one place for every policy and the studio: for a policy's
+    decision (a `policy.agent.PolicyDecision` or any object with `logprob` and `completion`) its log-probability
+    (a float, None when it has none), its completion text and its `decision_notes`; then `extra` (e.g. the adapter,
+    or for a person's step actor="human", annotator, proposal). E.g. a decision with logprob -1 and completion
+    "REFUSE" and no notes, extra adapter="r3": {"logprob": -1.0, "completion": "REFUSE", "adapter": "r3"}."""
+    info: dict[str, Any] = {}
+    if decision is not None:
+        logprob = getattr(decision, "logprob", None)
+        info = {"logprob": None if logprob is None else float(logprob),
+                "completion": getattr(decision, "completion", None), **decision_notes(decision)}
+    info.update(extra)
+    return info

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping
 
-from evorag_core.env.actions import action_to_dict
 from evorag_core.env.episode import EpisodeRecord
+from evorag_core.env.rows import store_steps
 from evorag_core.methods.base import QuestionResult
 
 if TYPE_CHECKING:
@@ -31,19 +31,6 @@ def run_name(method: str, dataset: str, when: datetime | None = None) -> str:
     """'oracle on demo · 2026-11-25 19:40:03' (UTC): the run column of its episodes."""
     when = when or datetime.now(timezone.utc)
     return f"{method} on {dataset} · {when.strftime('%Y-%m-%d %H:%M:%S')}"
-
-
-def _episode_steps(record: EpisodeRecord) -> list:
-    from evorag_core.store import Step
-
-    out = []
-    for s in record.steps:
-        act = action_to_dict(s.action)
-        verdict = None if s.verdict is None else ("answerable" if s.verdict.answerable else "unanswerable")
-        out.append(Step(t=s.t, action=act["action"], argument=act.get("query") or act.get("answer"),
-                        passages=tuple(s.passages), signals=dict(s.signals), weights=dict(s.weights),
-                        reward=s.reward, judge_verdict=verdict))
-    return out
 
 
 def _trace_argument(item: Mapping[str, Any]) -> str | None:
@@ -75,7 +62,7 @@ def result_steps(result: QuestionResult) -> tuple[list, EpisodeRecord | None]:
     raw = result.extras.get("episode") if isinstance(result.extras, Mapping) else None
     if raw:
         record = EpisodeRecord.from_dict(raw)
-        return _episode_steps(record), record
+        return store_steps(record), record
     return _trace_steps(tuple(result.trace)), None
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.env.actions import Action, Answer
+from evorag_core.env.episode import step_info
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 from evorag_core.methods.base import EpisodeMethod, MethodOptions
@@ -33,16 +34,11 @@ class AgentPolicy:
         self.lm.backend.activate(self.adapter)
 
     def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
-        from evorag_core.policy.agent import decision_notes, reader_passages  # torch-heavy: imported when used
+        from evorag_core.policy.agent import reader_passages  # torch-heavy: imported when used
 
         d = self.lm.act(view)
-        info: dict[str, Any] = {
-            "completion": d.completion,
-            "logprob": d.logprob,
-            "action_logprob": d.action_logprob,
-            "argument_logprob": d.argument_logprob,
-        }
-        info.update(decision_notes(d))  # fallback, ARENA reply, answer source, withheld span (those it has)
+        # log-probs, completion; the fallback, ARENA reply, answer source, withheld span, hop plan (those it has)
+        info = step_info(d, action_logprob=d.action_logprob, argument_logprob=d.argument_logprob)
         if d.query is not None:
             info["query"] = d.query
         if isinstance(d.action, Answer):  # the passages the reader read, in its order (re-reading, the studio)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Protocol
 from evorag_core.env.actions import Action, action_to_dict
 from evorag_core.env.env import RagEnv
 from evorag_core.env.episode import EpisodeRecord
-from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.metrics import grade, support_recall
 from evorag_core.env.state import AgentView
 from evorag_core.types import Question
 
@@ -76,9 +76,9 @@ class QuestionResult:
 
 
 def score(question: Question, prediction: str | None) -> tuple[float, float]:
-    if prediction is None:
-        return 0.0, 0.0
-    return exact_match(prediction, question.answers), f1_score(prediction, question.answers)
+    """(EM, F1) of a method's prediction as `metrics.grade` grades an answer (0, 0 without one, or without gold)."""
+    graded = grade(prediction, prediction is None, question.answers)
+    return (graded.em, graded.f1) if graded is not None else (0.0, 0.0)
 
 
 def result_from_episode(question: Question, record: EpisodeRecord, seconds: float) -> QuestionResult:

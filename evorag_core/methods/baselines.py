@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from evorag_core.reader.prompt import ANSWER_SYSTEM, ANSWER_SYSTEM_CTX, clean_answer, render_passages
 from evorag_core.reader.answers import Reader
-from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.metrics import support_recall
 from evorag_core.types import Passage, Question
-from evorag_core.methods.base import MethodOptions, QuestionResult
+from evorag_core.methods.base import MethodOptions, QuestionResult, score
 
 if TYPE_CHECKING:
     from evorag_core.config import AnswerConfig
@@ -144,8 +144,7 @@ class PipelineMethod:
         answer, trace = pipeline(question, retrieve)
         refused = not answer or answer.lower() in {"unknown", "i don't know", "none"}
         prediction = None if refused else answer
-        em = exact_match(prediction, question.answers) if prediction else 0.0
-        f1 = f1_score(prediction, question.answers) if prediction else 0.0
+        em, f1 = score(question, prediction)
         return QuestionResult(
             question_id=question.id,
             dataset=question.dataset,

@@ -1,4 +1,4 @@
-"""What a rollout leaves in the store: the main episode with its steps and sampled siblings (`store_steps`), then the
+"""What a rollout leaves in the store: the main episode with its steps (`env.rows.store_steps`) and sampled siblings (`rollout_siblings`), then the
 pairs the `PairSelector` lets through, each with its metadata (`pair_metadata`); `save_rollout` writes one episode
 and its pairs in two short transactions and returns a `SavedRollout`. `load_rollout` reads a stored episode back as
 the `EpisodeRollout` it was saved from (its config JSON keeps the main record, the K raw samples of each branch state
@@ -8,21 +8,21 @@ No schema change: all of it lives in the episode's existing `config` JSON column
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from evorag_core.config import RolloutConfig
-from evorag_core.env.actions import Action, action_to_dict
-from evorag_core.env.actions import parse_action
+from evorag_core.env.actions import action_to_dict, parse_action
 from evorag_core.env.episode import EpisodeRecord
+from evorag_core.env.rows import action_argument, episode_outcome, store_steps
 from evorag_core.pairs.branches import Branch, BranchState, EpisodeRollout, RolloutPair
 from evorag_core.errors import ConfigError
 from evorag_core.pairs.selection import PairSelector, build_pairs
 from evorag_core.types import Question
 
 if TYPE_CHECKING:
-    from evorag_core.store import Episode, Step, Store
+    from evorag_core.store import Episode, Sibling, Store
 
-__all__ = ["pair_metadata", "store_steps", "SavedRollout", "save_rollout", "load_rollout"]
+__all__ = ["pair_metadata", "rollout_siblings", "SavedRollout", "save_rollout", "load_rollout"]
 
 
 def pair_metadata(pair: RolloutPair, rollout: EpisodeRollout, episode_db_id: int | None,
@@ -55,35 +55,13 @@ def pair_metadata(pair: RolloutPair, rollout: EpisodeRollout, episode_db_id: int
     }
 
 
-def store_steps(rollout: EpisodeRollout) -> list[Step]:
-    """The main trajectory as store `Step`s, with the K sampled siblings (and their branch returns) on the steps
-    where the rollout branched."""
-    from evorag_core.store import Sibling, Step
+def rollout_siblings(rollout: EpisodeRollout) -> dict[int, tuple[Sibling, ...]]:
+    """The K sampled siblings (with their branch returns) of the steps where the rollout branched, by t."""
+    from evorag_core.store import Sibling
 
-    by_t = {s.t: s for s in rollout.states}
-    out = []
-    for step in rollout.record.steps:
-        siblings: tuple = ()
-        state = by_t.get(step.t)
-        if state is not None:
-            siblings = tuple(
-                Sibling(action_to_dict(a)["action"], _argument(a), lp, state.branch(c).ret)
-                for a, c, lp in state.sampled
-            )
-        verdict = None
-        if step.verdict is not None:
-            verdict = "answerable" if step.verdict.answerable else "unanswerable"
-        out.append(Step(
-            t=step.t, action=action_to_dict(step.action)["action"], argument=_argument(step.action),
-            passages=tuple(step.passages), signals=dict(step.signals), weights=dict(step.weights),
-            reward=step.reward, judge_verdict=verdict, siblings=siblings,
-        ))
-    return out
-
-
-def _argument(action: Action) -> str | None:
-    d = action_to_dict(action)
-    return d.get("query") or d.get("answer")
+    return {state.t: tuple(Sibling(action_to_dict(a)["action"], action_argument(a), lp, state.branch(c).ret)
+                           for a, c, lp in state.sampled)
+            for state in rollout.states}
 
 
 @dataclass(frozen=True)
@@ -100,8 +78,7 @@ def save_rollout(store: Store, rollout: EpisodeRollout, selector: PairSelector, 
     """Write the episode (its steps, the siblings, a summary of every branch in its config JSON), then the pairs
     the selector lets through now (held-back pairs of earlier episodes included; their metadata names their own
     episode). Two short transactions: the episode, then its pairs."""
-    from evorag_core.metrics import exact_match, f1_score
-    from evorag_core.store import NewPair, Outcome
+    from evorag_core.store import NewPair
 
     rec = rollout.record
     config = {
@@ -112,13 +89,13 @@ def save_rollout(store: Store, rollout: EpisodeRollout, selector: PairSelector, 
         "sampled": {str(s.t): [[action_to_dict(a), c, lp] for a, c, lp in s.sampled] for s in rollout.states},
         "record": rec.to_dict(),  # lossless: load_rollout rebuilds the rollout from it to re-score it
     }
-    steps = store_steps(rollout)
+    steps = store_steps(rec, rollout_siblings(rollout))
     episode_id = store.add_episode(
         question_id=rec.question_id, dataset=rec.dataset, question=rec.question, policy=policy_name,
         stage=rec.stage, schedule=rec.schedule, config=config, steps=steps,
         status="truncated" if rec.truncated else "finished", total_return=rec.total_return,
         source="rollout", adapter=adapter, data_path=data_path, run=run,
-        outcome=Outcome(rec.answer, *_grade(rec.answer, rec.gold_answers, exact_match, f1_score), rec.refused),
+        outcome=episode_outcome(rec),  # graded against the record's gold answers, as answerable
     )
     offered = [replace(p, meta=pair_metadata(p, rollout, episode_id, cfg)) for p in rollout.pairs]
     ready = selector.offer(offered)
@@ -135,13 +112,6 @@ def save_rollout(store: Store, rollout: EpisodeRollout, selector: PairSelector, 
     selector.stats.branches += sum(len(s.branches) for s in rollout.states)
     selector.stats.decisions += rollout.decisions
     return SavedRollout(episode_id, tuple(ids), len(steps), n_siblings)
-
-
-def _grade(answer: str | None, golds: Sequence[str], em, f1) -> tuple[float | None, float | None]:
-    """(EM, F1) of the final answer as `evorag eval` scores it (0, 0 without an answer); (None, None) without gold."""
-    if not golds:
-        return None, None
-    return (0.0, 0.0) if answer is None else (em(answer, golds), f1(answer, golds))
 
 
 def load_rollout(episode: Episode) -> EpisodeRollout:

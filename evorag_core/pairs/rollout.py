@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from evorag_core.config import PolicyConfig, RolloutConfig
 from evorag_core.env.actions import Action, Answer, Refuse, Search
 from evorag_core.env.env import EnvSnapshot, RagEnv
-from evorag_core.env.episode import EpisodeRecord, StepRecord
+from evorag_core.env.episode import EpisodeRecord, StepRecord, step_info
 from evorag_core.env.scheduler import SIGNAL_WEIGHT
 from evorag_core.env.signals import SIGNAL_NAMES
 from evorag_core.env.state import AgentView
@@ -95,13 +95,6 @@ def branch_states(n_steps: int, max_states: int) -> list[int]:
     return sorted({round(i * (n_steps - 1) / (max_states - 1)) for i in range(max_states)})
 
 
-def _info(decision: _Decision) -> dict[str, Any]:
-    info: dict[str, Any] = {"logprob": float(decision.logprob), "completion": decision.completion}
-    if getattr(decision, "fallback", None):
-        info["fallback"] = decision.fallback
-    return info
-
-
 def _outcome(record: EpisodeRecord, cut: bool) -> str:
     if cut:
         return "cut"
@@ -114,14 +107,14 @@ def _outcome(record: EpisodeRecord, cut: bool) -> str:
 def _continue(env: RagEnv, policy: BranchingPolicy, first: _Decision, max_steps: int) -> tuple[int, bool, int]:
     """Take `first`, then act greedily until the episode ends or `max_steps` more steps (0 = no limit).
     Returns (steps taken, cut, policy decisions made)."""
-    env.step(first.action, info=_info(first))
+    env.step(first.action, info=step_info(first))
     steps, decisions = 1, 0
     while not env.done:
         if max_steps and steps > max_steps:
             return steps, True, decisions
         decision = policy.act(env.view())
         decisions += 1
-        env.step(decision.action, info=_info(decision))
+        env.step(decision.action, info=step_info(decision))
         steps += 1
     return steps, False, decisions
 
@@ -194,7 +187,7 @@ def rollout_question(env: RagEnv, policy: BranchingPolicy, question: Question, c
         snaps.append(env.snapshot())
         decision = policy.act(obs.view)
         greedy.append(decision)
-        obs = env.step(decision.action, info=_info(decision)).observation
+        obs = env.step(decision.action, info=step_info(decision)).observation
     main = env.record
     decisions = len(greedy)
     states: list[BranchState] = []

@@ -79,7 +79,7 @@ from evorag_core.policy.prompts import ARGUMENT_ACTIONS, LABELS, SYSTEM_PROMPT, 
 if TYPE_CHECKING:
     from evorag_core.reader.arena.generator import ArenaOutput
 
-__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "decision_notes", "reader_passages"]
+__all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
 _NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
 
@@ -99,25 +99,6 @@ class PolicyDecision:
     answer_source: str | None = None  # a span answer's source passage (pid); None for yes/no, free text, no answer
     withheld: dict[str, Any] | None = None  # fallback "low_confidence": the span the reader withheld and its confidence
     plan: dict[str, Any] | None = None  # hop_gate > 0, after the first search: the hop planner's verdict (`HopPlan`)
-
-
-def decision_notes(decision: Any) -> dict[str, Any]:
-    """The optional parts of a decision that a step records in its info, those it has: the fallback used, ARENA's
-    cited reply (the answer view), the span answer's source passage (the studio marks it) and the span the reader
-    withheld below `answer.min_confidence`. One home for the studio's policies and the agent method; a decision of
-    another policy type (no such attributes) gives {}."""
-    notes: dict[str, Any] = {}
-    if getattr(decision, "fallback", None):
-        notes["fallback"] = decision.fallback
-    if getattr(decision, "arena", None) is not None:
-        notes["arena"] = decision.arena
-    if getattr(decision, "answer_source", None):
-        notes["answer_source"] = decision.answer_source
-    if getattr(decision, "withheld", None):
-        notes["withheld"] = decision.withheld
-    if getattr(decision, "plan", None):
-        notes["plan"] = decision.plan
-    return notes
 
 
 def allowed_actions(view: AgentView, max_searches: int = 0) -> tuple[str, ...]:

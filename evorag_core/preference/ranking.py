@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import torch
 
 from evorag_core.errors import ConfigError
+from evorag_core.env.episode import step_info
 from evorag_core.preference.encoder import PrefixEncoder
 from evorag_core.preference.examples import candidate_text
 from evorag_core.preference.model import PreferenceModel
@@ -99,14 +100,11 @@ class RankedPolicy:
         scores = rank_candidates(self.model, unique, observations)
         best = max(range(len(unique)), key=scores.__getitem__)
         choice = unique[best]
-        info: dict[str, Any] = {"completion": choice.completion, "logprob": float(choice.logprob),
-                                "rm_score": scores[best], "rm_candidates": len(unique),
-                                "rm_observed": sum(1 for o in observations or () if o)}
+        info = step_info(choice, rm_score=scores[best], rm_candidates=len(unique),
+                         rm_observed=sum(1 for o in observations or () if o))
         for name in ("action_logprob", "argument_logprob"):
             if hasattr(choice, name):
                 info[name] = float(getattr(choice, name))
-        if getattr(choice, "fallback", None):
-            info["fallback"] = choice.fallback
         return choice.action, info
 
 

@@ -11,7 +11,8 @@ import pytest
 from tests.paths import DEMO
 from app.common import views
 from app.tabs.episode import handlers as episode_handlers
-from app.common.grading_view import (Grade, episode_grade, gold_text, grade_episode, grade_html, highlight, recorded_source,
+from evorag_core.metrics import Grade, grade
+from app.common.grading_view import (episode_grade, gold_text, grade_html, highlight, recorded_source,
                               source_index)
 from app.common.services import Services
 from app.common.session import EpisodeSettings, free_question
@@ -28,39 +29,39 @@ TRAVINE = Passage("p:travine", "Ansel Travine", "Ansel Travine was a chemist bor
 # -- grading -------------------------------------------------------------------------------------------------------
 
 def test_correct_partial_and_wrong_answers():
-    assert grade_episode("Sable River", False, GOLD) == Grade("correct", 1.0, 1.0, True, "exact match")
-    assert grade_episode("the sable river.", False, GOLD).verdict == "correct"  # normalised as EM normalises
-    partial = grade_episode("the Sable", False, GOLD)
+    assert grade("Sable River", False, GOLD) == Grade("correct", 1.0, 1.0, True, "exact match")
+    assert grade("the sable river.", False, GOLD).verdict == "correct"  # normalised as EM normalises
+    partial = grade("the Sable", False, GOLD)
     assert (partial.verdict, partial.em, partial.label) == ("partial", 0.0, "partly correct")
     assert partial.f1 == pytest.approx(2 / 3)
-    wrong = grade_episode("Caddock River", False, ("Sable",))  # shares no token with the gold
+    wrong = grade("Caddock River", False, ("Sable",))  # shares no token with the gold
     assert (wrong.verdict, wrong.em, wrong.f1) == ("wrong", 0.0, 0.0)
-    assert grade_episode("Paris", False, ("Lyon", "Sable River")).verdict == "wrong"
-    assert grade_episode("Sable River", False, ("Sable", "Sable River")).verdict == "correct"  # any alias
+    assert grade("Paris", False, ("Lyon", "Sable River")).verdict == "wrong"
+    assert grade("Sable River", False, ("Sable", "Sable River")).verdict == "correct"  # any alias
 
 
 def test_refusals_and_running_out_of_steps():
-    refused = grade_episode(None, True, GOLD)
+    refused = grade(None, True, GOLD)
     assert (refused.verdict, refused.em, refused.f1, refused.reason) == (
         "wrong", 0.0, 0.0, "refused an answerable question")
-    assert grade_episode(None, False, GOLD).reason == "ran out of steps"
+    assert grade(None, False, GOLD).reason == "ran out of steps"
 
 
 def test_unanswerable_questions_grade_a_refusal_as_correct_and_hide_the_stored_answer():
-    assert grade_episode(None, True, ("1845",), answerable=False) == Grade(
+    assert grade(None, True, ("1845",), answerable=False) == Grade(
         "correct", 1.0, 1.0, False, "refused an unanswerable question")
-    answered = grade_episode("1845", False, ("1845",), answerable=False)  # even the stored (false) answer is wrong
+    answered = grade("1845", False, ("1845",), answerable=False)  # even the stored (false) answer is wrong
     assert (answered.verdict, answered.em, answered.f1) == ("wrong", 0.0, 0.0)
     q = Question("demo-004", "demo", "In what year did the chemist Ansel Travine marry?", ("1845",), "unanswerable")
     assert gold_text(q) == "unanswerable"
     assert gold_text(Question("q", "demo", "Where?", ("Sable River", "Sable"))) == "Sable River, Sable"
     free = free_question("Where is Mirrow?", "demo")
     assert gold_text(free) == "unknown (free question)"
-    assert grade_episode("Mirrow", False, free.answers) is None  # no gold: no badge
+    assert grade("Mirrow", False, free.answers) is None  # no gold: no badge
 
 
 def test_badge_shows_verdict_em_and_f1():
-    html = grade_html(grade_episode("the Sable", False, GOLD))
+    html = grade_html(grade("the Sable", False, GOLD))
     assert 'class="badge grade partial"' in html and "partly correct · EM 0 · F1 0.67" in html
     assert grade_html(None) == ""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import DEMO
-from app.common.human import Correction, Proposal, completion_of, correction_metadata, correction_of, human_action
+from evorag_core.live.human import Correction, Proposal, completion_of, correction_metadata, correction_of, human_action
 from app.common.services import Services
 from app.common.session import EpisodeSettings
 from app.tabs.episode import handlers as episode_handlers, human_handlers

@@ -526,7 +526,7 @@ def test_sibling_scoring_reports_progress_and_a_stop_keeps_no_branch_return(svc)
     and the environment is back at the branch point either way."""
     import threading
 
-    from app.common.policies import Candidate
+    from evorag_core.live.episode import Candidate
     from evorag_core.env.actions import Refuse, Search
 
     view, sess = episode_handlers.start_episode(svc, _settings(question_id="demo-001"))

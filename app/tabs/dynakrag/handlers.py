@@ -33,7 +33,7 @@ from evorag_core.methods.dynakrag.method import StepTrace, control_step, finish_
 from evorag_core.methods.dynakrag.ops import OpContext
 from evorag_core.methods.dynakrag.state import EvidenceState, initial_state
 from evorag_core.methods.dynakrag.validity import valid_actions
-from evorag_core.metrics import exact_match, f1_score
+from evorag_core.metrics import grade as grade_answer
 from evorag_core import test_hooks
 
 from app.common import round_progress, views
@@ -231,9 +231,10 @@ def advance(svc: Services, session: DynaKragSession | None, stop: threading.Even
 
 def grade(session: DynaKragSession) -> tuple[float, float] | None:
     """(EM, F1) of the answer against the gold answers; None before the answer or without gold (typed)."""
-    if session.answer is None or not session.gold_answers:
+    if session.answer is None:
         return None
-    return exact_match(session.answer, session.gold_answers), f1_score(session.answer, session.gold_answers)
+    graded = grade_answer(session.answer, False, session.gold_answers)
+    return (graded.em, graded.f1) if graded is not None else None
 
 
 def train_controller(svc: Services, data_path: str | None, questions: int | None) -> Launch:

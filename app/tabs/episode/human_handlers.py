@@ -4,10 +4,10 @@ queue, and the live counts the page shows (pairs queued) and what a Reset is abo
 from __future__ import annotations
 
 from evorag_core.env.actions import action_to_dict
+from evorag_core.live.human import HUMAN_SOURCE, Correction, correction_metadata, human_action
 from evorag_core.store.records import NewAnnotationItem
 
 from app.common.handlers import adapter_lookup, check_typed
-from app.common.human import HUMAN_SOURCE, Correction, correction_metadata, human_action
 from app.common.services import Services
 from app.common.session import EpisodeSession, EpisodeSettings
 from app.tabs.episode.handlers import EpisodeView, _completion, _prompt, _require, episode_view

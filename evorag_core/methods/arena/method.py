@@ -20,11 +20,11 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from evorag_core.errors import ConfigError
-from evorag_core.metrics import exact_match, f1_score, support_recall
+from evorag_core.metrics import support_recall
 from evorag_core.types import Passage, Question
 from evorag_core.reader.arena.prompt import ArenaConfig
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
-from evorag_core.methods.base import MethodOptions, QuestionResult
+from evorag_core.methods.base import MethodOptions, QuestionResult, score
 from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 
 if TYPE_CHECKING:
@@ -71,17 +71,18 @@ class ArenaMethod:
         if self.reader is not None:
             evidence, source = _span_evidence(out)
             answer = self.reader.answer(question.question, evidence)
-            details.update(generated_answer=out.answer, generated_em=_em(out.answer, question.answers),
-                           generated_f1=_f1(out.answer, question.answers),
+            generated_em, generated_f1 = score(question, out.answer or None)
+            details.update(generated_answer=out.answer, generated_em=generated_em, generated_f1=generated_f1,
                            span_evidence=[p.pid for p in evidence], span_evidence_from=source)
+        em, f1 = score(question, answer or None)
         return QuestionResult(
             question_id=question.id,
             dataset=question.dataset,
             question=question.question,
             prediction=answer,
             gold=question.answers,
-            em=_em(answer, question.answers),
-            f1=_f1(answer, question.answers),
+            em=em,
+            f1=f1,
             steps=1,
             passages=selected,  # the references the reply selected in <relevance>
             support_recall=support_recall(selected, question.gold_pids),
@@ -92,14 +93,6 @@ class ArenaMethod:
             seconds=time.perf_counter() - start,
             extras={"metrics": _metrics(reward), "arena": details},
         )
-
-
-def _em(answer: str | None, gold: Sequence[str]) -> float:
-    return exact_match(answer, gold) if answer else 0.0
-
-
-def _f1(answer: str | None, gold: Sequence[str]) -> float:
-    return f1_score(answer, gold) if answer else 0.0
 
 
 def _span_evidence(out: ArenaOutput) -> tuple[tuple[Passage, ...], str]:

@@ -1,4 +1,4 @@
-"""A person acting in the policy's place (the Episode tab's "Act yourself"): the action typed in the page, the
+"""A person acting in the policy's place (the studio's "Act yourself"): the action a person chose, the
 policy's proposal at the same state, and the human-correction pair that prefers the person's action over the
 proposal after the prompt the policy saw there (as a rollout pair would: prompt, chosen and rejected completions).
 
