@@ -232,7 +232,9 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
     assert 'id="evo-pair-total">1<' in view.counts
     view = pairs_handlers.pairs_view(svc, "all", "all", "", "all")
     assert {a, b} <= {pid for _, pid in view.ids}
-    assert pairs_handlers.pair_fields(svc, a) == ("state A", "SEARCH: a", "SEARCH: b", "discovery")
+    prompt, *fields = pairs_handlers.pair_fields(svc, a)
+    assert fields == ["SEARCH: a", "SEARCH: b", "discovery"]
+    assert 'data-format="raw"' in prompt and "state A" in prompt  # not ChatML: shown as it is
     assert "saved" in pairs_handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "refinement")
     assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
     with pytest.raises(ValueError, match="differ"):
