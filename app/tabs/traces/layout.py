@@ -14,7 +14,7 @@ from evorag_core.store import EPISODE_SOURCES, OUTCOMES, TRACE_ORDERS
 
 from app.common import views
 from app.common.services import Services
-from app.common.wiring import on
+from app.common.wiring import on, studio_tab
 from app.tabs.traces import handlers as th
 
 __all__ = ["build_tab"]
@@ -28,7 +28,7 @@ def _choices(values: tuple[str, ...]) -> list[str]:
 
 def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
     """The tab (created inside `tabs`); its page-load hook opens `?episode=ID` and selects the tab."""
-    with gr.Tab("Traces", id="traces", elem_id="evo-traces-tab") as tab:
+    with studio_tab("Traces", id="traces", elem_id="evo-traces-tab") as tab:
         c = SimpleNamespace(ids=gr.State([]), page=gr.State(1))
         _filters_section(c)
         _list_section(c)
