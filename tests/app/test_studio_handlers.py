@@ -355,10 +355,13 @@ def test_a_restarted_studio_lists_compares_and_opens_the_earlier_runs(svc):
     _, run = evaluate_handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 4)
     _, run_b = evaluate_handlers.run_eval(svc, {}, str(DEMO), "script", '[{"action": "REFUSE"}]', 0, 4)
     assert run.name.startswith("oracle on demo · ")  # the store's run name
+    _, again = evaluate_handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 1)
+    assert again.name != run.name  # two runs within a second are two runs (run names have 1 s resolution)
+    assert evaluate_handlers._free_run_name(svc.store(), run.name) == f"{run.name} (2)"
     restarted = Services(load_config(), svc.home, data_path=DEMO, db_url=svc.db_url)
     try:
         names = evaluate_handlers.run_names(restarted, {})
-        assert names[-2:] == [run.name, run_b.name]
+        assert names[-3:] == [run.name, run_b.name, again.name]
         summary = evaluate_handlers.eval_summary(restarted, {})
         row = re.search(rf"<tr><td>{re.escape(views.esc(run.name))}</td>(.*?)</tr>", summary).group(1)
         assert re.findall(r'<td class="num">([^<]*)</td>', row)[:3] == ["4", "0.75", "0.75"]  # n, EM, F1

@@ -18,6 +18,7 @@ from evorag_core.evaluation.traces import EvalRecorder, load_run, run_name
 from evorag_core.evaluation.runner import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
 from evorag_core.methods.registry import LM_FREE_METHODS, METHODS, Method, build_method
+from evorag_core.store import TraceFilter
 
 from app.common import views
 from app.common.handlers import adapter_lookup, short
@@ -93,6 +94,16 @@ def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | No
     return runs, run
 
 
+def _free_run_name(store, name: str) -> str:
+    """`name`, or `name (2)`, `name (3)`... when the store holds a run by that name already (run names have
+    one-second resolution: two runs started within a second would otherwise be listed as one)."""
+    candidate, k = name, 1
+    while store.search_traces(TraceFilter(run=candidate), limit=1).total:
+        k += 1
+        candidate = f"{name} ({k})"
+    return candidate
+
+
 def _recorder(svc: Services, rt: Runtime, method: str, em: Method) -> EvalRecorder | None:
     """Stores the run's episodes (source 'eval') for the Traces tab; None when the store is unavailable."""
     store = svc.store_or_none()
@@ -105,7 +116,7 @@ def _recorder(svc: Services, rt: Runtime, method: str, em: Method) -> EvalRecord
         adapter = active.name if active is not None else None
     elif name.startswith("lm:") and name != BASE:
         adapter = name[3:]
-    return EvalRecorder(store, method=name, label=em.label, run=run_name(name, rt.dataset.name),
+    return EvalRecorder(store, method=name, label=em.label, run=_free_run_name(store, run_name(name, rt.dataset.name)),
                         data_path=str(rt.dataset.path), stage=svc.cfg.reward.stage, schedule=svc.cfg.reward.schedule,
                         adapter=adapter)
 
