@@ -127,6 +127,7 @@ CSS = """
 .evo-ann-foot { font-size: 0.8rem; color: var(--body-text-color-subdued); margin-top: 4px; }
 .evo-ann-empty { padding: 16px; color: var(--body-text-color-subdued); }
 .evo-last-error-box { min-height: 0 !important; padding: 0 !important; }
+.evo-last-error-box:not(:has(.evo-last-error)) { display: none !important; }  /* no gap while there is none */
 .evo-last-error { padding: 6px 10px; border-radius: 6px; margin: 2px 0 6px; font-size: 0.9rem;
   background: rgba(211, 47, 47, 0.10); border-left: 4px solid #d32f2f; overflow-wrap: anywhere; }
 .evo-turn { border-left: 3px solid var(--border-color-primary); padding: 4px 8px; margin: 4px 0; }
