@@ -126,6 +126,18 @@ CSS = """
   overflow-y: auto; margin: 0; flex: 1; }
 .evo-ann-foot { font-size: 0.8rem; color: var(--body-text-color-subdued); margin-top: 4px; }
 .evo-ann-empty { padding: 16px; color: var(--body-text-color-subdued); }
+.evo-last-error-box { min-height: 0 !important; padding: 0 !important; }
+.evo-last-error-box:not(:has(.evo-last-error)) { display: none !important; }  /* no gap while there is none */
+.evo-last-error { padding: 6px 10px; border-radius: 6px; margin: 2px 0 6px; font-size: 0.9rem;
+  background: rgba(211, 47, 47, 0.10); border-left: 4px solid #d32f2f; overflow-wrap: anywhere; }
+.evo-turn { border-left: 3px solid var(--border-color-primary); padding: 4px 8px; margin: 4px 0; }
+.evo-turn-user { border-left-color: #1e88e5; }
+.evo-turn-assistant { border-left-color: #2e7d32; }
+.evo-turn-system { border-left-color: #8e8e8e; }
+.evo-turn-role { font-size: 0.75rem; font-weight: 700; text-transform: uppercase; color: var(--body-text-color-subdued); }
+.evo-turn-text { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.85rem; max-height: 360px; overflow-y: auto; }
+.evo-fold { margin: 4px 0; }
+.evo-fold summary { cursor: pointer; font-size: 0.85rem; color: var(--body-text-color-subdued); }
 .evo-review-table, .evo-ann-labels { font-size: 0.85rem; border-collapse: collapse; }
 .evo-review-table td, .evo-review-table th, .evo-ann-labels td, .evo-ann-labels th { padding: 2px 8px;
   border-bottom: 1px solid var(--border-color-primary); text-align: left; }

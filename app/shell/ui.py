@@ -12,7 +12,7 @@ import gradio as gr
 from app.common import pickers, roles
 from app.common.page_timers import VISIBILITY_JS, PageTimers
 from app.common.services import Services
-from app.common.wiring import on
+from app.common.wiring import on, studio_tab
 from app.shell import event_roles
 from app.tabs.annotate import handlers as annotate_handlers, layout as annotate_tab
 from app.tabs.arena import layout as arena_tab
@@ -58,17 +58,17 @@ def build_ui(svc: Services) -> gr.Blocks:
         # (app.shell.event_roles.check_roles, at the end; app.common.roles.TAB_ACTIONS)
         timers = PageTimers()  # each ticks only while what it refreshes can be seen
         with gr.Tabs() as tabs:
-            with gr.Tab("Episode", id="episode") as tab_episode:
+            with studio_tab("Episode", id="episode") as tab_episode:
                 episode = episode_tab.build_tab(svc, annotator, demo)
-            with gr.Tab("Pairs", id="pairs") as tab_pairs:
+            with studio_tab("Pairs", id="pairs") as tab_pairs:
                 pairs_reload = pairs_tab.build_tab(svc, demo)
-            with gr.Tab("Training", id="training") as tab_training:
+            with studio_tab("Training", id="training") as tab_training:
                 training = training_tab.build_tab(svc, episode.policy_dd, tab_training, timers)
-            with gr.Tab("Compare", id="compare") as tab_compare:
+            with studio_tab("Compare", id="compare") as tab_compare:
                 compare = compare_tab.build_tab(svc)
-            with gr.Tab("Evaluate", id="evaluate") as tab_eval:
+            with studio_tab("Evaluate", id="evaluate") as tab_eval:
                 evaluate_tab.build_tab(svc).wire(tab_eval.select)
-            with gr.Tab("R²AG tree", id="r2ag") as tab_r2ag:
+            with studio_tab("R²AG tree", id="r2ag") as tab_r2ag:
                 r2ag_tab.build_tab(svc).wire(tab_r2ag.select)
             tab_dynakrag = dynakrag_tab.build_tab(svc, timers)
             tab_arena = arena_tab.build_tab(svc)

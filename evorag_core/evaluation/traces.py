@@ -6,6 +6,9 @@ signals, weights, rewards and judge verdicts. Any other method (pipeline baselin
 as one step per entry of its trace (the action name and its argument, no signals), with the raw trace and the
 method's extras kept in the episode's config JSON for the trace view. The outcome (answer, EM, F1, refused) and the
 run's name go into their own columns, which the Traces tab filters on.
+
+`load_run(store, run)` reads a stored run back as results (`stored_result` per episode, without the episode's steps),
+so a restarted studio's Evaluate tab can list, compare and open the runs it made before.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from evorag_core.methods.base import QuestionResult
 if TYPE_CHECKING:
     from evorag_core.store import Store
 
-__all__ = ["EvalRecorder", "run_name", "result_steps", "record_result"]
+__all__ = ["EvalRecorder", "StoredRun", "run_name", "result_steps", "record_result", "stored_result", "load_run"]
 
 log = logging.getLogger(__name__)
 _ARGUMENT_KEYS = ("query", "answer", "argument", "node", "text")
@@ -73,7 +76,7 @@ def record_result(store: Store, result: QuestionResult, *, method: str, label: s
 
     steps, record = result_steps(result)
     extras = {k: v for k, v in dict(result.extras).items() if k != "episode"}
-    config: dict[str, Any] = {"method": method, "label": label, "gold": list(result.gold),
+    config: dict[str, Any] = {"method": method, "label": label, "gold": list(result.gold), "steps": result.steps,
                               "retrieved": list(result.passages), "support_recall": result.support_recall,
                               "seconds": result.seconds, "format_valid": result.format_valid,
                               "fallback": result.fallback, "extras": extras}
@@ -90,6 +93,49 @@ def record_result(store: Store, result: QuestionResult, *, method: str, label: s
         total_return=result.total_return, source="eval", adapter=adapter, data_path=data_path, run=run,
         outcome=Outcome(result.prediction, result.em, result.f1, result.refused),
     )
+
+
+def stored_result(episode: Any) -> QuestionResult:
+    """A stored evaluation episode (a store `Episode`, steps not needed) as the result it was recorded from: outcome,
+    gold, retrieved passages, times and extras; an environment episode's own record is not rebuilt (its trace is
+    the stored episode, opened by id), another method's raw trace is. `steps` is the method's count when it was
+    recorded (config "steps"), else the stored steps."""
+    config = dict(episode.config or {})
+    steps = config.get("steps")
+    return QuestionResult(
+        question_id=episode.question_id, dataset=episode.dataset, question=episode.question, prediction=episode.answer,
+        gold=tuple(config.get("gold") or ()), em=float(episode.em or 0.0), f1=float(episode.f1 or 0.0),
+        steps=int(steps if steps is not None else episode.n_steps or 0), passages=tuple(config.get("retrieved") or ()),
+        support_recall=config.get("support_recall"), refused=bool(episode.refused),
+        trace=tuple(t for t in config.get("trace") or () if isinstance(t, Mapping)), total_return=episode.total_return,
+        format_valid=bool(config.get("format_valid", True)), fallback=int(config.get("fallback") or 0),
+        seconds=float(config.get("seconds") or 0.0), extras=dict(config.get("extras") or {}),
+    )
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """An evaluation run read back from the store: its results in question order and their episodes' ids."""
+
+    run: str
+    label: str  # the method as the run's episodes name it
+    dataset: str
+    data_path: str | None
+    results: tuple[QuestionResult, ...]
+    episode_ids: dict[str, int]  # question id -> stored episode id
+
+
+def load_run(store: Store, run: str) -> StoredRun:
+    """The episodes (source 'eval') of `run` as results, oldest first; a question evaluated twice in the run keeps
+    its last result. KeyError when the store has no such evaluation run."""
+    episodes = [e for e in reversed(store.list_episodes(run=run, limit=None)) if e.source == "eval"]
+    if not episodes:
+        raise KeyError(f"there is no stored evaluation run {run!r}")
+    latest = {e.question_id: e for e in episodes}
+    kept = [e for e in episodes if latest[e.question_id] is e]
+    first = kept[0]
+    return StoredRun(run, first.policy, first.dataset, first.data_path, tuple(stored_result(e) for e in kept),
+                     {e.question_id: e.id for e in kept})
 
 
 @dataclass

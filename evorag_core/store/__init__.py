@@ -40,7 +40,7 @@ from evorag_core.store.records import (
     User,
 )
 from evorag_core.store.store import Store, open_store
-from evorag_core.store.traces import NO_ADAPTER, OUTCOMES, TRACE_ORDERS, TraceFacets, TraceFilter, TracePage, TraceRow, parse_day
+from evorag_core.store.traces import NO_ADAPTER, OUTCOMES, TRACE_ORDERS, EvalRunRow, TraceFacets, TraceFilter, TracePage, TraceRow, parse_day
 
 __all__ = [
     "ANNOTATION_KINDS",
@@ -82,6 +82,7 @@ __all__ = [
     "TraceRow",
     "TracePage",
     "TraceFacets",
+    "EvalRunRow",
     "TRACE_ORDERS",
     "OUTCOMES",
     "NO_ADAPTER",

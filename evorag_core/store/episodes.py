@@ -159,12 +159,13 @@ class EpisodeOps(StoreBase):
         dataset: str | None = None,
         question_id: str | None = None,
         policy: str | None = None,
-        limit: int = 100,
+        run: str | None = None,
+        limit: int | None = 100,
         offset: int = 0,
     ) -> list[Episode]:
-        """Newest first, without steps (`steps` is None)."""
+        """Newest first, without steps (`steps` is None); `run`: the episodes of one evaluation or rollout run."""
         query = select(episodes).order_by(episodes.c.id.desc()).limit(limit).offset(offset)
-        for column, value in (("dataset", dataset), ("question_id", question_id), ("policy", policy)):
+        for column, value in (("dataset", dataset), ("question_id", question_id), ("policy", policy), ("run", run)):
             if value is not None:
                 query = query.where(episodes.c[column] == value)
         with self._read() as conn:

@@ -3,7 +3,8 @@
 `search_traces(TraceFilter, limit, offset)` builds one WHERE clause from the filter and runs two statements in one
 read transaction: `COUNT(*)` for the total and `LIMIT/OFFSET` for the page (no steps loaded). Every filter column
 is indexed (migration 0003); the text search is a case-insensitive substring of the question (or an exact question
-id). `trace_facets()` lists the distinct values the filter pickers offer.
+id). `trace_facets()` lists the distinct values the filter pickers offer. `eval_runs()` summarises the stored
+evaluation runs (episodes of source 'eval', grouped by run) in one GROUP BY, so a restarted studio lists them.
 """
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from dataclasses import dataclass, fields
 from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, case, func, or_, select
 
 from evorag_core.store.base import StoreBase, check_choice
 from evorag_core.store.records import EPISODE_SOURCES
 from evorag_core.store.schema import episodes, judgments
 
-__all__ = ["TraceFilter", "TraceRow", "TracePage", "TraceFacets", "TraceOps", "TRACE_ORDERS", "OUTCOMES",
+__all__ = ["TraceFilter", "TraceRow", "TracePage", "TraceFacets", "EvalRunRow", "TraceOps", "TRACE_ORDERS", "OUTCOMES",
            "NO_ADAPTER", "parse_day"]
 
 TRACE_ORDERS: tuple[str, ...] = ("newest", "oldest", "return-desc", "return-asc", "f1-desc", "f1-asc")
@@ -122,6 +123,26 @@ class TraceFacets:
 _ROW_COLUMNS = [episodes.c[f.name] for f in fields(TraceRow)]
 
 
+@dataclass(frozen=True)
+class EvalRunRow:
+    """A stored evaluation run: its episodes (source 'eval') of one `run`, summarised. Means skip episodes without
+    the value (an ungraded one has no EM); `avg_steps` counts the method's steps where the episode recorded them
+    (config "steps"), else its stored steps; `seconds` is the sum of the questions' times."""
+
+    run: str
+    policy: str  # the method's label
+    dataset: str
+    n: int
+    em: float | None
+    f1: float | None
+    avg_steps: float | None
+    support_recall: float | None
+    refusal_rate: float | None
+    seconds: float | None
+    started_at: datetime
+    last_id: int  # the newest episode's id (runs are ordered by it)
+
+
 def parse_day(text: str | None, what: str = "date") -> date | None:
     """'2026-11-25' -> date; '' or None -> None; anything else -> ValueError naming the expected form."""
     text = (text or "").strip()
@@ -205,6 +226,24 @@ class TraceOps(StoreBase):
             total = int(conn.scalar(count) or 0)
             rows = tuple(TraceRow(**row) for row in conn.execute(page).mappings())
         return TracePage(rows, total, limit, offset)
+
+    def eval_runs(self, limit: int = 50) -> tuple[EvalRunRow, ...]:
+        """The `limit` newest evaluation runs (by their newest episode), oldest first, each summarised in SQL."""
+        c = episodes.c
+        refused = case((c.refused.is_(True), 1.0), (c.refused.is_(False), 0.0), else_=None)
+        steps = func.coalesce(c.config["steps"].as_float(), c.n_steps)
+        query = (select(c.run, func.max(c.policy).label("policy"), func.max(c.dataset).label("dataset"),
+                        func.count().label("n"), func.avg(c.em).label("em"), func.avg(c.f1).label("f1"),
+                        func.avg(steps).label("avg_steps"),
+                        func.avg(c.config["support_recall"].as_float()).label("support_recall"),
+                        func.avg(refused).label("refusal_rate"),
+                        func.sum(c.config["seconds"].as_float()).label("seconds"),
+                        func.min(c.created_at).label("started_at"), func.max(c.id).label("last_id"))
+                 .where(c.source == "eval", c.run.is_not(None)).group_by(c.run)
+                 .order_by(func.max(c.id).desc()).limit(limit))
+        with self._read() as conn:
+            rows = [EvalRunRow(**row) for row in conn.execute(query).mappings()]
+        return tuple(reversed(rows))
 
     def trace_facets(self, limit: int = 200) -> TraceFacets:
         """Distinct datasets, policies, adapters, stages, runs and override annotators (each at most `limit`)."""

@@ -9,6 +9,7 @@ import pytest
 from app.common.policies import BASE
 from app.common.session import EpisodeSettings
 from app.tabs.compare import view as cmp
+from app.tabs.compare import shift as cs
 from app.tabs.compare.handlers import compare_policies
 from evorag_core.env.actions import Answer, Refuse, Search
 from evorag_core.env.episode import EpisodeRecord, StepRecord
@@ -77,6 +78,48 @@ def test_base_vs_an_adapter_runs_both_to_the_end_and_stores_both(svc, tmp_path):
     assert len(ids) == 2 and all(episodes[i].status in ("finished", "truncated") for i in ids)
     assert [episodes[i].question_id for i in ids] == ["demo-002", "demo-002"]
     assert "adapter r1" in html and "Which is longer" in html
+    # the chosen replies scored under both models (#46 item 7): base and a random adapter give different log-probs
+    shift = re.findall(r'<tr data-t="(\d+)" data-side="([^"]+)">.*?<td class="num">(-?[\d.]+)</td><td class="num">'
+                       r'(-?[\d.]+)</td><td class="num \w+">([+-][\d.]+)</td></tr>', html)
+    steps = re.findall(r'<tr class="cmp-\w+" data-t="(\d+)">', html)
+    assert shift and {int(t) for t, *_ in shift} == {int(t) for t in steps}
+    assert all(float(a) < 0 and float(b) < 0 for _, _, a, b, _ in shift)  # log-probabilities
+    assert all(abs(float(b) - float(a) - float(d)) < 2e-3 for _, _, a, b, d in shift)
+    assert any(abs(float(d)) > 1e-3 for *_, d in shift)  # the adapter moved them
+    assert 'id="evo-compare-shift-table"' in html and "Mean shift B − A over" in html
+
+
+def _passage(pid: str):
+    from evorag_core.types import Passage
+
+    return Passage(pid, pid, f"text {pid}")
+
+
+def test_the_same_reply_at_the_same_state_is_scored_once_and_the_rest_per_side():
+    """A and B: t=1 the same SEARCH (up to the recorded completion text) -> one 'A = B' row; t=2 they differ -> an A
+    and a B row; t=3 only B. Fake scorers: log P_A = -1 - len(reply) / 100, log P_B = -1 for every reply."""
+    same = {"completion": "SEARCH: Ansel Travine"}
+    a = _record(StepRecord(1, Search("Ansel Travine"), ("p1",), {}, {}, 0.2, info=same),
+                _step(2, Answer("in Mirrow"), 0.5))
+    b = _record(StepRecord(1, Search("Ansel Travine"), ("p1",), {}, {}, 0.2, info=same),
+                _step(2, Search("Mirrow town"), 0.1, ["p2"]), _step(3, Answer("Mirrow"), 0.9))
+    rows = cs.shift_rows(a, b, _passage)
+    assert [(t, side, completion) for t, side, _, completion in rows] == [
+        (1, "A = B", "SEARCH: Ansel Travine"), (2, "A", "ANSWER: in Mirrow"), (2, "B", "SEARCH: Mirrow town"),
+        (3, "B", "ANSWER: Mirrow")]
+    assert rows[3][2].chain[1].query == "Mirrow town"  # B's own state at t=3
+    shifts = cs.score_shifts(rows, lambda pairs: [-1 - len(c) / 100 for _, c in pairs],
+                             lambda pairs: [-1.0 for _ in pairs])
+    assert shifts[0].shift == pytest.approx(len("SEARCH: Ansel Travine") / 100)
+    html = cs.shift_html(shifts, "base <b>", "r1")
+    assert html.count("<tr data-t=") == 4 and "base &lt;b&gt;" in html and 'class="num pos">+0.210<' in html
+    mean = sum(s.shift for s in shifts) / 4
+    assert f'data-mean="{mean:.6f}"' in html and "B makes them more likely" in html
+
+
+def test_an_oracle_side_has_no_log_probabilities():
+    html = cs.compare_shift(None, (), ("oracle", BASE), (A, B), ("oracle", "base"), lambda name: None)
+    assert "need two language-model policies" in html and "<table" not in html
 
 
 @pytest.mark.parametrize("a, b, message", [(BASE, BASE, "same policy"), ("script", BASE, "not 'script'"),

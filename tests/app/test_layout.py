@@ -30,3 +30,21 @@ def test_the_tab_row_holds_only_tabs_with_distinct_ids(tmp_path):
         assert len(ids) == len(set(ids)), ids
     labels = [c.label for row in tab_rows for c in row.children]
     assert {"Episode", "Traces", "DynaKrag", "ARENA"} <= set(labels)
+
+
+def test_a_deep_link_scrolls_to_the_opened_trace(tmp_path):
+    """Issue #46 item 7: `?episode=N` selected the trace but left the page at its top. The Traces tab's page load
+    (which opens the trace) is followed by a JS step that scrolls the opened trace (or the link's error) into view;
+    it waits for the trace whose id the URL names, and does nothing without `?episode=`."""
+    from app.tabs.traces.layout import SCROLL_TO_TRACE_JS
+
+    svc = Services(load_config(), tmp_path / "home", data_path=DEMO, db_url=f"sqlite:///{tmp_path / 's.db'}")
+    demo = build_ui(svc)
+    fns = list(demo.fns.values())
+    scroll = [fn for fn in fns if fn.js == SCROLL_TO_TRACE_JS]
+    assert len(scroll) == 1 and scroll[0].fn is None and not scroll[0].outputs
+    opened_by = next(fn for fn in fns if fn._id == scroll[0].trigger_after)
+    assert opened_by.targets[0][1] == "load" and "evo-trace-head-box" in [b.elem_id for b in opened_by.outputs]
+    assert "head.dataset.episode === wanted.trim()" in SCROLL_TO_TRACE_JS
+    assert "#evo-trace-head-box" in SCROLL_TO_TRACE_JS and "scrollIntoView" in SCROLL_TO_TRACE_JS
+    assert "if (wanted === null) return;" in SCROLL_TO_TRACE_JS

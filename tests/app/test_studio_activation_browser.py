@@ -138,3 +138,10 @@ def test_compare_base_with_an_adapter_from_the_adapters_list(page, studio):
     assert rows.count() >= 1
     assert "Ran both" in page.locator("#evo-cmp-progress").inner_text()
     shot(page, "compare_base_vs_adapter")
+    # #46 item 7: whether training changed anything shows even on identical steps: each chosen reply's log-prob under
+    # base and adapter, and their difference
+    shift = page.locator("#evo-compare-shift-table tbody tr")
+    assert shift.count() >= rows.count()
+    assert "Mean shift B − A over" in page.locator("#evo-compare-shift").inner_text()
+    page.locator("#evo-compare-shift").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "compare_logprob_shift.png"))

@@ -367,7 +367,7 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
     page.wait_for_function("document.querySelector('#evo-bootstrap') !== null")
     boot = page.locator("#evo-bootstrap").inner_text()
     assert "+1.0000" in boot
-    choose(page, "evo-eval-run-pick", "1: oracle")
+    choose(page, "evo-eval-run-pick", "oracle on demo")  # the run as the store names it
     choose_when_listed(page, "evo-eval-question", "demo-002")  # the picked run's question list arrives
     # the drill-down draws the stored trace as the Traces tab does (its steps table is #evo-trace-steps)
     page.wait_for_function("document.querySelector('#evo-trace-box #evo-trace-steps') !== null")

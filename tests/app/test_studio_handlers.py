@@ -6,6 +6,7 @@ t = 1: beta = 2.0, rho = 0.5, eta = 0.02;  t = 2: p = 1/19, rho = 0.5, eta = 0.0
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import gradio as gr
@@ -232,7 +233,9 @@ def test_pairs_filters_counts_edit_discard_restore(svc):
     assert 'id="evo-pair-total">1<' in view.counts
     view = pairs_handlers.pairs_view(svc, "all", "all", "", "all")
     assert {a, b} <= {pid for _, pid in view.ids}
-    assert pairs_handlers.pair_fields(svc, a) == ("state A", "SEARCH: a", "SEARCH: b", "discovery")
+    prompt, *fields = pairs_handlers.pair_fields(svc, a)
+    assert fields == ["SEARCH: a", "SEARCH: b", "discovery"]
+    assert 'data-format="raw"' in prompt and "state A" in prompt  # not ChatML: shown as it is
     assert "saved" in pairs_handlers.edit_pair(svc, a, "SEARCH: b", "SEARCH: a", "refinement")
     assert store.get_pair(a).chosen == "SEARCH: b" and store.get_pair(a).stage == "refinement"
     with pytest.raises(ValueError, match="differ"):
@@ -326,13 +329,13 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     assert run.summary["n"] == 4 and run.summary["em"] == pytest.approx(0.75)
     runs, run_b = evaluate_handlers.run_eval(svc, runs, str(DEMO), "script", '[{"action": "REFUSE"}]', 0, 4)
     assert run_b.summary["em"] == 0.0 and run_b.summary["avg_steps"] == 1.0
-    summary = evaluate_handlers.eval_summary(runs)
+    summary = evaluate_handlers.eval_summary(svc, runs)
     assert run.name in summary and run_b.name in summary
-    boot = evaluate_handlers.compare_runs(runs, run.name, run_b.name, resamples=500)
+    boot = evaluate_handlers.compare_runs(svc, runs, run.name, run_b.name, resamples=500)
     assert "4 common questions" in boot and "<td>+0.7500</td>" in boot
     assert boot.count("too few common questions (n=4 &lt; 20) to call significance") == 3  # no verdict on 4
     with pytest.raises(ValueError, match="different"):
-        evaluate_handlers.compare_runs(runs, run.name, run.name)
+        evaluate_handlers.compare_runs(svc, runs, run.name, run.name)
     head, steps, fig = evaluate_handlers.drill_down(svc, runs, run.name, "demo-002")
     assert "prediction: <b>Sable River</b>" in head and "EM 1" in head
     assert steps.count("<tr") >= 3 and len(fig.data) == 8
@@ -340,9 +343,35 @@ def test_evaluate_slice_bootstrap_and_drill_down(svc):
     assert f"?episode={trace}" in head and 'id="evo-trace-steps"' in steps and "t = 1: SEARCH" in steps
     row = svc.store().get_episode(trace)
     assert (row.source, row.em, row.answer, row.data_path) == ("eval", 1.0, "Sable River", str(DEMO.resolve()))
-    assert evaluate_handlers.eval_questions(runs, run.name)[0][0].startswith("✓ demo-001")
+    assert evaluate_handlers.eval_questions(svc, runs, run.name)[0][0].startswith("✓ demo-001")
     with pytest.raises(ValueError, match="holds no question"):
         evaluate_handlers.run_eval(svc, runs, str(DEMO), "oracle", "", 100, 5)
+
+
+def test_a_restarted_studio_lists_compares_and_opens_the_earlier_runs(svc):
+    """Issue #46 item 7: the runs were kept in the page only and vanished on restart, their traces stayed stored. A
+    new Services on the same database, with an empty page, lists both runs from the store (oracle EM 0.75, refusing
+    script EM 0 on demo[0:4]), bootstraps them (+0.75) and opens a question's stored trace."""
+    _, run = evaluate_handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 4)
+    _, run_b = evaluate_handlers.run_eval(svc, {}, str(DEMO), "script", '[{"action": "REFUSE"}]', 0, 4)
+    assert run.name.startswith("oracle on demo · ")  # the store's run name
+    _, again = evaluate_handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 1)
+    assert again.name != run.name  # two runs within a second are two runs (run names have 1 s resolution)
+    assert evaluate_handlers._free_run_name(svc.store(), run.name) == f"{run.name} (2)"
+    restarted = Services(load_config(), svc.home, data_path=DEMO, db_url=svc.db_url)
+    try:
+        names = evaluate_handlers.run_names(restarted, {})
+        assert names[-3:] == [run.name, run_b.name, again.name]
+        summary = evaluate_handlers.eval_summary(restarted, {})
+        row = re.search(rf"<tr><td>{re.escape(views.esc(run.name))}</td>(.*?)</tr>", summary).group(1)
+        assert re.findall(r'<td class="num">([^<]*)</td>', row)[:3] == ["4", "0.75", "0.75"]  # n, EM, F1
+        boot = evaluate_handlers.compare_runs(restarted, {}, run.name, run_b.name, resamples=500)
+        assert "4 common questions" in boot and "<td>+0.7500</td>" in boot
+        assert evaluate_handlers.eval_questions(restarted, {}, run.name)[0][0].startswith("✓ demo-001")
+        head, steps, _ = evaluate_handlers.drill_down(restarted, {}, run.name, "demo-002")
+        assert f"?episode={run.episode_ids['demo-002']}" in head and "t = 1: SEARCH" in steps
+    finally:
+        restarted.close()
 
 
 def test_annotator_is_the_logged_in_user_when_there_is_one():

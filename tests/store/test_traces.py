@@ -216,6 +216,50 @@ def test_a_pipeline_methods_trace_is_stored_as_steps(tmp_path):
         assert ep.config["trace"][0]["query"] == "who" and (ep.em, ep.answer, ep.n_steps) == (1.0, "Ann", 2)
 
 
+def test_eval_runs_are_summarised_in_sql_oldest_first(seeded):
+    """Runs of source 'eval' only: run-eval holds ids 2, 3 and 6..12 (9 episodes). EM: all 0; F1: (0.5 + 0 + 7 *
+    0.2) / 9 = 1.9 / 9; refused: 1 of 9; steps: 2 each (no config "steps" here). The studio and rollout runs are not
+    evaluation runs."""
+    seeded.add_episode(question_id="x", dataset="demo", question="Later?", policy="oracle", stage="discovery",
+                       schedule="time-dynamic", steps=[_step(1)], source="eval", run="run-later",
+                       config={"steps": 5, "seconds": 1.5, "support_recall": 0.5},
+                       outcome=Outcome("y", 1.0, 1.0, False))
+    first, later = seeded.eval_runs()
+    assert (first.run, first.n, first.em, first.refusal_rate, first.avg_steps) == ("run-eval", 9, 0.0,
+                                                                                    pytest.approx(1 / 9), 2.0)
+    assert first.f1 == pytest.approx(1.9 / 9) and first.support_recall is None and first.dataset == "demo"
+    assert (later.run, later.n, later.avg_steps, later.seconds, later.support_recall) == ("run-later", 1, 5.0, 1.5,
+                                                                                          0.5)
+    assert [r.run for r in seeded.eval_runs(limit=1)] == ["run-later"]  # the newest runs
+
+
+def test_a_stored_run_reads_back_as_results_for_the_bootstrap(tmp_path, capsys):
+    """`evorag eval` stores a run; `load_run` gives back its results (what the Evaluate tab of a restarted studio
+    compares and opens): q1 right, q2 wrong, q3 refused, in question order, with their episodes' ids."""
+    from evorag_core.evaluation.runner import compare_results
+    from evorag_core.evaluation.traces import load_run
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"q1": [{"action": "ANSWER", "answer": "Dornbach"}],
+                                  "q2": [{"action": "ANSWER", "answer": "the Danube"}],
+                                  "q3": [{"action": "REFUSE"}]}), encoding="utf-8")
+    db = f"sqlite:///{tmp_path / 'eval.db'}"
+    assert cli_main(["eval", "--method", "script", "--script", str(script), "--data", str(TINY), "--home",
+                     str(tmp_path), "--db", db, "--json", "--no-progress"]) == 0
+    name = json.loads(capsys.readouterr().out)["run"]
+    with open_store(db) as s:
+        run = load_run(s, name)
+        (listed,) = s.eval_runs()
+        with pytest.raises(KeyError, match="no stored evaluation run"):
+            load_run(s, "no such run")
+    assert (listed.run, listed.n, listed.em, listed.avg_steps) == (name, 3, pytest.approx(1 / 3), 1.0)
+    assert [(r.question_id, r.em, r.refused, r.steps) for r in run.results] == [
+        ("q1", 1.0, False, 1), ("q2", 0.0, False, 1), ("q3", 0.0, True, 1)]
+    assert run.results[0].prediction == "Dornbach" and run.results[0].gold and run.label == "script"
+    assert sorted(run.episode_ids) == ["q1", "q2", "q3"] and run.data_path.endswith("common_tiny.jsonl")
+    assert compare_results(run.results, run.results, resamples=100)["em"]["diff"] == 0.0
+
+
 # --- the studio's handlers over the query layer ------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import gradio as gr
 
 from app.common import roles, views
 from app.common.services import Services
-from app.common.wiring import annotator_name, on
+from app.common.wiring import annotator_name, on, studio_tab
 from app.tabs.annotate import handlers as ha
 
 __all__ = ["AnnotateTabs", "build_tabs", "DEFAULT_GUIDELINES", "KEYS_JS"]
@@ -111,7 +111,7 @@ class AnnotateTabs:
 
 def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> AnnotateTabs:
     """Both tabs, created inside the caller's `gr.Tabs`."""
-    with gr.Tab("Annotate", id="annotate", elem_id="evo-annotate-tab") as tab:
+    with studio_tab("Annotate", id="annotate", elem_id="evo-annotate-tab") as tab:
         with gr.Row(equal_height=True):
             progress = gr.HTML(elem_id="evo-ann-progress")
             gr.HTML('<span class="evo-muted">keys: 1–9 pick best first · Shift+1–9 worst · Enter submit · T tie · '
@@ -126,7 +126,7 @@ def build_tabs(svc: Services, annotator: gr.Textbox, demo: gr.Blocks) -> Annotat
                                                     ("skip", "Skip (S)", "secondary"),
                                                     ("undo", "Undo last (U)", "secondary"))}
         command = gr.Textbox(visible="hidden", elem_id="evo-ann-cmd")
-    with gr.Tab("Review", id="review", elem_id="evo-review-tab") as review_tab:
+    with studio_tab("Review", id="review", elem_id="evo-review-tab") as review_tab:
         agreement = gr.HTML(elem_id="evo-review-agreement-box")
         table = gr.HTML(elem_id="evo-review-list")
         with gr.Row():

@@ -15,7 +15,7 @@ from evorag_core.reader.arena.prompt import ArenaConfig
 
 from app.common import views, pickers
 from app.common.services import Services
-from app.common.wiring import on
+from app.common.wiring import on, studio_tab
 from app.tabs.arena import handlers as ha
 
 __all__ = ["build_tab"]
@@ -34,7 +34,7 @@ def _session(request: gr.Request | None) -> str:
 def build_tab(svc: Services) -> gr.Tab:
     """The tab (created inside the caller's `gr.Tabs`); it reloads its pickers when selected."""
     files = pickers.data_choices(svc)
-    with gr.Tab("ARENA", id="arena", elem_id="evo-arena-tab") as tab:
+    with studio_tab("ARENA", id="arena", elem_id="evo-arena-tab") as tab:
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
                 c = _request_column(svc, files)

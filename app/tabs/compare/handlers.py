@@ -1,5 +1,6 @@
 """Compare handler: one question run to the end by two policies, one after the other, then aligned
-(`app/tabs/compare/view.py`). Both episodes are stored like any studio episode, so they are also in the store's history."""
+(`app/tabs/compare/view.py`), with the chosen replies' log-probabilities under both models (`shift.py`). Both
+episodes are stored like any studio episode, so they are also in the store's history."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -11,6 +12,7 @@ from app.common.pickers import policy_options
 from app.common.services import Services
 from app.common.session import EpisodeSession, EpisodeSettings
 from app.tabs.compare import view as cmp
+from app.tabs.compare.shift import compare_shift
 
 __all__ = ["CompareStatus", "compare_policies"]
 
@@ -56,6 +58,9 @@ def compare_policies(svc: Services, settings: EpisodeSettings, policy_b: str) ->
         sessions.append(session)
     a, b = sessions
     result = cmp.compare(question, a.record, label_a, b.record, label_b, ids=(a.db_id, b.db_id))
+    yield CompareStatus(views.message_html("Scoring the chosen replies under both models…", "info"), "")
+    shift = compare_shift(svc, rt.corpus_for(question).passages, (policy_a, policy_b), (a.record, b.record),
+                          (label_a, label_b), adapter_lookup(svc))
     done = (f"Ran both: A {len(a.record.steps)} steps, B {len(b.record.steps)} steps "
             f"({sum(a.step_seconds) + sum(b.step_seconds):.1f} s).")
-    yield CompareStatus(views.message_html(done, "ok"), cmp.comparison_html(result))
+    yield CompareStatus(views.message_html(done, "ok"), cmp.comparison_html(result) + shift)

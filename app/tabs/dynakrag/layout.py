@@ -21,7 +21,7 @@ from app.common import roles, views, pickers
 from app.common.dynakrag_view import trace_html
 from app.common.page_timers import PageTimers
 from app.common.services import Services
-from app.common.wiring import on
+from app.common.wiring import on, studio_tab
 from app.tabs.dynakrag import handlers as hd
 from app.tabs.dynakrag.view import controller_html, final_html, operations_html, scores_figure, state_html
 
@@ -60,7 +60,7 @@ def build_tab(svc: Services, timers: PageTimers) -> gr.Tab:
     trained = hd.controller_status(svc).trained
     first_ctrl = hd.LEARNED if trained else hd.UNIFORM
     c = SimpleNamespace()
-    with gr.Tab("DynaKrag", id="dynakrag", elem_id="evo-dk-tab") as tab:
+    with studio_tab("DynaKrag", id="dynakrag", elem_id="evo-dk-tab") as tab:
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
                 _picks_column(svc, c, first_ctrl)

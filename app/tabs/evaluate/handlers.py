@@ -1,5 +1,10 @@
 """Evaluation handlers: run a method on a slice of a data file, the summary of runs, the paired bootstrap between
-two runs, and the per-question drill-down into a trace."""
+two runs, and the per-question drill-down into a trace.
+
+The runs listed are the store's evaluation runs (`Store.eval_runs`: every run the studio or `evorag eval` stored,
+those of an earlier studio process included), plus this page's runs that were not stored (no store). A run is known
+by its store name ('oracle on demo · 2026-11-29 09:00:38'); its results are read back from the store when it is
+compared or opened (`evaluation.traces.load_run`), unless this page still holds them."""
 from __future__ import annotations
 
 import json
@@ -9,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import plotly.graph_objects as go
 
 from evorag_core.env.episode import EpisodeRecord
-from evorag_core.evaluation.traces import EvalRecorder, run_name
+from evorag_core.evaluation.traces import EvalRecorder, load_run, run_name
 from evorag_core.evaluation.runner import compare_results, evaluate
 from evorag_core.methods.base import EpisodeMethod, QuestionResult
 from evorag_core.methods.registry import LM_FREE_METHODS, METHODS, Method, build_method
+from evorag_core.store import TraceFilter
 
 from app.common import views
 from app.common.handlers import adapter_lookup, short
@@ -24,7 +30,7 @@ from app.common.stored_traces import open_trace
 if TYPE_CHECKING:
     from evorag_core.runtime import Runtime
 
-__all__ = ["EvalRun", "EVAL_PREFIX", "eval_method_options", "run_eval", "eval_summary", "compare_runs",
+__all__ = ["EvalRun", "EVAL_PREFIX", "eval_method_options", "run_eval", "run_names", "eval_summary", "compare_runs",
            "eval_questions", "drill_down"]
 
 
@@ -80,11 +86,22 @@ def run_eval(svc: Services, runs: dict[str, EvalRun] | None, data_path: str | No
 
     summary, results = evaluate(em, questions, on_result=progress)
     runs = dict(runs or {})
-    name = f"{len(runs) + 1}: {method} on {rt.dataset.name}[{start}:{start + len(questions)}]"
+    name = recorder.run if recorder is not None else (
+        f"{len(runs) + 1}: {method} on {rt.dataset.name}[{start}:{start + len(questions)}]")
     run = EvalRun(name, em.label, rt.dataset.name, summary, results, str(rt.dataset.path),
                   dict(recorder.episode_ids) if recorder is not None else {})
     runs[name] = run
     return runs, run
+
+
+def _free_run_name(store, name: str) -> str:
+    """`name`, or `name (2)`, `name (3)`... when the store holds a run by that name already (run names have
+    one-second resolution: two runs started within a second would otherwise be listed as one)."""
+    candidate, k = name, 1
+    while store.search_traces(TraceFilter(run=candidate), limit=1).total:
+        k += 1
+        candidate = f"{name} ({k})"
+    return candidate
 
 
 def _recorder(svc: Services, rt: Runtime, method: str, em: Method) -> EvalRecorder | None:
@@ -99,27 +116,64 @@ def _recorder(svc: Services, rt: Runtime, method: str, em: Method) -> EvalRecord
         adapter = active.name if active is not None else None
     elif name.startswith("lm:") and name != BASE:
         adapter = name[3:]
-    return EvalRecorder(store, method=name, label=em.label, run=run_name(name, rt.dataset.name),
+    return EvalRecorder(store, method=name, label=em.label, run=_free_run_name(store, run_name(name, rt.dataset.name)),
                         data_path=str(rt.dataset.path), stage=svc.cfg.reward.stage, schedule=svc.cfg.reward.schedule,
                         adapter=adapter)
 
 
-def eval_summary(runs: dict[str, EvalRun] | None) -> str:
-    rows = [[r.name, r.method, r.summary["n"], r.summary["em"], r.summary["f1"], r.summary["avg_steps"],
-             r.summary["support_recall"], r.summary["refusal_rate"], r.summary["seconds"]]
-            for r in (runs or {}).values()]
+_SUMMARY_KEYS = ("n", "em", "f1", "avg_steps", "support_recall", "refusal_rate", "seconds")
+
+
+def _listed(svc: Services, runs: dict[str, EvalRun] | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, method, summary) of every run the tab lists: the store's evaluation runs, oldest first, then this
+    page's runs that are not in the store."""
+    store = svc.store_or_none()
+    stored = store.eval_runs() if store is not None else ()
+    out = [(r.run, r.policy, {k: getattr(r, k) for k in _SUMMARY_KEYS}) for r in stored]
+    names = {name for name, _, _ in out}
+    return out + [(r.name, r.method, r.summary) for r in (runs or {}).values() if r.name not in names]
+
+
+def run_names(svc: Services, runs: dict[str, EvalRun] | None) -> list[str]:
+    """The runs the pickers offer, oldest first (see `_listed`)."""
+    return [name for name, _, _ in _listed(svc, runs)]
+
+
+def eval_summary(svc: Services, runs: dict[str, EvalRun] | None) -> str:
+    rows = [[name, method, *("" if summary.get(k) is None else summary[k] for k in _SUMMARY_KEYS)]
+            for name, method, summary in _listed(svc, runs)]
     return views.table_html(["run", "method", "n", "EM", "F1", "steps", "support recall", "refusal rate", "seconds"],
                             rows, table_id="evo-eval-summary", empty="No evaluation run yet.")
 
 
-def compare_runs(runs: dict[str, EvalRun] | None, a: str | None, b: str | None, resamples: int = 10_000) -> str:
+def _run(svc: Services, runs: dict[str, EvalRun] | None, name: str | None) -> EvalRun | None:
+    """This page's run `name`, else the store's (read back); None when neither has it."""
+    if not name:
+        return None
+    if name in (runs or {}):
+        return runs[name]  # type: ignore[index]
+    store = svc.store_or_none()
+    if store is None:
+        return None
+    try:
+        stored = load_run(store, name)
+    except KeyError:
+        return None
+    return EvalRun(stored.run, stored.label, stored.dataset, {}, list(stored.results), stored.data_path or "",
+                   stored.episode_ids)
+
+
+def compare_runs(svc: Services, runs: dict[str, EvalRun] | None, a: str | None, b: str | None,
+                 resamples: int = 10_000) -> str:
     """Paired bootstrap of EM, F1 and steps between two runs on their common questions."""
-    runs = runs or {}
-    if not a or not b or a not in runs or b not in runs:
+    if not a or not b:
         raise ValueError("choose two evaluation runs to compare")
     if a == b:
         raise ValueError("choose two different runs")
-    out = compare_results(runs[a].results, runs[b].results, resamples=int(resamples))
+    run_a, run_b = _run(svc, runs, a), _run(svc, runs, b)
+    if run_a is None or run_b is None:
+        raise ValueError("choose two evaluation runs to compare")
+    out = compare_results(run_a.results, run_b.results, resamples=int(resamples))
     rows = []
     for metric in ("em", "f1", "steps"):
         r = out[metric]
@@ -130,8 +184,8 @@ def compare_runs(runs: dict[str, EvalRun] | None, a: str | None, b: str | None, 
                                    table_id="evo-bootstrap")
 
 
-def eval_questions(runs: dict[str, EvalRun] | None, name: str | None) -> list[tuple[str, str]]:
-    run = (runs or {}).get(name or "")
+def eval_questions(svc: Services, runs: dict[str, EvalRun] | None, name: str | None) -> list[tuple[str, str]]:
+    run = _run(svc, runs, name)
     if run is None:
         return []
     return [(f"{'✓' if r.em else '✗'} {r.question_id} · {short(r.question, 60)}", r.question_id) for r in run.results]
@@ -141,7 +195,7 @@ def drill_down(svc: Services, runs: dict[str, EvalRun] | None, name: str | None,
                ) -> tuple[str, str, go.Figure]:
     """The trace of one evaluated question: (summary HTML, trace HTML, contributions figure). Environment episodes
     show their steps with signals; DynaKrag its controller trace; ARENA its structured answer over the references."""
-    run = (runs or {}).get(name or "")
+    run = _run(svc, runs, name)
     if run is None or not question_id:
         raise ValueError("choose a run and a question")
     res = next((r for r in run.results if r.question_id == question_id), None)

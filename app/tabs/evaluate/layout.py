@@ -15,7 +15,8 @@ __all__ = ["build_tab"]
 
 def build_tab(svc: Services) -> Reload:
     """The Evaluate tab's content: run a method over a data file's questions, a paired bootstrap between two runs,
-    and a question's trace; the returned Reload refreshes the data files and methods when the tab is selected."""
+    and a question's trace; the returned Reload refreshes the data files, methods and runs when the tab is
+    selected."""
     runs = gr.State({})
     with gr.Row():
         files = data_choices(svc)
@@ -27,11 +28,11 @@ def build_tab(svc: Services) -> Reload:
         run_btn = gr.Button("Run evaluation", variant="primary", scale=1, elem_id="evo-eval-run")
     script = gr.Code(EXAMPLE_SCRIPT, language="json", label="Script (for the script method)", lines=4, visible=False,
                      elem_id="evo-eval-script")
-    summary = gr.HTML(handlers.eval_summary({}), elem_id="evo-eval-summary-box")
+    summary = gr.HTML('<div class="evo-empty">Reading the stored runs…</div>', elem_id="evo-eval-summary-box")
     gr.Markdown("### Paired bootstrap between two runs")
     with gr.Row():
-        run_a = gr.Dropdown(label="Run A", choices=[])
-        run_b = gr.Dropdown(label="Run B", choices=[])
+        run_a = gr.Dropdown(label="Run A", choices=[], elem_id="evo-eval-run-a")
+        run_b = gr.Dropdown(label="Run B", choices=[], elem_id="evo-eval-run-b")
         resamples = gr.Number(value=10_000, precision=0, minimum=100, label="Resamples")
         compare = gr.Button("Compare", scale=0, min_width=120, elem_id="evo-compare")
     boot = gr.HTML(elem_id="evo-bootstrap-box")
@@ -50,25 +51,28 @@ def build_tab(svc: Services) -> Reload:
             progress((done, total), desc=f"{res.question_id}: EM {res.em:.0f}")
 
         new_runs, run = handlers.run_eval(svc, state, data, m, scr or "", s, c, report)
-        names = list(new_runs)
-        return (new_runs, handlers.eval_summary(new_runs), gr.Dropdown(choices=names, value=names[0]),
+        names = handlers.run_names(svc, new_runs)
+        return (new_runs, handlers.eval_summary(svc, new_runs), gr.Dropdown(choices=names, value=names[0]),
                 gr.Dropdown(choices=names, value=names[-1]), gr.Dropdown(choices=names, value=run.name),
-                gr.Dropdown(choices=handlers.eval_questions(new_runs, run.name), value=None))
+                gr.Dropdown(choices=handlers.eval_questions(svc, new_runs, run.name), value=None))
 
     method.change(lambda m: gr.Code(visible=m == "script"), method, script, api_visibility="private")
     on(run_btn.click, on_run, [runs, data_dd, method, script, start, count],
        [runs, summary, run_a, run_b, run_pick, q_pick])
-    on(compare.click, lambda st, a, b, n: handlers.compare_runs(st, a, b, n), [runs, run_a, run_b, resamples], boot)
-    on(run_pick.input, lambda st, name: gr.Dropdown(choices=handlers.eval_questions(st, name), value=None),
+    on(compare.click, lambda st, a, b, n: handlers.compare_runs(svc, st, a, b, n), [runs, run_a, run_b, resamples],
+       boot)
+    on(run_pick.input, lambda st, name: gr.Dropdown(choices=handlers.eval_questions(svc, st, name), value=None),
        [runs, run_pick], q_pick)
     on(open_btn.click, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
        [trace_head, trace_steps, trace_plot])
     on(q_pick.input, lambda st, name, q: handlers.drill_down(svc, st, name, q), [runs, run_pick, q_pick],
        [trace_head, trace_steps, trace_plot])
 
-    def reload():
-        """On select: the data files (uploads) and the methods (new adapters) offered."""
-        return (gr.Dropdown(choices=data_choices(svc)),
-                gr.Dropdown(choices=handlers.eval_method_options(svc)))
+    def reload(state):
+        """On select: the data files (uploads) and the methods (new adapters) offered, and the runs (the store's,
+        those of earlier studios included)."""
+        names = handlers.run_names(svc, state)
+        return (gr.Dropdown(choices=data_choices(svc)), gr.Dropdown(choices=handlers.eval_method_options(svc)),
+                handlers.eval_summary(svc, state), *(gr.Dropdown(choices=names) for _ in range(3)))
 
-    return Reload(reload, [], [data_dd, method])
+    return Reload(reload, [runs], [data_dd, method, summary, run_a, run_b, run_pick])

@@ -8,6 +8,7 @@ from evorag_core.env.scheduler import STAGES
 from app.common import views
 from app.common.handlers import check_typed, none_if_all, short
 from app.common.services import Services
+from app.tabs.pairs.view import prompt_html
 
 __all__ = ["PairsView", "pairs_view", "pair_fields", "edit_pair", "discard_pair", "restore_pair"]
 
@@ -41,11 +42,12 @@ def pairs_view(svc: Services, source: str | None = None, status: str | None = No
 
 
 def pair_fields(svc: Services, pair_id: int | None) -> tuple[str, str, str, str]:
-    """(prompt, chosen, rejected, stage) of a pair, for the edit form."""
+    """(the prompt as a conversation (HTML, `view.prompt_html`), chosen, rejected, stage) of a pair, for the edit
+    form."""
     if pair_id is None:
-        return "", "", "", ""
+        return prompt_html(""), "", "", ""
     p = svc.store().get_pair(int(pair_id))
-    return p.prompt, p.chosen, p.rejected, p.stage or ""
+    return prompt_html(p.prompt), p.chosen, p.rejected, p.stage or ""
 
 
 def edit_pair(svc: Services, pair_id: int | None, chosen: str, rejected: str, stage: str) -> str:

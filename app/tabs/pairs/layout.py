@@ -11,6 +11,7 @@ from app.common import roles, views
 from app.common.services import Services
 from app.common.wiring import Reload, on
 from app.tabs.pairs import handlers
+from app.tabs.pairs.view import prompt_html
 
 __all__ = ["build_tab"]
 
@@ -30,7 +31,7 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
         with gr.Row():
             pair_dd = gr.Dropdown(label="Pair", choices=[], elem_id="evo-pair-pick", scale=1)
             pair_stage = gr.Textbox(label="Stage", scale=1)
-        prompt = gr.Textbox(label="Prompt (state)", lines=4, max_lines=12, interactive=False)
+        prompt = gr.HTML(prompt_html(""), label="Prompt (state)", elem_id="evo-pair-prompt-box")
         with gr.Row():
             chosen = gr.Textbox(label="Chosen (preferred)", lines=2)
             rejected = gr.Textbox(label="Rejected", lines=2)

@@ -14,12 +14,29 @@ from evorag_core.store import EPISODE_SOURCES, OUTCOMES, TRACE_ORDERS
 
 from app.common import views
 from app.common.services import Services
-from app.common.wiring import on
+from app.common.wiring import on, studio_tab
 from app.tabs.traces import handlers as th
 
 __all__ = ["build_tab"]
 
 _EMPTY_TRACE = '<div class="evo-empty">Pick a row above (or type a trace id and press Open) to see its trace.</div>'
+
+# after the page load opened `?episode=ID`: scroll the opened trace (or the link's error message) into view, once
+# the page shows it (the load's outputs are drawn asynchronously: polled for up to 10 s)
+SCROLL_TO_TRACE_JS = """() => {
+  const wanted = new URLSearchParams(window.location.search).get('episode');
+  if (wanted === null) return;
+  let tries = 0;
+  const go = () => {
+    const head = document.querySelector('#evo-trace-head');
+    const msg = document.querySelector('#evo-trace-msg');
+    const target = head && head.dataset.episode === wanted.trim() ? document.querySelector('#evo-trace-head-box')
+      : (msg && msg.innerText.trim() ? msg : null);
+    if (target) target.scrollIntoView({block: 'start'});
+    else if (tries++ < 100) setTimeout(go, 100);
+  };
+  go();
+}"""
 
 
 def _choices(values: tuple[str, ...]) -> list[str]:
@@ -27,8 +44,9 @@ def _choices(values: tuple[str, ...]) -> list[str]:
 
 
 def build_tab(svc: Services, demo: gr.Blocks, tabs: gr.Tabs) -> gr.Tab:
-    """The tab (created inside `tabs`); its page-load hook opens `?episode=ID` and selects the tab."""
-    with gr.Tab("Traces", id="traces", elem_id="evo-traces-tab") as tab:
+    """The tab (created inside `tabs`); its page-load hook opens `?episode=ID`, selects the tab and scrolls the
+    trace into view."""
+    with studio_tab("Traces", id="traces", elem_id="evo-traces-tab") as tab:
         c = SimpleNamespace(ids=gr.State([]), page=gr.State(1))
         _filters_section(c)
         _list_section(c)
@@ -159,4 +177,6 @@ def _wire(svc: Services, c: SimpleNamespace, demo: gr.Blocks, tabs: gr.Tabs, tab
     on(c.open_btn.click, open_by_id, c.open_id, c.trace_outs)
     on(c.open_id.submit, open_by_id, c.open_id, c.trace_outs)
     on(tab.select, facets_and_page, c.filters, [*c.facet_outs, *c.list_outs], api_visibility="private")
-    on(demo.load, on_load, set(c.filters), [tabs, *c.facet_outs, *c.list_outs, *c.trace_outs], api_visibility="private")
+    loaded = on(demo.load, on_load, set(c.filters), [tabs, *c.facet_outs, *c.list_outs, *c.trace_outs],
+                api_visibility="private")
+    loaded.then(None, None, None, js=SCROLL_TO_TRACE_JS, api_visibility="private")  # a deep link shows its trace
