@@ -19,15 +19,6 @@ from evorag_core.store import open_store
 from tests.paths import DEMO, REPO
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from tests.tiny_model import build_tiny_model
-
-    rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")]
-    texts = [r["question"] for r in rows] + [f"{p['title']}: {p['text']}" for r in rows for p in r["passages"]]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=2048)
-
-
 def run_bench(tiny: Path, home: Path, out: Path) -> str:
     # patience 1, epsilon 100: every EMA change is stale, so the switch fires after round 2 and round 3 is the last
     argv = [sys.executable, "-m", "bench.curriculum", "--data", str(DEMO), "--dev", "0:2", "--train", "2:8",

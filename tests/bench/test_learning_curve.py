@@ -58,15 +58,6 @@ def test_the_curve_starts_at_the_base_and_the_live_model_moves_only_on_a_pass():
     assert list(live[0].y) == [0.30, 0.40, 0.40]  # F1 panel: the live model's score after each round
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from tests.tiny_model import build_tiny_model
-
-    rows = [json.loads(line) for line in DEMO.open(encoding="utf-8")]
-    texts = [r["question"] for r in rows] + [f"{p['title']}: {p['text']}" for r in rows for p in r["passages"]]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts, vocab_size=2048)
-
-
 def _run(tiny: Path, home: Path, out: Path) -> str:
     argv = [sys.executable, "-m", "bench.learning_curve", "--data", str(DEMO), "--train", "0:4", "--rounds", "2",
             "--eval", "40:46", "--method", "fixed-k", "--pairs", "8", "--max-steps", "2", "--lr", "2e-2",
