@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.tabs.episode.layout import KEEP_TYPED_JS
+
 from tests.paths import REPO, SHOTS
 from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
 
@@ -82,7 +84,8 @@ def test_a_human_search_mid_episode_and_the_oracle_continues(page, studio):
     page.wait_for_function(rows(1))
     page.click("#evo-propose")
     page.wait_for_function(f"{text_of('evo-proposal-text')} === 'SEARCH: Mirrow'")
-    assert page.locator("#evo-human-arg textarea, #evo-human-arg input").first.input_value() == "Mirrow"
+    box = page.locator("#evo-human-arg textarea, #evo-human-arg input").first
+    page.wait_for_function("(el) => el.value === 'Mirrow'", arg=box.element_handle())  # the untouched box is filled
     shot(page, "human_01_proposal")
 
     page.locator("#evo-human-arg textarea, #evo-human-arg input").first.fill("Sable River")
@@ -121,9 +124,19 @@ def test_a_correction_pair_updates_the_counts_and_messages_clear(page, studio):
     page.wait_for_function(f"{text_of('evo-message')}.includes('loading the policy model')")
     page.wait_for_function(f"{text_of('evo-status')}.includes('LM')", timeout=300_000)
     assert " took " in page.locator("#evo-message").inner_text()
+    box = page.locator("#evo-human-arg textarea, #evo-human-arg input").first
     page.click("#evo-propose")
+    box.fill("typed while the policy thinks")  # a person types before the proposal arrives: it must not overwrite
     page.wait_for_function(f"{text_of('evo-proposal-text')}.startsWith('SEARCH')", timeout=300_000)
     proposal = page.locator("#evo-proposal-text").inner_text()
+    offered = proposal.split(": ", 1)[1]
+    page.wait_for_function(f"document.getElementById('evo-human-arg').dataset.proposal === {offered!r}")
+    assert box.input_value() == "typed while the policy thinks"  # the box was offered the proposal and kept the text
+    # the rule itself, run by the browser: the proposal fills the box only if it is unchanged since the ask
+    keep = f"({KEEP_TYPED_JS})"
+    assert page.evaluate(f"{keep}('Mirrow', '', '')") == "Mirrow"
+    assert page.evaluate(f"{keep}('Mirrow', 'old', 'old')") == "Mirrow"
+    assert page.evaluate(f"{keep}('Mirrow', '', 'mine')") == "mine"
     page.locator("#evo-human-action input[value='ANSWER']").check()
     page.locator("#evo-human-arg textarea, #evo-human-arg input").first.fill("Sable River")
     page.locator("#evo-human-queue input").check()

@@ -31,6 +31,14 @@ __all__ = ["EpisodeTab", "build_tab"]
 
 _score_flags: dict[str, threading.Event] = {}  # browser session -> its running sibling scoring's Stop flag
 
+# The proposal fills the query box unless the person changed it after asking (then their text stays); the box
+# records the proposal it was offered (data-proposal), which is how a test knows this step ran.
+KEEP_TYPED_JS = """(proposed, atAsk, now) => {
+  const box = document.getElementById('evo-human-arg');
+  if (box) box.dataset.proposal = proposed ?? '';
+  return (now ?? '') === (atAsk ?? '') ? proposed : now;
+}"""
+
 
 def _browser(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or ""
@@ -146,6 +154,8 @@ def _human_row(c: SimpleNamespace) -> None:
             with gr.Column(scale=2, min_width=170):
                 c.human_btn = gr.Button("Take this step", variant="primary", size="sm", elem_id="evo-human-step")
                 c.propose_btn = gr.Button("Agent's proposal", size="sm", elem_id="evo-propose")
+        # the proposal's text and what the box held when it was asked for: it fills the box only if untouched since
+        c.proposed_arg, c.arg_at_ask = gr.Textbox(visible=False), gr.Textbox(visible=False)
         with gr.Row(equal_height=True):
             c.proposal = gr.HTML(elem_id="evo-proposal-box")
             c.human_queue = gr.Checkbox(False, label="queue a human-correction pair (mine over the policy's)",
@@ -313,17 +323,20 @@ def _wire_human_and_pairs(svc: Services, c: SimpleNamespace, annotator: gr.Textb
         html = views.message_html(f"Queued annotation item #{item_id}: it is in the Annotate tab's queue.", "ok")
         return html, {**(shown_now or {}), "pair_msg": html}
 
-    def on_propose(sess, shown_now):
+    def on_propose(sess, shown_now, typed):
         view, name, arg = human_handlers.propose_action(sess)
-        return (*_outputs(view, shown_now), sess, name, arg)
+        return (*_outputs(view, shown_now), sess, name, arg, typed or "")
 
     def on_human(sess, shown_now, name, arg, queue, who, request: gr.Request):
         view, sess, _ = human_handlers.human_step(sess, svc, name, arg, _annotator(svc, who, request), bool(queue))
         return (*_outputs(view, shown_now), sess, "", human_handlers.pairs_count_html(svc))
 
     ep_outputs = [*c.outputs, c.shown, c.session]
-    on(c.propose_btn.click, on_propose, [c.session, c.shown], [*ep_outputs, c.human_act, c.human_arg],
-       show_progress="minimal")
+    proposed = on(c.propose_btn.click, on_propose, [c.session, c.shown, c.human_arg],
+                  [*ep_outputs, c.human_act, c.proposed_arg, c.arg_at_ask], show_progress="minimal")
+    # a person who typed while the policy thought keeps their text (#46: a late proposal overwrote it)
+    proposed.then(None, [c.proposed_arg, c.arg_at_ask, c.human_arg], c.human_arg, js=KEEP_TYPED_JS,
+                  api_visibility="private")
     human_done = on(c.human_btn.click, on_human, [c.session, c.shown, c.human_act, c.human_arg, c.human_queue,
                                                   annotator], [*ep_outputs, c.human_arg, c.pairs_count],
                     show_progress="minimal")
