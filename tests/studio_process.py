@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from tests.paths import SHOTS
+from tests.paths import DEMO, SHOTS
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -146,3 +146,12 @@ def shot(page, name: str) -> None:
 def text_of(elem_id: str) -> str:
     """A JS expression: the element's innerText, or '' while it is not on the page."""
     return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"
+
+
+def store_oracle_run(home: Path, db_url: str, limit: int = 3) -> None:
+    """An `evorag eval` run of the oracle on the demo's first `limit` questions, stored in `db_url` (it also builds
+    the demo index in `home`): what the Traces and Evaluate tabs list before a studio starts."""
+    from evorag_core.cli.main import main as cli_main
+
+    assert cli_main(["eval", "--method", "oracle", "--limit", str(limit), "--data", str(DEMO), "--home", str(home),
+                     "--db", db_url, "--json", "--no-progress"]) == 0

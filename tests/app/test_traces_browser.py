@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO, SHOTS
-from evorag_core.cli.main import main as cli_main
 from evorag_core.store import TraceFilter, open_store
-from tests.studio_process import CHROMIUM, choose, chromium, demo_page, serve_studio
+from tests.studio_process import CHROMIUM, store_oracle_run, choose, chromium, demo_page, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -31,8 +30,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Pyt
 def studio(session_home, tmp_path_factory):
     """(url, db url): the eval run is stored first (it builds the demo index in the shared home), then the studio."""
     db_url = f"sqlite:///{tmp_path_factory.mktemp('traces_db') / 'studio.db'}"
-    assert cli_main(["eval", "--method", "oracle", "--limit", "3", "--data", str(DEMO), "--home", str(session_home),
-                     "--db", db_url, "--json", "--no-progress"]) == 0
+    store_oracle_run(session_home, db_url)
     with serve_studio(session_home, db_url, REPO / "artifacts" / "traces_browser.log",
                       "--no-worker", "--no-warm", "--set", "policy.threads=1") as (url, _):
         yield url, db_url

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from evorag_core.cli.main import main as cli_main
 from evorag_core.store import TraceFilter, open_store
 from tests.app.test_pairs_view import agent_prompt
 from tests.paths import DEMO, REPO
-from tests.studio_process import CHROMIUM, choose, serve_studio, shot, text_of
+from tests.studio_process import CHROMIUM, store_oracle_run, choose, serve_studio, shot, text_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -32,8 +31,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Pyt
 def studio(session_home, tmp_path_factory):
     """(url, db url, run name, pair id): the eval run and the pair are stored first, then the studio starts."""
     db_url = f"sqlite:///{tmp_path_factory.mktemp('walk_db') / 'studio.db'}"
-    assert cli_main(["eval", "--method", "oracle", "--limit", "3", "--data", str(DEMO), "--home", str(session_home),
-                     "--db", db_url, "--json", "--no-progress"]) == 0
+    store_oracle_run(session_home, db_url)
     with open_store(db_url) as s:
         run = s.eval_runs()[0].run
         pair = s.add_pair(agent_prompt(), "SEARCH: Ansel Travine", "ANSWER: Paris", source="rollout",
