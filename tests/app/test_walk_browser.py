@@ -16,7 +16,7 @@ import pytest
 
 from evorag_core.store import TraceFilter, open_store
 from tests.app.test_pairs_view import agent_prompt
-from tests.paths import DEMO, REPO
+from tests.paths import REPO
 from tests.studio_process import CHROMIUM, store_oracle_run, choose, serve_studio, shot, text_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
