@@ -99,7 +99,7 @@ class LiveEpisode:
     notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
     _busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
     preparing: threading.Thread | None = field(default=None, repr=False)  # idle-time prefill for the next step
-    _view: AgentView | None = field(default=None, init=False, repr=False)  # the latest observation's view
+    _view: AgentView | None = field(default=None, init=False, repr=False)  # the latest observation's view (set by open)
     _ended: bool = field(default=False, init=False, repr=False)  # the last step terminated or truncated
 
     @contextmanager
@@ -252,7 +252,7 @@ class LiveEpisode:
         self.candidate_actions = [c.action for c in candidates]
         self.candidates = [c.as_dict() for c in candidates]
         self.candidate_prompt = next((c.prompt for c in candidates if c.prompt), None)
-        self.candidates_t = self._now().t
+        self.candidates_t = self._view.t
 
     def score_candidates(self, horizon: int, on_progress: Callable[[int, int], None] | None = None,
                          stop: threading.Event | None = None) -> bool:
@@ -322,12 +322,10 @@ class LiveEpisode:
         the episode's end: one store call, one transaction."""
         if self.store is None or self.db_id is None:
             return
-        found = ()
-        if siblings:
-            from evorag_core.store import Sibling
+        from evorag_core.store import Sibling
 
-            found = tuple(Sibling(c["action"], c.get("argument"), c.get("logprob"), c.get("branch_return"))
-                          for c in siblings)
+        found = tuple(Sibling(c["action"], c.get("argument"), c.get("logprob"), c.get("branch_return"))
+                      for c in siblings)
         self._store_call(self.store.add_step, self.db_id, store_step(step, found),
                          judge=step.verdict.judge if step.verdict is not None else None,
                          finish=episode_finish(self.record, self.question) if self._ended else None)
