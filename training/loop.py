@@ -1,5 +1,6 @@
 """Small pieces the hand-written step-level loops (GRPO, PPO) share: the starting policy, train mode without
-dropout, bf16 autocast, seeded minibatches, and the per-step log forwarded to `on_progress`.
+dropout, bf16 autocast, seeded minibatches, per-token rows padded to a batch's width, the minibatch loop itself
+(`train_minibatches`) and the per-step log forwarded to `on_progress`.
 
 Dropout is switched off (as TRL does for DPO) so that at the first step the policy's log-probs equal the old and
 reference ones exactly (ratio 1, KL 0); train mode is kept so that gradient checkpointing applies.
@@ -10,7 +11,7 @@ import contextlib
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
     from evorag_core.store import Adapter
     from training.processes import Processes
 
-__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "accumulate", "optimizer_step",
-           "StepLog"]
+__all__ = ["MAX_GRAD_NORM", "start_policy", "train_mode", "autocast", "minibatches", "pad_rows", "accumulate",
+           "optimizer_step", "train_minibatches", "StepLog"]
 
 MAX_GRAD_NORM = 1.0  # TRL's default max_grad_norm, also used by our loops
 _NOT_CHARTED = ("total", "elapsed_s")  # per-step entries left out of `step_history`
@@ -77,6 +78,15 @@ def minibatches(n: int, batch_size: int, epochs: int, seed: int) -> list[list[in
     return out
 
 
+def pad_rows(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """Per-token rows of different lengths (e.g. the π_old log-probs of a minibatch's completions) as one float32
+    tensor of `width` columns, zero-padded on the right."""
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row
+    return out
+
+
 def accumulate(acc: dict[str, float], values: Mapping[str, float], weight: float) -> None:
     """Add `weight` x each of `values` into the running sums `acc` (a step's terms, weighted by a micro-batch's share)."""
     for key, value in values.items():
@@ -91,6 +101,33 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
+
+
+def train_minibatches(batches: Sequence[Sequence[int]], params: list[nn.Parameter], cfg: TrainConfig,
+                      processes: Processes, log: StepLog, keys: tuple[str, ...],
+                      loss_of: Callable[[list[int]], tuple[torch.Tensor, Mapping[str, float]]]) -> None:
+    """The minibatch loop of GRPO's and PPO's rounds, over `params` with AdamW (lr train.lr, no weight decay).
+
+    For each minibatch (a list of sample indices) this process takes its shard; `loss_of(local)` gives the shard's
+    loss (the mean over its samples) and its logged terms; the loss is backpropagated weighted by the shard's share of
+    the minibatch / train.grad_accum, so that summed over the processes the step is the one a single process takes on
+    the whole minibatch. Every `grad_accum` minibatches (and after the last) one `optimizer_step`; its terms, summed
+    over the processes, go to `log` (with the gradient norm). Stops once `log.total` steps are logged."""
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    acc = dict.fromkeys(keys, 0.0)
+    for i, index in enumerate(batches):
+        local = processes.shard(index)
+        if local:
+            share = len(local) / len(index)  # this process's part of the minibatch mean
+            loss, terms = loss_of(local)
+            (loss * share / cfg.grad_accum).backward()
+            accumulate(acc, terms, share / cfg.grad_accum)
+        if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
+            grad_norm = optimizer_step(optimizer, params, processes)
+            log.add(**processes.sum_values(acc), grad_norm=grad_norm)
+            acc = dict.fromkeys(keys, 0.0)
+            if len(log.history) >= log.total:
+                break
 
 
 class StepLog:

@@ -39,6 +39,7 @@ __all__ = [
     "replay_episode",
     "candidate_groups",
     "prompt_renderer",
+    "Render",
 ]
 
 Render = Callable[[AgentView], str]

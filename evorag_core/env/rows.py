@@ -1,5 +1,6 @@
-"""An episode record as the store writes it: its steps as `Step` rows (`store_steps`, one step: `store_step`) and its
-graded end as an `Outcome` (`episode_outcome`, the grade: `episode_grade`). One home for every writer of episodes:
+"""An episode record as the store writes it: its steps as `Step` rows (`store_steps`, one step: `store_step`), its
+graded end as an `Outcome` (`episode_outcome`, the grade: `episode_grade`) and its end as a `Finish`
+(`episode_finish`: return, status, outcome). One home for every writer of episodes:
 the studio's live episode, rollouts (pairs/persist.py) and evaluation traces (evaluation/traces.py).
 
 A step row keeps the action's name and argument (SEARCH's query, ANSWER's answer), the passages, the seven signals,
@@ -17,9 +18,10 @@ from evorag_core.metrics import Grade, grade
 from evorag_core.types import Question
 
 if TYPE_CHECKING:
-    from evorag_core.store import Outcome, Sibling, Step
+    from evorag_core.store import Finish, Outcome, Sibling, Step
 
-__all__ = ["verdict_name", "action_argument", "store_step", "store_steps", "episode_grade", "episode_outcome"]
+__all__ = ["verdict_name", "action_argument", "store_step", "store_steps", "episode_grade", "episode_outcome",
+           "episode_finish"]
 
 
 def verdict_name(answerable: bool) -> str:
@@ -68,3 +70,12 @@ def episode_outcome(record: EpisodeRecord, question: Question | None = None) -> 
 
     graded = episode_grade(question, record)
     return Outcome(record.answer, graded.em if graded else None, graded.f1 if graded else None, record.refused)
+
+
+def episode_finish(record: EpisodeRecord, question: Question | None = None) -> Finish:
+    """The store's end of a finished episode: its return, status ("truncated" when it ran out of steps, else
+    "finished") and `episode_outcome`."""
+    from evorag_core.store import Finish
+
+    return Finish(record.total_return, "truncated" if record.truncated else "finished",
+                  episode_outcome(record, question))

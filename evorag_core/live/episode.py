@@ -3,8 +3,11 @@ the environment and the episode's policy, the record with a person's verdict ove
 the current state, steps a person takes in the policy's place, sibling candidates scored by their branch returns,
 and every change mirrored to the store.
 
-A `LiveEpisode` is mutated in place (one episode, one user); `exclusive()` keeps two actions from overlapping. A
-store failure never stops the episode: it is kept in `notes` (`take_notes`) for the caller to show. No UI code here.
+A `LiveEpisode` is mutated in place (one episode, one user); `exclusive()` keeps two actions from overlapping. As a
+Gymnasium agent loop does, it keeps the environment's latest observation (the state the next step acts on) and
+whether the last step terminated or truncated the episode, from what `reset` and `step` return, rather than asking
+the environment again. A store failure never stops the episode: it is kept in `notes` (`take_notes`) for the caller
+to show. No UI code here.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from evorag_core.env.actions import Action, action_to_dict
 from evorag_core.env.env import RagEnv
 from evorag_core.env.episode import EpisodeRecord, StepRecord, apply_override, step_info
 from evorag_core.env.judges import GoldCoverageJudge, OverrideJudge, Verdict
-from evorag_core.env.rows import action_argument, episode_outcome, store_step, verdict_name
+from evorag_core.env.rows import action_argument, episode_finish, store_step, verdict_name
 from evorag_core.env.scheduler import WeightTable
 from evorag_core.env.state import AgentView
 from evorag_core.errors import EnvStateError, StoreError
@@ -96,6 +99,8 @@ class LiveEpisode:
     notes: list[str] = field(default_factory=list)  # store problems etc., shown once then cleared
     _busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
     preparing: threading.Thread | None = field(default=None, repr=False)  # idle-time prefill for the next step
+    _view: AgentView | None = field(default=None, init=False, repr=False)  # the latest observation's view (set by open)
+    _ended: bool = field(default=False, init=False, repr=False)  # the last step terminated or truncated
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -118,8 +123,9 @@ class LiveEpisode:
         policy.policy.begin(question)
         meta = {"policy": policy.choice, "label": policy.label, "adapter": policy.adapter,
                 "data": runtime.dataset.path}
-        env.reset(question, stage=stage, schedule=schedule, preset=preset, meta=meta)
+        observation = env.reset(question, stage=stage, schedule=schedule, preset=preset, meta=meta)
         episode = cls(question, runtime, env, judge, policy, store)
+        episode._view = observation.view
         episode._save_start()
         episode.prepare_next()
         return episode
@@ -135,7 +141,13 @@ class LiveEpisode:
 
     @property
     def done(self) -> bool:
-        return self.env.done
+        return self._ended
+
+    def _now(self) -> AgentView:
+        """The state the next step acts on; EnvStateError once the episode has ended."""
+        if self._ended or self._view is None:
+            raise EnvStateError(_ENDED)
+        return self._view
 
     def passages(self, step: StepRecord | None) -> tuple[Passage, ...]:
         return tuple(self.env.passage(pid) for pid in step.passages) if step else ()
@@ -144,10 +156,8 @@ class LiveEpisode:
     def step(self) -> StepRecord:
         """The policy's step (its proposal at this state when it was asked for, else its decision now)."""
         with self.exclusive():
-            if self.env.done:
-                raise EnvStateError(_ENDED)
+            view = self._now()
             start = time.perf_counter()
-            view = self.env.view()
             proposed = self.proposal
             if proposed is not None and proposed.t == view.t and proposed.live:  # asked for already: not twice
                 action, info = proposed.action, proposed.info
@@ -158,6 +168,7 @@ class LiveEpisode:
     def _apply(self, action: Action, info: Mapping[str, Any], start: float) -> StepRecord:
         result = self.env.step(action, info=info)
         self.step_seconds.append(time.perf_counter() - start)
+        self._view, self._ended = result.observation.view, result.terminated or result.truncated
         siblings = self.candidates if self.candidates_t == result.record.t else []
         self.candidates, self.candidate_actions, self.candidates_t, self.candidate_prompt = [], [], None, None
         self.proposal = None
@@ -172,9 +183,7 @@ class LiveEpisode:
             return self._propose()
 
     def _propose(self) -> Proposal:
-        if self.env.done:
-            raise EnvStateError(_ENDED)
-        view = self.env.view()
+        view = self._now()
         if self.proposal is not None and self.proposal.t == view.t:
             return self.proposal
         policy = self.policy.policy
@@ -190,8 +199,6 @@ class LiveEpisode:
         and what the policy proposed there; where the two differ, the correction is kept (`corrections[t]`) for a
         human-correction pair. The policy goes on from the new state with the next Step."""
         with self.exclusive():
-            if self.env.done:
-                raise EnvStateError(_ENDED)
             start = time.perf_counter()
             proposal = self._propose()
             try:
@@ -210,9 +217,9 @@ class LiveEpisode:
         the model's lock like any LM call, so a click waits for it rather than racing it; a failure only costs the
         speed-up."""
         prepare = getattr(self.policy.policy, "prepare", None)
-        if prepare is None or self.env.done or not self.runtime.cfg.studio.prepare_next:
+        if prepare is None or self._ended or not self.runtime.cfg.studio.prepare_next:
             return
-        view = self.env.view()
+        view = self._now()
 
         def run() -> None:
             try:
@@ -245,7 +252,7 @@ class LiveEpisode:
         self.candidate_actions = [c.action for c in candidates]
         self.candidates = [c.as_dict() for c in candidates]
         self.candidate_prompt = next((c.prompt for c in candidates if c.prompt), None)
-        self.candidates_t = self.env.view().t
+        self.candidates_t = self._view.t
 
     def score_candidates(self, horizon: int, on_progress: Callable[[int, int], None] | None = None,
                          stop: threading.Event | None = None) -> bool:
@@ -311,25 +318,23 @@ class LiveEpisode:
         )
 
     def _save_step(self, step: StepRecord, siblings: list[dict[str, Any]]) -> None:
+        """The step's row with its siblings, its judge's verdict (if it has one) and, when it ended the episode,
+        the episode's end: one store call, one transaction."""
         if self.store is None or self.db_id is None:
             return
         from evorag_core.store import Sibling
 
         found = tuple(Sibling(c["action"], c.get("argument"), c.get("logprob"), c.get("branch_return"))
                       for c in siblings)
-        self._store_call(self.store.add_step, self.db_id, store_step(step, found))
-        if step.verdict is not None:
-            self._store_call(self.store.record_judgment, self.db_id, step.t, judge=step.verdict.judge,
-                             verdict=verdict_name(step.verdict.answerable))
-        if self.env.done:
-            self._save_finish()
+        self._store_call(self.store.add_step, self.db_id, store_step(step, found),
+                         judge=step.verdict.judge if step.verdict is not None else None,
+                         finish=episode_finish(self.record, self.question) if self._ended else None)
 
     def _save_finish(self) -> None:
         """The episode's end: its return (overrides applied), status and graded outcome (EM/F1 None without gold)."""
-        record = self.record
-        self._store_call(self.store.finish_episode, self.db_id, total_return=record.total_return,
-                         status="truncated" if record.truncated else "finished",
-                         outcome=episode_outcome(record, self.question))
+        finish = episode_finish(self.record, self.question)
+        self._store_call(self.store.finish_episode, self.db_id, total_return=finish.total_return,
+                         status=finish.status, outcome=finish.outcome)
 
     def take_notes(self) -> list[str]:
         notes, self.notes = self.notes, []

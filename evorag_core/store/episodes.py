@@ -9,7 +9,8 @@ from sqlalchemy.exc import IntegrityError
 
 from evorag_core.errors import StoreError
 from evorag_core.store.base import StoreBase, check_choice, utcnow
-from evorag_core.store.records import EPISODE_SOURCES, STEP_ACTORS, Episode, Outcome, Sibling, Step
+from evorag_core.store.judgments import insert_judgment
+from evorag_core.store.records import EPISODE_SOURCES, STEP_ACTORS, Episode, Finish, Outcome, Sibling, Step
 from evorag_core.store.schema import episodes, siblings, steps
 
 __all__ = ["EpisodeOps"]
@@ -50,6 +51,14 @@ def _outcome_values(outcome: Outcome | None) -> dict[str, Any]:
     if outcome is None:
         return {}
     return {"answer": outcome.answer, "em": outcome.em, "f1": outcome.f1, "refused": outcome.refused}
+
+
+def _finish(conn: Connection, episode_id: int, finish: Finish) -> None:
+    values = {"status": finish.status, "total_return": finish.total_return, "finished_at": utcnow(),
+              **_outcome_values(finish.outcome)}
+    done = conn.execute(episodes.update().where(episodes.c.id == episode_id).values(**values))
+    if done.rowcount != 1:
+        raise KeyError(f"no episode {episode_id}")
 
 
 def _episode(row: Mapping[str, Any], loaded: tuple[Step, ...] | None) -> Episode:
@@ -116,26 +125,30 @@ class EpisodeOps(StoreBase):
             raise StoreError(f"cannot store the episode of question {question_id!r}: {exc.orig}") from exc
         return int(episode_id)
 
-    def add_step(self, episode_id: int, step: Step) -> None:
-        """Append one step to a running episode (the unique (episode, t) key refuses a duplicate t)."""
+    def add_step(self, episode_id: int, step: Step, *, judge: str | None = None, finish: Finish | None = None
+                 ) -> None:
+        """Append one step to a running episode (the unique (episode, t) key refuses a duplicate t). In the same
+        transaction: with `judge`, the step's verdict (`step.judge_verdict`) recorded as that judge's judgment (as
+        `record_judgment`); with `finish`, the episode's end (as `finish_episode`). The live episode writes each
+        step so, in one call."""
         try:
             with self._write() as conn:
                 _insert_steps(conn, episode_id, [step])
                 conn.execute(episodes.update().where(episodes.c.id == episode_id)
                              .values(n_steps=func.coalesce(episodes.c.n_steps, 0) + 1))
+                if judge is not None:
+                    insert_judgment(conn, episode_id, step.t, judge, step.judge_verdict or "", None,
+                                    is_override=False)
+                if finish is not None:
+                    _finish(conn, episode_id, finish)
         except IntegrityError as exc:
             raise StoreError(f"cannot add step t={step.t} to episode {episode_id}: {exc.orig}") from exc
 
     def finish_episode(self, episode_id: int, *, total_return: float, status: str = "finished",
                        outcome: Outcome | None = None) -> None:
         """Mark the episode ended with its return (and, when graded, its outcome)."""
-        values = {"status": status, "total_return": total_return, "finished_at": utcnow()}
-        if outcome is not None:
-            values.update(_outcome_values(outcome))
         with self._write() as conn:
-            done = conn.execute(episodes.update().where(episodes.c.id == episode_id).values(**values))
-            if done.rowcount != 1:
-                raise KeyError(f"no episode {episode_id}")
+            _finish(conn, episode_id, Finish(total_return, status, outcome))
 
     def count_finished_episodes(self, *, stage: str | None = None) -> int:
         """How many episodes are not running (what GRPO/PPO rounds read), optionally of one stage."""

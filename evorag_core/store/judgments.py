@@ -1,7 +1,9 @@
 """Sufficiency judgments per step, and human overrides: the latest override wins over every judge."""
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from typing import Any
+
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
 from evorag_core.errors import StoreError
@@ -9,9 +11,20 @@ from evorag_core.store.base import StoreBase, utcnow
 from evorag_core.store.records import Judgment
 from evorag_core.store.schema import episodes, judgments, steps
 
-__all__ = ["JudgmentOps", "HUMAN"]
+__all__ = ["JudgmentOps", "HUMAN", "insert_judgment"]
 
 HUMAN = "human"
+
+
+def insert_judgment(conn: Connection, episode_id: int, t: int, judge: str, verdict: str, who: str | None, *,
+                    is_override: bool) -> Judgment:
+    """One judgment row, inside the caller's transaction (every writer of judgments goes through here)."""
+    if not verdict:
+        raise ValueError("a judgment needs a verdict")
+    row: dict[str, Any] = {"episode_id": episode_id, "t": t, "judge": judge, "verdict": verdict,
+                           "is_override": is_override, "who": who, "created_at": utcnow()}
+    new_id = conn.execute(judgments.insert().values(**row)).inserted_primary_key[0]
+    return Judgment(id=int(new_id), **row)
 
 
 class JudgmentOps(StoreBase):
@@ -32,18 +45,16 @@ class JudgmentOps(StoreBase):
         person's verdict as a live one's does. KeyError if the episode has no step t."""
         if not who:
             raise ValueError("an override needs the name of who made it")
-        row = {"episode_id": episode_id, "t": t, "judge": HUMAN, "verdict": verdict, "is_override": True,
-               "who": who, "created_at": utcnow()}
         with self._write() as conn:
             done = conn.execute(steps.update().where(steps.c.episode_id == episode_id, steps.c.t == t)
                                 .values(signals=dict(signals), reward=float(reward)))
             if done.rowcount != 1:
                 raise KeyError(f"episode {episode_id} has no step t={t}")
-            new_id = conn.execute(judgments.insert().values(**row)).inserted_primary_key[0]
+            judgment = insert_judgment(conn, episode_id, t, HUMAN, verdict, who, is_override=True)
             total = select(func.sum(steps.c.reward)).where(steps.c.episode_id == episode_id).scalar_subquery()
             conn.execute(episodes.update().where(episodes.c.id == episode_id, episodes.c.status != "running")
                          .values(total_return=total))
-        return Judgment(id=int(new_id), **row)
+        return judgment
 
     def judgments(self, episode_id: int, t: int | None = None) -> list[Judgment]:
         """All judgments of an episode (or of one step), oldest first."""
@@ -72,14 +83,9 @@ class JudgmentOps(StoreBase):
     def _add_judgment(
         self, episode_id: int, t: int, judge: str, verdict: str, who: str | None, *, is_override: bool
     ) -> Judgment:
-        if not verdict:
-            raise ValueError("a judgment needs a verdict")
-        row = {"episode_id": episode_id, "t": t, "judge": judge, "verdict": verdict,
-               "is_override": is_override, "who": who, "created_at": utcnow()}
         try:
             with self._write() as conn:
-                new_id = conn.execute(judgments.insert().values(**row)).inserted_primary_key[0]
+                return insert_judgment(conn, episode_id, t, judge, verdict, who, is_override=is_override)
         except IntegrityError as exc:
             raise StoreError(f"cannot record a judgment for episode {episode_id}: {exc.orig}") from exc
-        return Judgment(id=int(new_id), **row)
 

@@ -15,6 +15,7 @@ __all__ = [
     "EPISODE_SOURCES",
     "DatasetInfo",
     "Outcome",
+    "Finish",
     "Sibling",
     "Step",
     "Episode",
@@ -102,6 +103,16 @@ class Outcome:
     em: float | None
     f1: float | None
     refused: bool
+
+
+@dataclass(frozen=True)
+class Finish:
+    """An episode's end as the store writes it: its return, its status ("finished", or "truncated": out of steps)
+    and its graded outcome when known (`EpisodeOps.finish_episode`, or `add_step(..., finish=)` with its last step)."""
+
+    total_return: float
+    status: str = "finished"
+    outcome: Outcome | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ from sqlalchemy.exc import IntegrityError
 from evorag_core.errors import StoreError
 from evorag_core.store import (
     MIGRATIONS_DIR,
+    Finish,
     NewPair,
+    Outcome,
     Sibling,
     Step,
     Store,
@@ -616,6 +618,24 @@ def test_episode_round_trip_and_overrides(store: Store) -> None:
     assert [e.id for e in store.list_episodes(dataset="hotpotqa")] == [running, episode_id]
     assert store.list_episodes(policy="dpo-r1")[0].steps is None
     assert store.get_episode(running).steps == (steps[0],)
+
+
+def test_a_last_step_with_its_judgment_and_the_finish_is_one_write(store: Store) -> None:
+    """add_step(judge=, finish=): the row, the judge's verdict on it and the episode's end together (what the live
+    episode writes per step); a refused row (t taken) leaves the judgment and the finish unwritten."""
+    running = store.add_episode(question_id="q1", dataset="d", question="?", policy="oracle", stage="discovery",
+                                schedule="time-dynamic", status="running")
+    store.add_step(running, Step(1, "SEARCH", "q", reward=0.5))
+    last = Step(2, "REFUSE", signals={"ref": 1.0}, reward=0.3, judge_verdict="unanswerable")
+    with pytest.raises(StoreError, match="t=1"):
+        store.add_step(running, Step(1, "REFUSE", judge_verdict="unanswerable"), judge="gold", finish=Finish(0.8))
+    assert store.judgments(running) == [] and store.get_episode(running).status == "running"
+    store.add_step(running, last, judge="gold", finish=Finish(0.8, "finished", Outcome(None, 0.0, 0.0, True)))
+    ep = store.get_episode(running)
+    assert (ep.n_steps, ep.status, ep.total_return, ep.refused, ep.em) == (2, "finished", 0.8, True, 0.0)
+    assert ep.finished_at is not None and ep.steps[-1] == last
+    assert [(j.t, j.judge, j.verdict, j.is_override) for j in store.judgments(running)] == [
+        (2, "gold", "unanswerable", False)]
 
 
 def test_an_override_with_rescored_signals_updates_step_and_return_in_one_write(store: Store) -> None:

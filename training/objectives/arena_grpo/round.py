@@ -35,15 +35,14 @@ from evorag_core.reader.arena.generator import ArenaGenerator, ArenaOutput
 from evorag_core.methods.arena.rewards import ArenaReward, arena_reward, gold_reference_ids
 from evorag_core.types import Question
 
-from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, save_round,
-                                                 start_with_reference)
-from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, sampling_setup,
+                                                 train_completion_round)
+from training.job import AdapterRef, ProgressFn, RoundJob
 from training.loop import StepLog, accumulate, optimizer_step, train_mode
 from training.lora_round import LoraSetup, Trained, run_lora_round
 from training.objectives.arena_grpo.config import ArenaGrpoConfig, arena_config_from_job
 from training.objectives.grpo.loss import group_advantages
 from training.processes import SINGLE, Processes
-from training.seqlogp import base_lm
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -78,17 +77,9 @@ def sample_group(generator: ArenaGenerator, question: Question, group_size: int,
 
 
 def train_arena_grpo(
-    policy: PeftModel,
-    tokenizer: PreTrainedTokenizerBase,
-    questions: Sequence[Question],
-    train: TrainConfig,
-    cfg: ArenaGrpoConfig,
-    on_progress: ProgressFn | None = None,
-    *,
-    max_steps: int = 0,
-    ref_adapter: str | None = None,
-    model_id: str = "policy",
-    processes: Processes = SINGLE,
+    policy: PeftModel, tokenizer: PreTrainedTokenizerBase, questions: Sequence[Question], train: TrainConfig,
+    cfg: ArenaGrpoConfig, on_progress: ProgressFn | None = None, *, max_steps: int = 0, ref_adapter: str | None = None,
+    model_id: str = "policy", processes: Processes = SINGLE,
 ) -> tuple[StepLog, list[dict[str, Any]]]:
     """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place) on `questions`.
     Under several processes each samples and trains on its share of a step's groups (the seeds depend on the step
@@ -97,18 +88,14 @@ def train_arena_grpo(
     The reference is the base model (adapters disabled) or the frozen adapter `ref_adapter`. Returns the per-step
     log (loss, policy_loss, kl (the optimised estimator), kl_k2, kl_k3, reward and its four parts, ...) and a
     sample of the replies (first reply of each group, per step) for inspection."""
-    from evorag_core.lm.hf_backend import TransformersBackend
-
     if not questions:
         raise TrainingError("ARENA GRPO needs at least one question")
-    backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
+    backend, params, optimizer = sampling_setup(policy, tokenizer, train.lr, model_id)
     generator = ArenaGenerator(backend, cfg.arena())
     order = epoch_order(len(questions), train.epochs, train.seed)
     steps = [order[i : i + cfg.questions_per_step] for i in range(0, len(order), cfg.questions_per_step)]
     steps = steps[:max_steps] if max_steps else steps
     log = StepLog(len(steps), on_progress)
-    params = [p for n, p in policy.named_parameters() if p.requires_grad and ".default." in n]
-    optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     samples: list[dict[str, Any]] = []
     for step, index in enumerate(steps):
         policy.eval()
@@ -165,12 +152,6 @@ def _load_questions(job: RoundJob, cfg: ArenaGrpoConfig) -> list[Question]:
     return chosen
 
 
-def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
-    return run_lora_round(job, store, on_progress, claim=lambda: _claim(job), prepare=lambda claimed, _: claimed,
-                          train=_train)
-
-
 @dataclass(frozen=True)
 class _Questions:
     cfg: ArenaGrpoConfig
@@ -186,19 +167,23 @@ def _claim(job: RoundJob) -> _Questions:
 
 def _train(setup: LoraSetup[_Questions]) -> Trained:
     job, cfg, train, questions = setup.job, setup.data.cfg, setup.data.train, setup.data.questions
-    base_id = setup.base.model_id
-    policy, ref_adapter = start_with_reference(setup.base.model, train, setup.reference, base_id, REF_ADAPTER)
-    setup_s = setup.elapsed()
-    log, samples = train_arena_grpo(policy, setup.base.tokenizer, questions, train, cfg, setup.on_progress,
-                                    max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
-                                    processes=job.processes)
     keys = ("loss", "policy_loss", "kl", "kl_k2", "kl_k3", "reward", "format", "accuracy", "relevance", "bonus")
-    phase(setup.on_progress, "save")
-    metrics, checksum = save_round(
-        policy, job, objective="arena-grpo", base_id=base_id, reference=setup.reference, questions=questions,
-        train=train, log=log, samples=samples, setup_s=setup_s, out_dir=setup.out_dir,
-        extra={**log.summary(keys),  # includes kl_history: {step, kl, kl_k2, kl_k3} per step
-               "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]]
-                                  for h in log.history],
-               "arena": dataclasses.asdict(cfg)})
-    return Trained(checksum, metrics)
+
+    def fit(policy: PeftModel, ref_adapter: str | None) -> tuple[StepLog, list[dict[str, Any]]]:
+        return train_arena_grpo(policy, setup.base.tokenizer, questions, train, cfg, setup.on_progress,
+                                max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=setup.base.model_id,
+                                processes=job.processes)
+
+    def extra(log: StepLog) -> dict[str, Any]:
+        return {**log.summary(keys),  # includes kl_history: {step, kl, kl_k2, kl_k3} per step
+                "reward_history": [[h["step"], h["reward"], h["format"], h["accuracy"], h["relevance"]]
+                                   for h in log.history],
+                "arena": dataclasses.asdict(cfg)}
+
+    return train_completion_round(setup, objective="arena-grpo", ref_name=REF_ADAPTER, train=train,
+                                  questions=questions, fit=fit, extra=extra)
+
+
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (the module docstring; the steps: training.lora_round)."""
+    return run_lora_round(job, store, on_progress, claim=lambda: _claim(job), train=_train)

@@ -12,7 +12,6 @@ demonstration in between is cut), so TRL's own fitting leaves them as they are.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -144,8 +143,6 @@ def _train(setup: LoraSetup[_Pairs]) -> Trained:
         "accuracy_history": [[h["step"], h.get("rewards/accuracies")] for h in steps],
         "step_history": [{k: v for k, v in (("step", h["step"]), ("loss", h["loss"]), ("margin", h.get("rewards/margins")),
                                             ("accuracy", h.get("rewards/accuracies"))) if v is not None} for h in steps],
-        "reference": setup.reference_name, "seed": job.train.seed,
-        "setup_s": setup_s, "train_s": result.wall_seconds, "seconds_per_step": result.seconds_per_step,
-        "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
+        "seconds_per_step": result.seconds_per_step, **setup.round_metrics(setup_s, result.wall_seconds),
     }
     return Trained(result.checksum, {k: v for k, v in metrics.items() if v is not None})

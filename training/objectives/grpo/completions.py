@@ -1,31 +1,36 @@
-"""GRPO over sampled completions of one prompt (ARENA replies, R²AG expansions): a group's rows, micro-batches of
-them, and one micro-step of the clipped objective with the KL to a frozen reference adapter (or the base model).
-Both estimators, k2 and k3, are logged whichever one the loss uses."""
+"""GRPO over sampled completions of one prompt (ARENA replies, R²AG expansions): what such a trainer samples and
+updates with (`sampling_setup`), a group's rows, micro-batches of them, one micro-step of the clipped objective with
+the KL to a frozen reference adapter (or the base model), and the round's train step around the objective's trainer
+(`train_completion_round`: the policy and its reference, then the adapter saved with the round's metrics). Both
+estimators, k2 and k3, are logged whichever one the loss uses."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from evorag_core.config import TrainConfig
 
 from training.objectives.grpo.loss import grpo_loss
+from training.job import phase
 from training.kl import kl_k2, kl_k3
 from training.loop import StepLog, autocast, start_policy
+from training.lora_round import LoraSetup, Trained
 from training.reduce import sequence_mean
-from training.seqlogp import Encoded, completion_token_logps
+from training.seqlogp import Encoded, base_lm, completion_token_logps
 
 if TYPE_CHECKING:
     from peft import PeftModel
+    from torch import nn
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.store import Adapter
     from evorag_core.types import Question
-    from training.job import RoundJob
 
 __all__ = ["encode_group", "rows", "reference_logps", "epoch_order", "micro_step", "start_with_reference",
-           "save_round"]
+           "sampling_setup", "train_completion_round"]
 
 
 def start_with_reference(model: PreTrainedModel, train: TrainConfig, reference: Adapter | None, base_id: str,
@@ -38,6 +43,18 @@ def start_with_reference(model: PreTrainedModel, train: TrainConfig, reference: 
     policy.load_adapter(str(Path(reference.path)), adapter_name=ref_name, is_trainable=False)
     policy.set_adapter("default")
     return policy, ref_name
+
+
+def sampling_setup(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, lr: float, model_id: str
+                   ) -> tuple[TransformersBackend, list[nn.Parameter], torch.optim.Optimizer]:
+    """What a completion-GRPO trainer samples and updates with: a backend over the policy's own weights (reset its
+    cache after every update), the trainable parameters of its "default" adapter, and their AdamW (`lr`, no weight
+    decay)."""
+    from evorag_core.lm.hf_backend import TransformersBackend
+
+    backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
+    params = [p for n, p in policy.named_parameters() if p.requires_grad and ".default." in n]
+    return backend, params, torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
 
 
 def encode_group(tokenizer: PreTrainedTokenizerBase, group: Any) -> Encoded:
@@ -105,21 +122,29 @@ def micro_step(policy: PeftModel, batch: Encoded, advantages: Sequence[float], t
     return stats
 
 
-def save_round(policy: PeftModel, job: RoundJob, *, objective: str, base_id: str, reference: Adapter | None,
-               questions: Sequence[Question], train: TrainConfig, log: StepLog, samples: Sequence[Any], setup_s: float,
-               out_dir: Path, extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """Save the trained adapter with its metadata; returns (metrics, checksum). The metrics hold what every
-    completion-GRPO round records (objective, KL settings, questions, reference, timings, the job's config) plus
-    `extra` (the objective's own summaries and histories). Under several processes the main one saves."""
+def train_completion_round(setup: LoraSetup[Any], *, objective: str, ref_name: str, train: TrainConfig,
+                           questions: Sequence[Question],
+                           fit: Callable[[PeftModel, str | None], tuple[StepLog, Sequence[Any]]],
+                           extra: Callable[[StepLog], dict[str, Any]]) -> Trained:
+    """The train step of a completion-GRPO round: the policy and its frozen reference (`start_with_reference`, the
+    copy named `ref_name`), the objective's trainer `fit(policy, ref_adapter)` -> (log, sample replies), then the
+    adapter saved with its metadata. The metrics hold what every such round records (objective, KL settings,
+    questions, reference, timings, the job's config) plus `extra(log)` (the objective's own summaries and
+    histories). Under several processes the main one saves."""
     from training.lora import save_adapter
 
+    job, base_id = setup.job, setup.base.model_id
+    policy, ref_adapter = start_with_reference(setup.base.model, train, setup.reference, base_id, ref_name)
+    setup_s = setup.elapsed()
+    log, samples = fit(policy, ref_adapter)
+    phase(setup.on_progress, "save")
     metrics = {
-        "objective": objective, "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr, **extra,
+        "objective": objective, "kl_estimator": train.kl, "kl_coef": train.kl_coef, "lr": train.lr, **extra(log),
         "questions": len(questions), "question_ids": [q.id for q in questions], "data": job.data,
-        "reference": reference.name if reference is not None else "base", "seed": train.seed, "setup_s": setup_s,
+        "reference": setup.reference_name, "seed": train.seed, "setup_s": setup_s,
         "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0, "config": job.raw,
         "processes": job.processes.count,
     }
     meta = {"round_id": job.round_id, "objective": objective, "base_model_id": base_id, "metrics": metrics,
             "samples": list(samples[-8:]), "reference": metrics["reference"], "seed": train.seed}
-    return metrics, job.processes.on_main(save_adapter, policy, out_dir, meta)
+    return Trained(job.processes.on_main(save_adapter, policy, setup.out_dir, meta), metrics)

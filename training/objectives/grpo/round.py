@@ -12,7 +12,6 @@ candidates in seeded minibatches of `train.batch_size`, `train.grad_accum` minib
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -26,9 +25,9 @@ from training.objectives.grpo.loss import group_advantages, grpo_loss
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.lora import save_adapter
 from training.processes import SINGLE, Processes
-from training.loop import StepLog, accumulate, autocast, minibatches, optimizer_step, start_policy, train_mode
-from training.rollout_data import CandidateGroup, PassageResolver, candidate_groups, load_episodes, prompt_renderer, replay_episode
-from training.lora_round import Base, LoraSetup, Trained, run_lora_round
+from training.loop import StepLog, autocast, minibatches, pad_rows, start_policy, train_minibatches, train_mode
+from training.rollout_data import CandidateGroup, candidate_groups
+from training.lora_round import LoraSetup, Rollouts, Trained, rollout_meta, run_rollout_round
 from training.seqlogp import completion_token_logps, encode
 
 if TYPE_CHECKING:
@@ -88,20 +87,14 @@ def evaluate_grpo(policy: PeftModel, tokenizer: PreTrainedTokenizerBase, samples
             chunk = [samples[j] for j in rows[i : i + cfg.batch_size]]
             batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
             logp_new, _ = completion_token_logps(policy, batch)
-            logp_old = _stack([old[j] for j in rows[i : i + cfg.batch_size]], batch.completion_mask.shape[1]).to(device)
+            width = batch.completion_mask.shape[1]
+            logp_old = pad_rows([old[j] for j in rows[i : i + cfg.batch_size]], width).to(device)
             advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
             _, stats = grpo_loss(logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
                                  clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl=cfg.kl)
             for key in totals:
                 totals[key] += stats[key] * len(chunk) / len(samples)
     return processes.sum_values(totals)
-
-
-def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        out[i, : row.shape[0]] = row
-    return out
 
 
 _STEP_KEYS = ("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")
@@ -128,39 +121,26 @@ def train_grpo(
     mine = processes.shard(used)  # π_old of each process's share of the samples, then everyone's
     old = dict(processes.gather(list(zip(mine, _reference_logps(policy, tokenizer, [samples[j] for j in mine], cfg)))))
     log = StepLog(total, on_progress)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+
+    def loss_of(local: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        chunk = [samples[j] for j in local]
+        batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
+        logp_old = pad_rows([old[j] for j in local], batch.completion_mask.shape[1]).to(device)
+        advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+        with autocast(cfg, device):
+            logp_new, _ = completion_token_logps(policy, batch)
+        loss, stats = grpo_loss(
+            logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
+            clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef, kl=cfg.kl,
+        )
+        return loss, {"loss": float(loss.detach()), **stats}
+
     train_mode(policy, cfg)
-    acc = dict.fromkeys(_STEP_KEYS, 0.0)
-    for i, index in enumerate(batches):
-        local = processes.shard(index)
-        if local:
-            share = len(local) / len(index)  # this process's part of the minibatch mean
-            chunk = [samples[j] for j in local]
-            batch = encode(tokenizer, [s.prompt for s in chunk], [s.completion for s in chunk], cfg.max_length)
-            logp_old = _stack([old[j] for j in local], batch.completion_mask.shape[1]).to(device)
-            advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
-            with autocast(cfg, device):
-                logp_new, _ = completion_token_logps(policy, batch)
-            loss, stats = grpo_loss(
-                logp_new, logp_old, logp_old, advantages, mask=batch.completion_mask.to(device),
-                clip_low=cfg.clip_eps, clip_high=cfg.clip_eps_high, kl_coef=cfg.kl_coef, kl=cfg.kl,
-            )
-            (loss * share / cfg.grad_accum).backward()
-            accumulate(acc, {"loss": float(loss.detach()), **stats}, share / cfg.grad_accum)
-        if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
-            grad_norm = optimizer_step(optimizer, params, processes)
-            log.add(**processes.sum_values(acc), grad_norm=grad_norm)
-            acc = dict.fromkeys(_STEP_KEYS, 0.0)
+    train_minibatches(batches, [p for p in policy.parameters() if p.requires_grad], cfg, processes, log, _STEP_KEYS,
+                      loss_of)
     after = evaluate_grpo(policy, tokenizer, subset, [old[j] for j in used], cfg, processes)
     return log, {"samples_used": len(used), "surrogate_start": -sum(s.advantage for s in subset) / len(subset),
                  "surrogate_end": after["policy_loss"], "kl_end": after["kl"]}
-
-
-def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
-    return run_lora_round(job, store, on_progress, claim=lambda: None,
-                          prepare=lambda _, base: _prepare(job, store, base), train=_train)
 
 
 @dataclass(frozen=True)
@@ -170,18 +150,15 @@ class _Groups:
     samples: list[GrpoSample]
 
 
-def _prepare(job: RoundJob, store: Store, base: Base) -> _Groups:
-    render = prompt_renderer(base.model, base.tokenizer, base.model_id, job.policy)
-    episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
-    resolve = PassageResolver(job.data, store)
-    groups = candidate_groups([replay_episode(e, resolve, job.t_max) for e in episodes], render)
+def _prepare(rollouts: Rollouts) -> _Groups:
+    groups = candidate_groups(rollouts.replays, rollouts.render)
     samples = grpo_samples(groups)
     if not samples:
         raise TrainingError(
             f"GRPO needs states with >= 2 scored sibling candidates whose branch returns differ; "
-            f"{len(episodes)} episode(s) read, {len(groups)} group(s), none usable"
+            f"{len(rollouts.episode_ids)} episode(s) read, {len(groups)} group(s), none usable"
         )
-    return _Groups([e.id for e in episodes], groups, samples)
+    return _Groups(rollouts.episode_ids, groups, samples)
 
 
 def _train(setup: LoraSetup[_Groups]) -> Trained:
@@ -195,13 +172,13 @@ def _train(setup: LoraSetup[_Groups]) -> Trained:
         **log.summary(("loss", "policy_loss", "kl", "clip_frac", "ratio_mean")),
         "episodes": len(data.episode_ids), "episode_ids": data.episode_ids, "groups": len(data.groups),
         "usable_groups": len({s.group for s in data.samples}), "samples": len(data.samples),
-        **after,
-        "reference": setup.reference_name, "seed": job.train.seed,
-        "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-        "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
+        **after, **setup.round_metrics(setup_s, log.history[-1]["elapsed_s"] if log.history else 0.0),
     }
-    meta = {"round_id": job.round_id, "objective": "grpo", "base_model_id": setup.base.model_id,
-            "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
-            "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
     phase(setup.on_progress, "save")
-    return Trained(job.processes.on_main(save_adapter, policy, setup.out_dir, meta), metrics)
+    return Trained(job.processes.on_main(save_adapter, policy, setup.out_dir, rollout_meta(setup, "grpo", metrics)),
+                   metrics)
+
+
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (the module docstring; the steps: training.lora_round)."""
+    return run_rollout_round(job, store, on_progress, prepare=_prepare, train=_train)

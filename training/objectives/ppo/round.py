@@ -14,7 +14,6 @@ adapter's `value_head.safetensors` when it has one; this round's head is saved b
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +28,12 @@ from evorag_core.errors import TrainingError
 from training.job import AdapterRef, ProgressFn, RoundJob, phase
 from training.kl import kl_k3
 from training.lora import save_adapter
-from training.loop import StepLog, accumulate, autocast, minibatches, optimizer_step, start_policy, train_mode
+from training.loop import StepLog, autocast, minibatches, pad_rows, start_policy, train_minibatches, train_mode
 from training.objectives.ppo.loss import ValueHead, gae, ppo_losses
 from training.processes import SINGLE, Processes
 from training.reduce import sequence_mean
-from training.rollout_data import PassageResolver, Replay, load_episodes, prompt_renderer, replay_episode
-from training.lora_round import Base, LoraSetup, Trained, run_lora_round
+from training.rollout_data import Replay
+from training.lora_round import LoraSetup, Rollouts, Trained, rollout_meta, run_rollout_round
 from training.seqlogp import Encoded, base_lm, completion_token_logps, encode
 
 if TYPE_CHECKING:
@@ -121,13 +120,6 @@ def _advantages(steps: Sequence[PpoStep], values: torch.Tensor, last: list[float
     return advantages, returns
 
 
-def _stack(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        out[i, : row.shape[0]] = row
-    return out
-
-
 _STEP_KEYS = ("loss", "policy_loss", "value_loss", "kl", "clip_frac", "ratio_mean", "approx_kl", "value_clip_frac")
 
 
@@ -148,37 +140,26 @@ def train_ppo(
     total = math.ceil(len(batches) / cfg.grad_accum)
     total = min(total, max_steps) if max_steps else total
     log = StepLog(total, on_progress)
-    params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+
+    def loss_of(local: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        chunk = [steps[j] for j in local]
+        with autocast(cfg, device):
+            batch, logp_new, values = _forward(policy, head, tokenizer, [s.prompt for s in chunk],
+                                               [s.completion for s in chunk], cfg)
+        mask = batch.completion_mask.to(device)
+        logp_old = pad_rows([old_logps[j] for j in local], mask.shape[1]).to(device)
+        policy_loss, value_loss, stats = ppo_losses(
+            logp_new, logp_old, advantages[local].to(device), values.float(), old_values[local].to(device),
+            returns[local].to(device), mask=mask, clip_eps=cfg.clip_eps, value_clip=cfg.value_clip,
+        )
+        loss = policy_loss + vf_coef * value_loss
+        kl_ref = float(sequence_mean(kl_k3(logp_new.detach(), logp_old), mask))  # π_ref = π_old (module docstring)
+        return loss, {"loss": float(loss.detach()), "policy_loss": float(policy_loss.detach()),
+                      "value_loss": float(value_loss.detach()), "kl": kl_ref, **stats}
+
     train_mode(policy, cfg)
-    acc = dict.fromkeys(_STEP_KEYS, 0.0)
-    for i, index in enumerate(batches):
-        local = processes.shard(index)
-        if local:
-            share = len(local) / len(index)  # this process's part of the minibatch mean
-            chunk = [steps[j] for j in local]
-            with autocast(cfg, device):
-                batch, logp_new, values = _forward(policy, head, tokenizer, [s.prompt for s in chunk],
-                                                   [s.completion for s in chunk], cfg)
-            mask = batch.completion_mask.to(device)
-            logp_old = _stack([old_logps[j] for j in local], mask.shape[1]).to(device)
-            policy_loss, value_loss, stats = ppo_losses(
-                logp_new, logp_old, advantages[local].to(device), values.float(), old_values[local].to(device),
-                returns[local].to(device), mask=mask, clip_eps=cfg.clip_eps, value_clip=cfg.value_clip,
-            )
-            loss = policy_loss + vf_coef * value_loss
-            (loss * share / cfg.grad_accum).backward()
-            kl_ref = float(sequence_mean(kl_k3(logp_new.detach(), logp_old), mask))  # π_ref = π_old (module docstring)
-            step = {"loss": float(loss.detach()), "policy_loss": float(policy_loss.detach()),
-                    "value_loss": float(value_loss.detach()),
-                    "kl": kl_ref, **stats}
-            accumulate(acc, step, share / cfg.grad_accum)
-        if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(batches):
-            grad_norm = optimizer_step(optimizer, params, processes)
-            log.add(**processes.sum_values(acc), grad_norm=grad_norm)
-            acc = dict.fromkeys(_STEP_KEYS, 0.0)
-            if len(log.history) >= total:
-                break
+    params = [p for p in policy.parameters() if p.requires_grad] + list(head.parameters())
+    train_minibatches(batches, params, cfg, processes, log, _STEP_KEYS, loss_of)
     policy.eval()
     return log
 
@@ -200,12 +181,6 @@ def _save(policy: PeftModel, head: ValueHead, out_dir: Path, meta: dict) -> str:
     return checksum
 
 
-def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
-    return run_lora_round(job, store, on_progress, claim=lambda: None,
-                          prepare=lambda _, base: _prepare(job, store, base), train=_train)
-
-
 @dataclass(frozen=True)
 class _Steps:
     replays: list[Replay]
@@ -213,13 +188,12 @@ class _Steps:
     bootstrap: list[str | None]
 
 
-def _prepare(job: RoundJob, store: Store, base: Base) -> _Steps:
-    render = prompt_renderer(base.model, base.tokenizer, base.model_id, job.policy)
-    episodes = load_episodes(store, ids=job.episode_ids, limit=job.episodes, stage=job.stage)
-    resolve = PassageResolver(job.data, store)
-    replays = [r for r in (replay_episode(e, resolve, job.t_max) for e in episodes) if r.steps]
+def _prepare(rollouts: Rollouts) -> _Steps:
+    render = rollouts.render
+    replays = [r for r in rollouts.replays if r.steps]
     if not replays:
-        raise TrainingError(f"PPO needs stored episodes with steps; {len(episodes)} episode(s) read, none usable")
+        raise TrainingError(f"PPO needs stored episodes with steps; {len(rollouts.episode_ids)} episode(s) read, "
+                            "none usable")
     steps = ppo_steps(replays, render)
     bootstrap = [None if r.terminated else render(r.final_view) for r in replays]
     return _Steps(replays, steps, bootstrap)
@@ -239,12 +213,13 @@ def _train(setup: LoraSetup[_Steps]) -> Trained:
         "episodes": len(data.replays), "episode_ids": [r.episode_id for r in data.replays], "samples": len(steps),
         "human_steps": sum(s.human for s in steps),
         "mean_step_reward": sum(s.reward for s in steps) / len(steps),
-        "reference": setup.reference_name, "seed": job.train.seed,
-        "setup_s": setup_s, "train_s": log.history[-1]["elapsed_s"] if log.history else 0.0,
-        "config": job.raw, "train_config": dataclasses.asdict(job.train), "processes": job.processes.count,
+        **setup.round_metrics(setup_s, log.history[-1]["elapsed_s"] if log.history else 0.0),
     }
-    meta = {"round_id": job.round_id, "objective": "ppo", "base_model_id": setup.base.model_id,
-            "metrics": {k: v for k, v in metrics.items() if k not in ("loss_history", "episode_ids")},
-            "episode_ids": metrics["episode_ids"], "reference": metrics["reference"], "seed": job.train.seed}
     phase(setup.on_progress, "save")
-    return Trained(job.processes.on_main(_save, policy, head, setup.out_dir, meta), metrics)
+    return Trained(job.processes.on_main(_save, policy, head, setup.out_dir, rollout_meta(setup, "ppo", metrics)),
+                   metrics)
+
+
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (the module docstring; the steps: training.lora_round)."""
+    return run_rollout_round(job, store, on_progress, prepare=_prepare, train=_train)

@@ -15,7 +15,8 @@ root state has none). For every state of the current forest:
    sampling); a step whose groups are all flat makes no optimiser step (logged with updated = 0).
 One optimiser step takes `states_per_step` states; the forest is rebuilt after every pass (`iterations` passes, the
 paper's L_max-I = 5). π_old = π_θ detached (one update per batch, as ARENA's round). The encoding, reference
-log-probs and micro-batched backward pass are ARENA's (`training.objectives.arena_grpo.round`), shared.
+log-probs, micro-batched backward pass and the round's train step are shared with ARENA
+(`training.objectives.grpo.completions`).
 
 `run(job, store, on_progress)` is the worker's round (objective `r2ag-grpo`): setup -> train -> save -> register.
 Job keys: `data` (questions with gold passages; their pooled passages are the corpus; required), `max_steps`, `kl`,
@@ -38,15 +39,14 @@ from evorag_core.methods.r2ag.steering import LMSteering, Proposal, SteerRequest
 from evorag_core.methods.r2ag.tree import retrieve_queries
 from evorag_core.types import Passage, Question
 
-from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, save_round,
-                                                 start_with_reference)
-from training.job import AdapterRef, ProgressFn, RoundJob, phase
+from training.objectives.grpo.completions import (encode_group, epoch_order, micro_step, rows, sampling_setup,
+                                                 train_completion_round)
+from training.job import AdapterRef, ProgressFn, RoundJob
 from training.loop import StepLog, accumulate, optimizer_step, train_mode
 from training.lora_round import LoraSetup, Trained, run_lora_round
 from training.objectives.grpo.loss import group_advantages
 from training.objectives.r2ag_grpo.config import R2agGrpoConfig, r2ag_config_from_job
 from training.processes import SINGLE, Processes
-from training.seqlogp import base_lm
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -113,40 +113,26 @@ def sample_group(steering: LMSteering, retriever: Retriever, passages: Mapping[s
 
 
 def train_r2ag_grpo(
-    policy: PeftModel,
-    tokenizer: PreTrainedTokenizerBase,
-    questions: Sequence[Question],
-    gold_for: Callable[[Question], Iterable[str]],
-    retriever: Retriever,
-    passages: Mapping[str, Passage],
-    train: TrainConfig,
-    cfg: R2agGrpoConfig,
-    on_progress: ProgressFn | None = None,
-    *,
-    max_steps: int = 0,
-    ref_adapter: str | None = None,
-    model_id: str = "policy",
-    processes: Processes = SINGLE,
+    policy: PeftModel, tokenizer: PreTrainedTokenizerBase, questions: Sequence[Question],
+    gold_for: Callable[[Question], Iterable[str]], retriever: Retriever, passages: Mapping[str, Passage],
+    train: TrainConfig, cfg: R2agGrpoConfig, on_progress: ProgressFn | None = None, *, max_steps: int = 0,
+    ref_adapter: str | None = None, model_id: str = "policy", processes: Processes = SINGLE,
 ) -> tuple[StepLog, list[dict[str, Any]]]:
     """Optimise `policy` (a PeftModel whose trainable adapter is "default", modified in place); `gold_for(question)`
     gives a question's gold pids in the corpus of `retriever` / `passages`. Returns the per-step log (loss, kl,
     reward, its parts, forest size, ...) and a sample of replies (the first of each group) for inspection. Under
     several processes each samples and trains on its share of a step's states; the groups are gathered (every
     process builds the same next forest), the gradients summed once per step."""
-    from evorag_core.lm.hf_backend import TransformersBackend
-
     forest = [TreeState(q, frozenset(gold_for(q)), ()) for q in questions]
     forest = [s for s in forest if s.gold]
     if not forest:
         raise TrainingError("R2AG GRPO needs at least one question with gold passages")
-    backend = TransformersBackend.from_model(base_lm(policy), tokenizer, model_id=model_id)
+    backend, params, optimizer = sampling_setup(policy, tokenizer, train.lr, model_id)
     steering = LMSteering(backend, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                           passage_chars=cfg.passage_chars, demo=cfg.demo, max_queries=cfg.max_queries)
     train = dataclasses.replace(train, clip_eps_high=cfg.clip_high)
     expected = sum(math.ceil(min(len(forest), cfg.max_states) / cfg.states_per_step) for _ in range(cfg.iterations))
     log = StepLog(min(max_steps, expected) if max_steps else expected, on_progress)
-    params = [p for n, p in policy.named_parameters() if p.requires_grad and ".default." in n]
-    optimizer = torch.optim.AdamW(params, lr=train.lr, weight_decay=0.0)
     samples: list[dict[str, Any]] = []
     for iteration in range(cfg.iterations):
         order = epoch_order(len(forest), 1, train.seed + iteration)
@@ -239,12 +225,6 @@ def _load(job: RoundJob, cfg: R2agGrpoConfig):
     return chosen, corpus, retriever
 
 
-def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
-    """setup -> train -> save -> register (see the module docstring; the steps: training.lora_round)."""
-    return run_lora_round(job, store, on_progress, claim=lambda: _claim(job), prepare=lambda claimed, _: claimed,
-                          train=_train)
-
-
 @dataclass(frozen=True)
 class _Questions:
     cfg: R2agGrpoConfig
@@ -264,20 +244,25 @@ def _claim(job: RoundJob) -> _Questions:
 
 def _train(setup: LoraSetup[_Questions]) -> Trained:
     job, cfg, questions, corpus = setup.job, setup.data.cfg, setup.data.questions, setup.data.corpus
-    train, base_id = job.train, setup.base.model_id
-    policy, ref_adapter = start_with_reference(setup.base.model, train, setup.reference, base_id, REF_ADAPTER)
-    setup_s = setup.elapsed()
-    log, samples = train_r2ag_grpo(policy, setup.base.tokenizer, questions, corpus.gold_for, setup.data.retriever,
-                                   {p.pid: p for p in corpus.passages}, train, cfg, setup.on_progress,
-                                   max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=base_id,
-                                   processes=job.processes)
+    train = job.train
     keys = ("loss", "policy_loss", "kl", "reward", "multi_hit", "joint_hit", "average_precision", "format",
             "forest")
-    phase(setup.on_progress, "save")
-    metrics, checksum = save_round(
-        policy, job, objective="r2ag-grpo", base_id=base_id, reference=setup.reference, questions=questions,
-        train=train, log=log, samples=samples, setup_s=setup_s, out_dir=setup.out_dir,
-        extra={"clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
-               "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
-               "r2ag": dataclasses.asdict(cfg)})
-    return Trained(checksum, metrics)
+
+    def fit(policy: PeftModel, ref_adapter: str | None) -> tuple[StepLog, list[dict[str, Any]]]:
+        return train_r2ag_grpo(policy, setup.base.tokenizer, questions, corpus.gold_for, setup.data.retriever,
+                               {p.pid: p for p in corpus.passages}, train, cfg, setup.on_progress,
+                               max_steps=job.max_steps, ref_adapter=ref_adapter, model_id=setup.base.model_id,
+                               processes=job.processes)
+
+    def extra(log: StepLog) -> dict[str, Any]:
+        return {"clip_low": train.clip_eps, "clip_high": cfg.clip_high, **log.summary(keys),
+                "reward_history": [[h["step"], h["iteration"], h["reward"], h["forest"]] for h in log.history],
+                "r2ag": dataclasses.asdict(cfg)}
+
+    return train_completion_round(setup, objective="r2ag-grpo", ref_name=REF_ADAPTER, train=train,
+                                  questions=questions, fit=fit, extra=extra)
+
+
+def run(job: RoundJob, store: Store, on_progress: ProgressFn | None = None) -> AdapterRef:
+    """setup -> train -> save -> register (the module docstring; the steps: training.lora_round)."""
+    return run_lora_round(job, store, on_progress, claim=lambda: _claim(job), train=_train)
