@@ -357,7 +357,9 @@ def test_a_restarted_studio_lists_compares_and_opens_the_earlier_runs(svc):
     assert run.name.startswith("oracle on demo · ")  # the store's run name
     _, again = evaluate_handlers.run_eval(svc, {}, str(DEMO), "oracle", "", 0, 1)
     assert again.name != run.name  # two runs within a second are two runs (run names have 1 s resolution)
-    assert evaluate_handlers._free_run_name(svc.store(), run.name) == f"{run.name} (2)"
+    free = evaluate_handlers._free_run_name(svc.store(), run.name)  # "(2)", or "(3)" when `again` fell in run's second
+    stored = {r.run for r in svc.store().eval_runs()}
+    assert re.fullmatch(rf"{re.escape(run.name)} \(\d+\)", free) and free not in stored and run.name in stored
     restarted = Services(load_config(), svc.home, data_path=DEMO, db_url=svc.db_url)
     try:
         names = evaluate_handlers.run_names(restarted, {})
