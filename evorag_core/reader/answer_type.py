@@ -10,9 +10,8 @@ type filter (`reader/span.py`'s `extract_candidates`).
   a number, else anything with a digit; "who" -> a capitalised name; "where", "which city / county", "place of
   birth" -> a capitalised name written after "in" / "at" / "near" that is not a person's (`name_facts`: a passage
   about a person has life dates after its title), else one that is not a person's, else any capitalised name; "which country" -> a country's name first; another numeric question
-  ("population", "what age") -> anything with a digit (the rule before); "what / which <thing>" (a series, a
-  school, a league, a film, a kind of ...: `_THING_Q`) -> a span that is not a person's (`name_facts`), else any;
-  "A or B" and other questions: no constraint (the options are the candidates).
+  ("population", "what age") -> anything with a digit (the rule before); "A or B" and other questions: no
+  constraint (the options are the candidates).
 - `by_type(question, spans, options)`: the spans of the first tier that has any, else all of them; never a "yes" /
   "no" span (`is_yes_no_span`) - a question that is not yes/no is not answered yes or no.
 
@@ -29,7 +28,7 @@ from evorag_core.reader.places import is_country, is_nationality
 from evorag_core.types import Passage
 
 __all__ = ["Q_TYPES", "C_TYPES", "question_type", "candidate_type", "is_numeric_question", "expected_kinds",
-           "fits", "by_type", "THING", "is_yes_no_span", "NameFacts", "name_facts"]
+           "fits", "by_type", "is_yes_no_span", "NameFacts", "name_facts"]
 
 Q_TYPES = ("who", "when", "where", "count", "which", "what", "either_or", "other")
 C_TYPES = ("date", "year", "number", "person", "name", "long_name", "lower", "other")
@@ -47,19 +46,12 @@ _LIFE_DATE_Q = re.compile(r"\bdate of (birth|death)\b|\bbirth ?(day|date)\b|^whe
 _PLACE_Q = re.compile(r"\bplace of (birth|death|burial)\b|\b(which|what) (city|country|state|town|county|region|"
                       r"place|province|village|nation)\b", re.I)
 _COUNTRY_Q = re.compile(r"\b(which|what) (country|nation)\b", re.I)
-_THING_Q = re.compile(r"\b(?:what|which)\s+(?:[\w'-]+\s+){0,3}?(?:series|show|film|movie|album|song|band|group|"
-                      r"company|corporation|school|university|college|league|team|club|organi[sz]ation|party|"
-                      r"magazine|newspaper|network|channel|game|book|novel|play|event|festival|award|station|"
-                      r"airport|museum|building|language|genre|instrument|sport|species|genus|dynasty|treaty|war|"
-                      r"battle|product|label|tournament|competition|championship|program|programme|studio|brand|"
-                      r"style|position|kind|type)\b", re.I)
 _SPAN_DECADE_Q = re.compile(r"\b(century|decade|month|season|era)\b", re.I)
 
 NAMES = frozenset({"person", "name", "long_name"})
 DATE, YEAR, DATE_OR_YEAR = frozenset({"date"}), frozenset({"year"}), frozenset({"date", "year"})
 NUMBER, DIGITS, COUNTRY = frozenset({"number"}), frozenset({"digits"}), frozenset({"country"})
 PLACE, LOCATED = frozenset({"place"}), frozenset({"located"})  # names that are not a person's (`NameFacts`)
-THING = frozenset({"thing"})  # any span that is not a person's name (`NameFacts`)
 _LIFE_DATES = re.compile(rf"\((?:[^()]*;\s*)?(?:born|b\.|died|d\.|c\.|née)\s|\(\s*(?:\d{{1,2}}\s+)?(?:(?:{_MONTHS})\s+)?"
                          rf"(?:\d{{1,2}},?\s+)?\d{{3,4}}\s*[–—-]")
 _QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
@@ -141,9 +133,7 @@ def expected_kinds(question: str, options: Sequence[str] = ()) -> tuple[frozense
         return LOCATED, PLACE, NAMES
     if qtype == "who":
         return (NAMES,)
-    if is_numeric_question(question):
-        return (DIGITS,)
-    return (THING,) if _THING_Q.search(question) else ()
+    return (DIGITS,) if is_numeric_question(question) else ()
 
 
 @dataclass(frozen=True)
@@ -168,9 +158,7 @@ def name_facts(passages: Sequence[Passage]) -> NameFacts:
 def fits(kinds: frozenset[str], span: str, facts: NameFacts = NameFacts()) -> bool:
     """Whether `span` is of one of `kinds` (C_TYPES names; "digits": any digit; "country": a country's name;
     "located": a capitalised name `facts` saw after "in" / "at"; "place": one that is not a person's; neither is a
-    nationality word; "thing": any span that is not a person's; a date with a three-digit year counts as a date)."""
-    if "thing" in kinds and normalize_answer(span) not in facts.persons:
-        return True
+    nationality word; a date with a three-digit year counts as a date)."""
     if (kinds & {"place", "located"} and fits(NAMES, span) and (key := normalize_answer(span)) not in facts.persons
             and not is_nationality(span)):
         if "place" in kinds or key in facts.located:

@@ -3,8 +3,8 @@ and no yes/no span for a question that is not yes/no."""
 from __future__ import annotations
 
 from evorag_core.config import AnswerConfig
-from evorag_core.reader.answer_type import (DATE, DIGITS, LOCATED, NAMES, NUMBER, PLACE, THING, YEAR, NameFacts,
-                                            by_type, expected_kinds, fits, is_yes_no_span, name_facts)
+from evorag_core.reader.answer_type import (DATE, DIGITS, LOCATED, NAMES, NUMBER, PLACE, YEAR, NameFacts, by_type,
+                                            expected_kinds, fits, is_yes_no_span, name_facts)
 from evorag_core.reader.span import SpanReader, extract_candidates
 from evorag_core.types import Passage
 
@@ -73,19 +73,3 @@ def test_a_place_question_keeps_places_not_people():
     spans = [s for s, _ in extract_candidates("Where was the director's star born?", [director, TRAVINE], 300)]
     assert spans == ["Mirrow"]
     assert by_type("Where was he born?", [("Lena Oster", 0)], facts=NameFacts()) == [("Lena Oster", 0)]
-
-
-def test_a_what_thing_question_keeps_spans_that_are_not_people():
-    """"... in what Western TV series?" asks for a thing: the actor the passages give life dates for is no answer,
-    the series is; a question that names no such thing keeps every span, and no span at all falls back to all."""
-    actor = Passage("a", "Pell Hanger", "Pell Hanger (born 1930) was an actor, a close friend of Rod Vasco.")
-    vasco = Passage("b", "Rod Vasco", "Rod Vasco (born 1931) is an actor. He found success in the series Rawlings.")
-    facts = name_facts([actor, vasco])
-    q = "Pell Hanger was a close friend of an actor who achieved success in what Western TV series?"
-    assert expected_kinds(q) == (THING,)
-    assert expected_kinds("At which school does the laureate teach?") == (THING,)
-    assert by_type(q, [("Rod Vasco", 0), ("Rawlings", 1)], facts=facts) == [("Rawlings", 1)]
-    assert by_type(q, [("Rod Vasco", 0)], facts=facts) == [("Rod Vasco", 0)]  # nothing else: all kept
-    assert "Rawlings" in [s for s, _ in extract_candidates(q, [actor, vasco], 300)]
-    assert "Rod Vasco" not in [s for s, _ in extract_candidates(q, [actor, vasco], 300)]
-    assert expected_kinds("What lamp did he invent?") == ()
