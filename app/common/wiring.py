@@ -23,13 +23,12 @@ from evorag_core.errors import EvoRagError
 from app.common import views
 from app.common.handlers import check_typed
 
-__all__ = ["EXAMPLE_SCRIPT", "TIMER_SECONDS", "Reload", "annotator_name", "error_message", "guard", "on", "studio_tab",
+__all__ = ["EXAMPLE_SCRIPT", "Reload", "annotator_name", "error_message", "guard", "on", "studio_tab",
            "last_error_html"]
 
 log = logging.getLogger(__name__)
 
 EXAMPLE_SCRIPT = '[\n  {"action": "SEARCH", "query": "Ansel Travine"},\n  {"action": "SEARCH", "query": "Mirrow"},\n  {"action": "REFUSE"}\n]'
-TIMER_SECONDS = 2.0
 
 
 def error_message(exc: BaseException) -> str:

@@ -28,6 +28,8 @@ __all__ = [
     "KL_ESTIMATORS",
     "KEY_METRICS",
     "MAX_CHARTS",
+    "ChartHistory",
+    "MAX_CHART_POINTS",
     "TrainingView",
     "Launch",
     "launch",
@@ -44,6 +46,7 @@ __all__ = [
     "activate_adapter",
     "use_base_model",
     "round_ended",
+    "rounds_active",
     "header_status",
 ]
 
@@ -51,6 +54,33 @@ MAX_CHARTS = max(len(o.charts) for o in OBJECTIVES_ALL.values())  # the tab's me
 KL_ESTIMATORS = tf.KL_ESTIMATORS
 LOG_NEWEST = "newest"  # the log panel's default pick: follow the newest round
 LOG_LINES_SHOWN = 500  # the log panel shows a round's newest lines; `evorag rounds log ID` prints them all
+
+
+MAX_CHART_POINTS = 600  # points a page keeps per chart; past it every second point is dropped (the curve's shape stays)
+
+
+@dataclass
+class ChartHistory:
+    """What one page has seen of its newest round's progress: a running round reports only its latest step, so the
+    page keeps the earlier ones for its loss, KL and metric charts (until the round records its own history). One
+    per browser page (the Training tab's gr.State), never shared between pages; only the newest round's points are
+    kept, at most MAX_CHART_POINTS per chart."""
+
+    round_id: int | None = None
+    losses: list[tuple[float, float]] = field(default_factory=list)  # (step, loss)
+    kl: list[dict[str, float]] = field(default_factory=list)  # {step, kl, kl_k2, kl_k3}
+    steps: list[dict[str, float]] = field(default_factory=list)  # {step, metric...}
+
+    def follow(self, round_id: int) -> ChartHistory:
+        """Start over when the newest round is another one; returns self."""
+        if round_id != self.round_id:
+            self.round_id, self.losses, self.kl, self.steps = round_id, [], [], []
+        return self
+
+    def bound(self) -> None:
+        for points in (self.losses, self.kl, self.steps):
+            while len(points) > MAX_CHART_POINTS:
+                points[:] = points[:-1:2] + points[-1:]  # every second point, and the newest
 
 
 @dataclass(frozen=True)
@@ -118,7 +148,9 @@ def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: flo
 
 
 
-def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
+def training_view(svc: Services, now: datetime | None = None, history: ChartHistory | None = None) -> TrainingView:
+    """The tab's content. `history`: what this page has seen of the newest round's progress (updated in place; a new
+    one when None, then a running round's charts show its latest reported step)."""
     store = svc.store()
     now = now or datetime.now(timezone.utc)
     rounds = store.list_rounds(limit=50)
@@ -133,24 +165,24 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
         loss = views.loss_figure([])
         kl = views.kl_figure([])
     else:
-        points = svc.loss_history.setdefault(newest.id, [])
+        seen = (history if history is not None else ChartHistory()).follow(newest.id)
+        points, kl_rows, step_rows = seen.losses, seen.kl, seen.steps
         _merge_losses(points, newest)
+        _merge_kl(kl_rows, newest)
+        _merge_steps(step_rows, newest)
+        seen.bound()
         progress = round_progress.progress_html(newest, now)
         if newest.error:
             progress += views.message_html(newest.error, "error")
         loss = views.loss_figure(points, f"Round #{newest.id} loss")
         round_progress.integer_steps(loss, points[-1][0] if points else None)
         loss_key = (newest.id, tuple(points))
-        kl_rows = svc.kl_history.setdefault(newest.id, [])
-        _merge_kl(kl_rows, newest)
         kl = views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference")
         round_progress.integer_steps(kl, kl_rows[-1]["step"] if kl_rows else None)
         kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
         kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
         known = OBJECTIVES_ALL.get(newest.objective)
         loss_visible = bool(points) or known is None or known.logs_loss
-        step_rows = svc.step_history.setdefault(newest.id, [])
-        _merge_steps(step_rows, newest)
         charts, charts_key = _charts(newest, step_rows)
     charts = charts + tuple((views.empty_figure(""), False) for _ in range(MAX_CHARTS - len(charts)))
     round_rows = []
@@ -326,6 +358,13 @@ def round_ended(svc: Services, round_id: int) -> bool:
         return svc.store().get_round(int(round_id)).status in ("succeeded", "failed", "cancelled")
     except KeyError:
         return True
+
+
+def rounds_active(svc: Services) -> bool:
+    """Whether a round (training or a promotion's evaluation) is queued or running: the page's timers then tick
+    fast (app/common/page_timers.py)."""
+    store = svc.store_or_none()
+    return store is not None and any(store.list_rounds(status=s, limit=1) for s in ("running", "queued"))
 
 
 def header_status(svc: Services) -> str:
