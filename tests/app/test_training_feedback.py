@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import plotly.graph_objects as go
 import pytest
 
 from tests.paths import DEMO
@@ -123,7 +124,7 @@ def test_loss_ticks_are_whole_steps_and_the_kl_panel_is_hidden_for_dpo(svc):
     axis = view.loss.layout.xaxis
     assert (axis.tickmode, axis.dtick, axis.tickformat) == ("linear", 1, "d") and list(view.loss.data[0].x) == [1, 2, 3]
     assert not view.kl_visible
-    long = round_progress.integer_steps(view.loss, 45)
+    long = round_progress.integer_steps(go.Figure(view.loss), 45)  # a copy: the view's figures are shared, read-only
     assert long.layout.xaxis.dtick == 5
 
 

@@ -2,10 +2,12 @@
 progress and history, cancel it, list and activate adapters, and the page header's live status."""
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import plotly.graph_objects as go
 
@@ -162,8 +164,8 @@ def training_view(svc: Services, now: datetime | None = None, history: ChartHist
     charts_key: tuple = ()
     if newest is None:
         progress = '<div class="evo-empty">No training round yet.</div>'
-        loss = views.loss_figure([])
-        kl = views.kl_figure([])
+        loss = _figure(("loss",), lambda: views.loss_figure([]))
+        kl = _figure(("kl",), lambda: views.kl_figure([]))
     else:
         seen = (history if history is not None else ChartHistory()).follow(newest.id)
         points, kl_rows, step_rows = seen.losses, seen.kl, seen.steps
@@ -174,17 +176,19 @@ def training_view(svc: Services, now: datetime | None = None, history: ChartHist
         progress = round_progress.progress_html(newest, now)
         if newest.error:
             progress += views.message_html(newest.error, "error")
-        loss = views.loss_figure(points, f"Round #{newest.id} loss")
-        round_progress.integer_steps(loss, points[-1][0] if points else None)
         loss_key = (newest.id, tuple(points))
-        kl = views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference")
-        round_progress.integer_steps(kl, kl_rows[-1]["step"] if kl_rows else None)
+        loss = _figure(("loss", loss_key), lambda: round_progress.integer_steps(
+            views.loss_figure(points, f"Round #{newest.id} loss"), points[-1][0] if points else None))
         kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
+        kl = _figure(("kl", newest.objective, kl_key), lambda: round_progress.integer_steps(
+            views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference"),
+            kl_rows[-1]["step"] if kl_rows else None))
         kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
         known = OBJECTIVES_ALL.get(newest.objective)
         loss_visible = bool(points) or known is None or known.logs_loss
         charts, charts_key = _charts(newest, step_rows)
-    charts = charts + tuple((views.empty_figure(""), False) for _ in range(MAX_CHARTS - len(charts)))
+    charts = charts + tuple((_figure(("slot",), lambda: views.empty_figure("")), False)
+                            for _ in range(MAX_CHARTS - len(charts)))
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
@@ -218,8 +222,8 @@ def training_view(svc: Services, now: datetime | None = None, history: ChartHist
     why = store.last_activation()
     live_why = promotion.live_reason(why, store.get_promotion(why.promotion_id) if why and why.promotion_id else None)
     all_reports = store.list_promotions()
-    curve = promotion.learning_curve(all_reports)
     curve_key = tuple(r.id for r in all_reports)
+    curve = _figure(("curve", curve_key), lambda: promotion.learning_curve(all_reports))
     cancellable = [(f"#{r.id} {r.objective} · {r.status_label}", r.id) for r in rounds
                    if r.status in ("queued", "running")]
     log_choices = [("newest round", LOG_NEWEST), *[(f"#{r.id} {r.objective}", str(r.id)) for r in rounds]]
@@ -275,12 +279,36 @@ def _charts(r: Round, rows: list[dict[str, float]]) -> tuple[tuple[tuple[go.Figu
     out, key = [], []
     for chart in charts:
         present = [k for k in chart.keys if any(k in row for row in rows)]
-        fig = views.metric_figure(rows, chart.keys, f"Round #{r.id} {chart.title}", chart.y)
-        if present:
-            round_progress.integer_steps(fig, rows[-1]["step"])
-        out.append((fig, bool(present)))
-        key.append(tuple((row["step"], *(row.get(k) for k in chart.keys)) for row in rows))
+        drawn = tuple((row["step"], *(row.get(k) for k in chart.keys)) for row in rows)
+
+        def build(chart=chart, present=present):
+            fig = views.metric_figure(rows, chart.keys, f"Round #{r.id} {chart.title}", chart.y)
+            return round_progress.integer_steps(fig, rows[-1]["step"]) if present else fig
+
+        out.append((_figure(("chart", r.id, r.objective, chart.title, drawn), build), bool(present)))
+        key.append(drawn)
     return tuple(out), (r.id, tuple(key))
+
+
+_FIGURES: OrderedDict[tuple, go.Figure] = OrderedDict()  # figures by what they draw, newest last
+_FIGURES_LOCK = threading.Lock()
+_FIGURES_KEPT = 32
+
+
+def _figure(key: tuple, build: Callable[[], go.Figure]) -> go.Figure:
+    """The figure that draws `key` (a pure function of it), built once: a timer tick while nothing changed builds no
+    plotly figure (each took ~10-50 ms of the server's CPU). A memo of values, not page state; figures are only read
+    once built (the page is sent one only when its key changed)."""
+    with _FIGURES_LOCK:
+        if key in _FIGURES:
+            _FIGURES.move_to_end(key)
+            return _FIGURES[key]
+    fig = build()
+    with _FIGURES_LOCK:
+        _FIGURES[key] = fig
+        while len(_FIGURES) > _FIGURES_KEPT:
+            _FIGURES.popitem(last=False)
+    return fig
 
 
 def _merge_steps(rows: list[dict[str, float]], r: Round) -> None:
