@@ -2,7 +2,8 @@
 the background worker process. One `Services` object per studio process, shared by every browser session.
 
 Everything heavy (indexes, the embedder, the language model, the database) is opened lazily on first use, so
-the page is served before any of it is loaded.
+the page is served before any of it is loaded. What one browser page has seen (its charts' points, what it shows)
+lives in that page's gr.State, never here.
 """
 from __future__ import annotations
 
@@ -57,9 +58,6 @@ class Services:
         self.policies = PolicyProvider(cfg, self.home)
         self.worker: WorkerProcess | None = None
         self.extra_files: list[Path] = []  # uploaded or typed data files, newest last
-        self.loss_history: dict[int, list[tuple[float, float]]] = {}  # round id -> (step, loss) seen by the UI
-        self.kl_history: dict[int, list[dict[str, float]]] = {}  # round id -> {step, kl...} rows seen by the UI
-        self.step_history: dict[int, list[dict[str, float]]] = {}  # round id -> {step, metric...} rows seen by the UI
         self.warm_status = ""  # what the background warm-up is loading now ("" when idle or done)
         self._lock = threading.RLock()
         self._runtimes: OrderedDict[Path, Runtime] = OrderedDict()

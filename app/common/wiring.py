@@ -23,13 +23,12 @@ from evorag_core.errors import EvoRagError
 from app.common import views
 from app.common.handlers import check_typed
 
-__all__ = ["EXAMPLE_SCRIPT", "TIMER_SECONDS", "Reload", "annotator_name", "error_message", "guard", "on", "studio_tab",
+__all__ = ["EXAMPLE_SCRIPT", "Reload", "annotator_name", "error_message", "guard", "on", "studio_tab",
            "last_error_html"]
 
 log = logging.getLogger(__name__)
 
 EXAMPLE_SCRIPT = '[\n  {"action": "SEARCH", "query": "Ansel Travine"},\n  {"action": "SEARCH", "query": "Mirrow"},\n  {"action": "REFUSE"}\n]'
-TIMER_SECONDS = 2.0
 
 
 def error_message(exc: BaseException) -> str:
@@ -128,14 +127,27 @@ def _error_line_of(trigger: Callable, outputs: list) -> gr.HTML | None:
     return getattr(owner, "evo_error_line", None) if owner is not None else None
 
 
+def _is_layout(block: Any) -> bool:
+    """A layout block (gr.Tab, gr.Tabs, gr.Row, gr.Column, gr.Accordion...), not a component. Gradio 6.31's page
+    re-reads the state of every progress target of every event it has run, and of all their descendants, at each status
+    change of any event (`update_loading_stati_state` in its Blocks frontend): a Tab among them made every timer tick and
+    tab switch walk the whole page (~400 components). So an event that updates a layout block shows its progress on its
+    other outputs only."""
+    return isinstance(block, gr.blocks.BlockContext) and not isinstance(block, gr.components.Component)
+
+
 def on(trigger: Callable, fn: Callable, inputs: Any, outputs: Any, *, quiet: bool = False, **kwargs: Any) -> Any:
     """`trigger(guard(fn), inputs, outputs, **kwargs)` with the guard told how many outputs to leave alone, and, for
     an event of a tab opened with `studio_tab(...)` (not `quiet`), the tab's last-error line as one more output (no progress
-    animation on it). (The role check is not here: `app.shell.event_roles.check_roles` puts it in front of every
+    animation on it). An output that is a layout block (a Tab, the Tabs) gets no progress animation either
+    (`_is_layout`). (The role check is not here: `app.shell.event_roles.check_roles` puts it in front of every
     event of the built page.)"""
     listed = list(outputs) if isinstance(outputs, (list, tuple)) else ([] if outputs is None else [outputs])
     n = len(listed)
     line = None if quiet else _error_line_of(trigger, listed)
+    leaves = [b for b in listed if not _is_layout(b)]
+    if "show_progress_on" not in kwargs and leaves and len(leaves) < n:
+        kwargs["show_progress_on"] = leaves  # never a Tab, Tabs or Row: see _is_layout
     if line is None or line in listed:
         return trigger(guard(fn, n, quiet=quiet), inputs, outputs, **kwargs)
     if "show_progress_on" not in kwargs:

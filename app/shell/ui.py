@@ -10,7 +10,7 @@ import logging
 import gradio as gr
 
 from app.common import pickers, roles
-from app.common.page_timers import VISIBILITY_JS, PageTimers
+from app.common.page_timers import VISIBILITY_JS, PageTimers, Tick
 from app.common.services import Services
 from app.common.wiring import on, studio_tab
 from app.shell import event_roles
@@ -90,16 +90,17 @@ def build_ui(svc: Services) -> gr.Blocks:
 
         header_shown = gr.State(("", ""))
 
-        def tick(last, request: gr.Request):
-            """The header and the Episode tab's pairs count (an admin's), sent only when they changed."""
+        def tick(request: gr.Request, last) -> tuple[tuple, bool]:
+            """The header and the Episode tab's pairs count (an admin's), sent only when they changed; busy while
+            the warm-up or (for an admin) a round runs."""
             role = roles.user_role(svc, request)
-            fresh = (page_header(svc, request, role), human_handlers.pairs_count_html(svc) if role == "admin" else "")
+            admin = role == "admin"
+            fresh = (page_header(svc, request, role), human_handlers.pairs_count_html(svc) if admin else "")
             sent = tuple(new if new != old else gr.skip() for new, old in zip(fresh, last or ("", "")))
-            return (*sent, fresh)
+            busy = bool(svc.warm_status) or (admin and training_handlers.rounds_active(svc))
+            return (*sent, fresh), busy
 
-        timer = timers.for_shell()
-        on(timer.tick, tick, header_shown, [header, episode.pairs_count, header_shown], quiet=True,
-           show_progress="hidden", concurrency_limit=None, trigger_mode="once", api_visibility="private")
+        timers.for_shell(Tick(tick, [header_shown], [header, episode.pairs_count, header_shown]))
 
         def on_load(request: gr.Request):
             user = getattr(request, "username", None) if request is not None else None

@@ -48,3 +48,19 @@ def test_a_deep_link_scrolls_to_the_opened_trace(tmp_path):
     assert "head.dataset.episode === wanted.trim()" in SCROLL_TO_TRACE_JS
     assert "#evo-trace-head-box" in SCROLL_TO_TRACE_JS and "scrollIntoView" in SCROLL_TO_TRACE_JS
     assert "if (wanted === null) return;" in SCROLL_TO_TRACE_JS
+
+
+def test_no_event_shows_its_progress_on_a_layout_block(tmp_path):
+    """Gradio 6.31's page re-reads every progress target of every event it has run, with all their descendants, at
+    each status change of any event: the page load's outputs (every admin tab, the Tabs) made each timer tick and tab
+    switch walk the whole page (DynaKrag 8.9 s, R²AG 9.1 s under load, #46 item 8). `wiring.on` keeps layout blocks
+    out of the progress targets (`show_progress_on`)."""
+    from app.common.wiring import _is_layout
+
+    svc = Services(load_config(), tmp_path / "home", data_path=DEMO, db_url=f"sqlite:///{tmp_path / 's.db'}")
+    demo = build_ui(svc)
+    updates_a_tab = [fn for fn in demo.fns.values() if any(_is_layout(b) for b in fn.outputs)]
+    assert len(updates_a_tab) >= 2  # the page load (tabs shown per role) and the Traces deep link (selects its tab)
+    for fn in demo.fns.values():
+        targets = fn.show_progress_on or fn.outputs
+        assert not [b for b in targets if _is_layout(b)], f"{fn.name} shows its progress on a layout block"

@@ -377,11 +377,12 @@ def test_evaluate_two_runs_bootstrap_and_open_a_trace(page):
 
 
 def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
-    """app/common/page_timers.py: a hidden page sends no timer ticks; shown again, the header's ticks resume; the Training
-    tab's timer ticks only while that tab is selected. Ticks are counted as the page's queue joins (nothing else
-    runs on an idle page). Absences are checked over three timer periods: a loaded machine only sends fewer ticks,
-    so it cannot fail them; each presence is awaited as a state."""
-    from app.common.wiring import TIMER_SECONDS
+    """app/common/page_timers.py: a hidden page sends no timer ticks; shown again, the header's ticks resume; the idle
+    Training tab's timer alone ticks, at the slow rate; it ticks only while that tab is selected. Ticks are counted as
+    the page's queue joins (nothing else runs on an idle page). Absences are checked over three slow periods: a loaded
+    machine only sends fewer ticks, so it cannot fail them; each presence is awaited as a state; the slow rate is read
+    as the mean gap over four ticks, which a loaded machine can only lengthen."""
+    from app.common.page_timers import FAST_SECONDS, SLOW_SECONDS
 
     _, store = studio
     joins: list[float] = []
@@ -402,9 +403,9 @@ def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
                       " document.dispatchEvent(new Event('visibilitychange')); }", state)
 
     def quiet_window() -> bool:
-        """No tick over three timer periods (a tick in flight when the page was hidden may still land before)."""
+        """No tick over three slow periods (a tick in flight when the page was hidden may still land before)."""
         t0 = time.monotonic()
-        page.wait_for_timeout(3 * TIMER_SECONDS * 1000)
+        page.wait_for_timeout(3 * SLOW_SECONDS * 1000)
         return ticks_after(t0) == 0
 
     await_tick("the header's timer of a visible page")
@@ -415,22 +416,36 @@ def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
     set_visibility("visible")
     await_tick("the header's timer once the page is shown again")
 
-    # the Training tab's timer: a round queued after the tab was opened appears in its table (the tab's select
-    # event drew the table before; only the timer redraws it)
+    # the idle Training tab (no round queued or running): one timer, at the slow rate
+    deadline = time.monotonic() + 600
+    while store.list_rounds(status="running", limit=1) or store.list_rounds(status="queued", limit=1):
+        assert time.monotonic() < deadline, "an earlier test's round is still running"
+        page.wait_for_timeout(1000)
     page.get_by_role("tab", name="Training").click()
     # the tab's select event draws the rounds box ("No rounds yet." or the table #evo-rounds) once; then count
     page.wait_for_function("(document.querySelector('#evo-rounds-box') || {innerText: ''}).innerText.trim() !== ''")
+    t0 = time.monotonic()
+    deadline = t0 + 300
+    while ticks_after(t0) < 5:
+        assert time.monotonic() < deadline, "the Training tab's timer stopped"
+        page.wait_for_timeout(500)
+    ticks = [t for t in joins if t >= t0][:5]
+    mean_gap = (ticks[-1] - ticks[0]) / 4
+    assert mean_gap >= (FAST_SECONDS + SLOW_SECONDS) / 2, f"an idle Training tab polled every {mean_gap:.1f} s"
+
+    # a round queued after the tab was opened appears in its table (the tab's select event drew the table before;
+    # only the timer redraws it)
     rows = "document.querySelectorAll('#evo-rounds tbody tr').length"
     before = page.evaluate(rows)
     store.enqueue_round("dpo", {"pairs": 1})
     page.wait_for_function(f"{rows} > {before}", timeout=120_000)
-    # on the Episode tab the Training tab's timer stops: only the header's ticks (at most one per period)
+    # on the Episode tab the Training tab's timer stops: only the header's ticks (at most one per fast period)
     page.get_by_role("tab", name="Episode").click()
 
     def header_only_window() -> bool:
-        """At most the header's ticks over four periods (the Training tab's timer adds two joins per period)."""
+        """At most the header's ticks over four fast periods (the Training tab's timer would add as many)."""
         t0 = time.monotonic()
-        page.wait_for_timeout(4 * TIMER_SECONDS * 1000)
+        page.wait_for_timeout(4 * FAST_SECONDS * 1000)
         return ticks_after(t0) <= 4 + 1
 
     assert any(header_only_window() for _ in range(4)), "the Training tab's timer kept ticking on the Episode tab"

@@ -266,13 +266,14 @@ def test_training_round_progress_history_and_adapter_activation(svc, tmp_path):
     with pytest.raises(ValueError, match="objective"):
         training_handlers.launch_round(svc, "sft", 8, 1, 5e-5, "k2")
 
-    # stand-in for the worker process: the same store calls it makes
+    # stand-in for the worker process: the same store calls it makes; `page`: what one browser page has seen
     assert store.claim_round("test-worker", 60).id == rid
+    page = training_handlers.ChartHistory()
     store.heartbeat(rid, "test-worker", {"step": 1, "total": 4, "loss": 0.69, "elapsed_s": 1.0, "phase": "train"})
-    view = training_handlers.training_view(svc, now=store.get_round(rid).heartbeat_at)
+    view = training_handlers.training_view(svc, now=store.get_round(rid).heartbeat_at, history=page)
     assert "running · training" in view.progress and "step 1/4" in view.progress and "ETA 3 s" in view.progress
     store.heartbeat(rid, "test-worker", {"step": 2, "total": 4, "loss": 0.61, "eta": 1.5})
-    view = training_handlers.training_view(svc)
+    view = training_handlers.training_view(svc, history=page)
     assert list(view.loss.data[0].y) == [0.69, 0.61]
     store.finish_round(rid, metrics={"loss": 0.55, "margin_accuracy": 0.75}, worker_id="test-worker")
     name = f"round{rid}-dpo"
@@ -298,12 +299,13 @@ def test_training_view_plots_kl_per_step_for_both_estimators(svc):
     point; once finished, the recorded kl_history replaces what the UI saw. A DPO round logs no KL: the figure says
     so instead of plotting nothing."""
     store = svc.store()
+    page = training_handlers.ChartHistory()  # what one browser page has seen
     rid = store.enqueue_round("arena-grpo", {"objective": "arena-grpo", "kl": "k2"})
     assert store.claim_round("test-worker", 60).id == rid
     for step, k2, k3 in ((1, 0.0, 0.0), (2, 0.004, 0.0041)):
         store.heartbeat(rid, "test-worker", {"step": step, "total": 3, "loss": 0.1, "kl": k2, "kl_k2": k2,
                                              "kl_k3": k3})
-        view = training_handlers.training_view(svc)
+        view = training_handlers.training_view(svc, history=page)
     names = [trace.name for trace in view.kl.data]
     assert names == ["k2 = ½(log r)²", "k3 = r − log r − 1"]  # "kl" repeats k2 here and is left out
     assert list(view.kl.data[0].y) == [0.0, 0.004] and list(view.kl.data[1].y) == [0.0, 0.0041]

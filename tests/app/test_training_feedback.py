@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import plotly.graph_objects as go
 import pytest
 
 from tests.paths import DEMO
@@ -123,7 +124,7 @@ def test_loss_ticks_are_whole_steps_and_the_kl_panel_is_hidden_for_dpo(svc):
     axis = view.loss.layout.xaxis
     assert (axis.tickmode, axis.dtick, axis.tickformat) == ("linear", 1, "d") and list(view.loss.data[0].x) == [1, 2, 3]
     assert not view.kl_visible
-    long = round_progress.integer_steps(view.loss, 45)
+    long = round_progress.integer_steps(go.Figure(view.loss), 45)  # a copy: the view's figures are shared, read-only
     assert long.layout.xaxis.dtick == 5
 
 
@@ -187,3 +188,53 @@ def test_a_training_round_reads_training_from_its_first_step_on(tmp_path):
     seen.clear()
     _Progress(seen.append).on_train_begin(None, None, None)
     assert seen == [{"phase": "train"}]
+
+
+def test_each_page_keeps_its_own_chart_points(svc):
+    """#45 item 4: a running round reports only its latest step, so each page keeps the points it has seen, in its
+    own gr.State (a copy per page, Gradio's SessionState), not on the Services object every page shares. Page A
+    ticks at steps 1 and 2, page B opens at step 2: A's loss points are steps 1-2, B's only step 2; a view without
+    page state draws the latest step alone."""
+    import gradio as gr
+    from gradio.helpers import special_args
+    from gradio.state_holder import SessionState
+
+    from app.shell.ui import build_ui
+
+    assert not any(hasattr(svc, name) for name in ("loss_history", "kl_history", "step_history"))
+    demo = build_ui(svc)
+    tick = next(fn for fn in demo.fns.values() if fn.targets and fn.targets[0][1] == "tick"
+                and any(b.elem_id == "evo-loss" for b in fn.outputs))
+    history = next(b for b in tick.inputs if isinstance(b, gr.State) and isinstance(b.value, th.ChartHistory))
+    page_a, page_b = SessionState(demo), SessionState(demo)
+
+    def run_tick(page: SessionState) -> None:
+        values = [page[b._id] if b.stateful else b.value for b in tick.inputs]
+        args, _, _, _ = special_args(tick.fn, values, request=gr.Request(username=None))
+        for block, value in zip(tick.outputs, tick.fn(*args)):
+            if block.stateful:
+                page[block._id] = value
+
+    _pairs(svc, 2)
+    rid = th.launch(svc, "dpo", 2, 1, 5e-5, "k3").round_id
+    store = svc.store()
+    store.claim_round("w", 60)
+    store.heartbeat(rid, "w", {"phase": "train", "step": 1, "total": 4, "loss": 0.7, "elapsed_s": 1.0})
+    run_tick(page_a)
+    store.heartbeat(rid, "w", {"phase": "train", "step": 2, "total": 4, "loss": 0.6, "elapsed_s": 2.0})
+    run_tick(page_a)
+    run_tick(page_b)
+    assert page_a[history._id] is not page_b[history._id]
+    assert page_a[history._id].losses == [(1.0, 0.7), (2.0, 0.6)]
+    assert page_b[history._id].losses == [(2.0, 0.6)]
+    assert list(th.training_view(svc).loss.data[0].x) == [2.0]
+
+
+def test_a_page_keeps_a_bounded_number_of_chart_points():
+    """Past MAX_CHART_POINTS every second point is dropped, the newest kept: the curve keeps its shape and its end."""
+    seen = th.ChartHistory().follow(7)
+    seen.losses.extend((float(i), 1.0 / i) for i in range(1, th.MAX_CHART_POINTS + 2))
+    seen.bound()
+    assert len(seen.losses) <= th.MAX_CHART_POINTS
+    assert seen.losses[0][0] == 1.0 and seen.losses[-1][0] == th.MAX_CHART_POINTS + 1
+    assert seen.follow(8).losses == [] and seen.round_id == 8  # another round: its own points

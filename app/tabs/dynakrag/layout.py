@@ -7,7 +7,7 @@ Step runs the pick shown, Run to end every operation until the answer; Stop sets
 running stream reads at its next tick (0.5 s): the operation in progress is interrupted and discarded, the page says
 Stopped and shows the state after the last finished operation. With no trained controller the tab says so and
 offers the uniform-valid controller and a training round on the current data file (the Training tab's launch of
-the `dynakrag` objective), whose progress a 2 s timer shows.
+the `dynakrag` objective), whose progress the tab's timer shows (every 2 s while it runs, else 5 s).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import gradio as gr
 
 from app.common import roles, views, pickers
 from app.common.dynakrag_view import trace_html
-from app.common.page_timers import PageTimers
+from app.common.page_timers import FAST_SECONDS, PageTimers, Tick
 from app.common.services import Services
 from app.common.wiring import on, studio_tab
 from app.tabs.dynakrag import handlers as hd
@@ -190,26 +190,27 @@ def _wire_training(svc: Services, c: SimpleNamespace, tab: gr.Tab, timers: PageT
         roles.require(svc, request, "train")  # the server's check, as the Training tab's launch
         done = hd.train_controller(svc, path, n)
         html, _ = hd.round_html(svc, done.round_id)
-        return views.message_html(done.message, "warn" if done.capped else "ok"), html, done.round_id
+        return (views.message_html(done.message, "warn" if done.capped else "ok"), html, done.round_id,
+                gr.Timer(value=FAST_SECONDS))  # the progress follows at the fast rate
 
     def on_cancel(rid, request: gr.Request):
         roles.require(svc, request, "train")
         return views.message_html(hd.cancel_training(svc, rid), "ok")
 
-    def tick(rid, ctrl):
+    def tick(request: gr.Request, rid, ctrl) -> tuple[tuple, bool]:
         """The launched round's progress; once it has ended, the controller line (and the learned controller when
-        the round installed one), then the timer has nothing more to do."""
+        the round installed one), then the timer has nothing more to do (it ticks slowly, for the header)."""
         if rid is None:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return (gr.skip(), gr.skip(), gr.skip(), gr.skip()), False
         html, ended = hd.round_html(svc, rid)
         if not ended:
-            return html, gr.skip(), gr.skip(), gr.skip()
+            return (html, gr.skip(), gr.skip(), gr.skip()), True
         pick = hd.LEARNED if hd.controller_status(svc).trained else ctrl
-        return html, _controller_box(svc, pick), pick, None
+        return (html, _controller_box(svc, pick), pick, None), False
 
-    on(c.train.click, on_train, [c.data_dd, c.questions], [c.train_msg, c.train_progress, c.round_id])
-    on(c.cancel.click, on_cancel, c.round_id, c.train_msg)
     with tab:  # a component outside the Tab would sit directly in the Tabs: Gradio then draws a selected tab twice
-        timer = timers.for_tab("dynakrag")  # ticks while the tab is shown (app/common/page_timers.py)
-    on(timer.tick, tick, [c.round_id, c.controller], [c.train_progress, c.controller_box, c.controller, c.round_id],
-       quiet=True, show_progress="hidden", concurrency_limit=None, trigger_mode="once", api_visibility="private")
+        # ticks while the tab is shown (app/common/page_timers.py)
+        timer = timers.for_tab("dynakrag", Tick(tick, [c.round_id, c.controller],
+                                                [c.train_progress, c.controller_box, c.controller, c.round_id]))
+    on(c.train.click, on_train, [c.data_dd, c.questions], [c.train_msg, c.train_progress, c.round_id, timer])
+    on(c.cancel.click, on_cancel, c.round_id, c.train_msg)

@@ -2,10 +2,12 @@
 progress and history, cancel it, list and activate adapters, and the page header's live status."""
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import plotly.graph_objects as go
 
@@ -28,6 +30,8 @@ __all__ = [
     "KL_ESTIMATORS",
     "KEY_METRICS",
     "MAX_CHARTS",
+    "ChartHistory",
+    "MAX_CHART_POINTS",
     "TrainingView",
     "Launch",
     "launch",
@@ -44,6 +48,7 @@ __all__ = [
     "activate_adapter",
     "use_base_model",
     "round_ended",
+    "rounds_active",
     "header_status",
 ]
 
@@ -51,6 +56,33 @@ MAX_CHARTS = max(len(o.charts) for o in OBJECTIVES_ALL.values())  # the tab's me
 KL_ESTIMATORS = tf.KL_ESTIMATORS
 LOG_NEWEST = "newest"  # the log panel's default pick: follow the newest round
 LOG_LINES_SHOWN = 500  # the log panel shows a round's newest lines; `evorag rounds log ID` prints them all
+
+
+MAX_CHART_POINTS = 600  # points a page keeps per chart; past it every second point is dropped (the curve's shape stays)
+
+
+@dataclass
+class ChartHistory:
+    """What one page has seen of its newest round's progress: a running round reports only its latest step, so the
+    page keeps the earlier ones for its loss, KL and metric charts (until the round records its own history). One
+    per browser page (the Training tab's gr.State), never shared between pages; only the newest round's points are
+    kept, at most MAX_CHART_POINTS per chart."""
+
+    round_id: int | None = None
+    losses: list[tuple[float, float]] = field(default_factory=list)  # (step, loss)
+    kl: list[dict[str, float]] = field(default_factory=list)  # {step, kl, kl_k2, kl_k3}
+    steps: list[dict[str, float]] = field(default_factory=list)  # {step, metric...}
+
+    def follow(self, round_id: int) -> ChartHistory:
+        """Start over when the newest round is another one; returns self."""
+        if round_id != self.round_id:
+            self.round_id, self.losses, self.kl, self.steps = round_id, [], [], []
+        return self
+
+    def bound(self) -> None:
+        for points in (self.losses, self.kl, self.steps):
+            while len(points) > MAX_CHART_POINTS:
+                points[:] = points[:-1:2] + points[-1:]  # every second point, and the newest
 
 
 @dataclass(frozen=True)
@@ -118,7 +150,9 @@ def launch_round(svc: Services, objective: str, pairs: int, epochs: int, lr: flo
 
 
 
-def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
+def training_view(svc: Services, now: datetime | None = None, history: ChartHistory | None = None) -> TrainingView:
+    """The tab's content. `history`: what this page has seen of the newest round's progress (updated in place; a new
+    one when None, then a running round's charts show its latest reported step)."""
     store = svc.store()
     now = now or datetime.now(timezone.utc)
     rounds = store.list_rounds(limit=50)
@@ -130,29 +164,31 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
     charts_key: tuple = ()
     if newest is None:
         progress = '<div class="evo-empty">No training round yet.</div>'
-        loss = views.loss_figure([])
-        kl = views.kl_figure([])
+        loss = _figure(("loss",), lambda: views.loss_figure([]))
+        kl = _figure(("kl",), lambda: views.kl_figure([]))
     else:
-        points = svc.loss_history.setdefault(newest.id, [])
+        seen = (history if history is not None else ChartHistory()).follow(newest.id)
+        points, kl_rows, step_rows = seen.losses, seen.kl, seen.steps
         _merge_losses(points, newest)
+        _merge_kl(kl_rows, newest)
+        _merge_steps(step_rows, newest)
+        seen.bound()
         progress = round_progress.progress_html(newest, now)
         if newest.error:
             progress += views.message_html(newest.error, "error")
-        loss = views.loss_figure(points, f"Round #{newest.id} loss")
-        round_progress.integer_steps(loss, points[-1][0] if points else None)
         loss_key = (newest.id, tuple(points))
-        kl_rows = svc.kl_history.setdefault(newest.id, [])
-        _merge_kl(kl_rows, newest)
-        kl = views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference")
-        round_progress.integer_steps(kl, kl_rows[-1]["step"] if kl_rows else None)
+        loss = _figure(("loss", loss_key), lambda: round_progress.integer_steps(
+            views.loss_figure(points, f"Round #{newest.id} loss"), points[-1][0] if points else None))
         kl_key = (newest.id, tuple(tuple(sorted(r.items())) for r in kl_rows))
+        kl = _figure(("kl", newest.objective, kl_key), lambda: round_progress.integer_steps(
+            views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference"),
+            kl_rows[-1]["step"] if kl_rows else None))
         kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
         known = OBJECTIVES_ALL.get(newest.objective)
         loss_visible = bool(points) or known is None or known.logs_loss
-        step_rows = svc.step_history.setdefault(newest.id, [])
-        _merge_steps(step_rows, newest)
         charts, charts_key = _charts(newest, step_rows)
-    charts = charts + tuple((views.empty_figure(""), False) for _ in range(MAX_CHARTS - len(charts)))
+    charts = charts + tuple((_figure(("slot",), lambda: views.empty_figure("")), False)
+                            for _ in range(MAX_CHARTS - len(charts)))
     round_rows = []
     for r in rounds:
         m = r.metrics or {}
@@ -186,8 +222,8 @@ def training_view(svc: Services, now: datetime | None = None) -> TrainingView:
     why = store.last_activation()
     live_why = promotion.live_reason(why, store.get_promotion(why.promotion_id) if why and why.promotion_id else None)
     all_reports = store.list_promotions()
-    curve = promotion.learning_curve(all_reports)
     curve_key = tuple(r.id for r in all_reports)
+    curve = _figure(("curve", curve_key), lambda: promotion.learning_curve(all_reports))
     cancellable = [(f"#{r.id} {r.objective} · {r.status_label}", r.id) for r in rounds
                    if r.status in ("queued", "running")]
     log_choices = [("newest round", LOG_NEWEST), *[(f"#{r.id} {r.objective}", str(r.id)) for r in rounds]]
@@ -243,12 +279,36 @@ def _charts(r: Round, rows: list[dict[str, float]]) -> tuple[tuple[tuple[go.Figu
     out, key = [], []
     for chart in charts:
         present = [k for k in chart.keys if any(k in row for row in rows)]
-        fig = views.metric_figure(rows, chart.keys, f"Round #{r.id} {chart.title}", chart.y)
-        if present:
-            round_progress.integer_steps(fig, rows[-1]["step"])
-        out.append((fig, bool(present)))
-        key.append(tuple((row["step"], *(row.get(k) for k in chart.keys)) for row in rows))
+        drawn = tuple((row["step"], *(row.get(k) for k in chart.keys)) for row in rows)
+
+        def build(chart=chart, present=present):
+            fig = views.metric_figure(rows, chart.keys, f"Round #{r.id} {chart.title}", chart.y)
+            return round_progress.integer_steps(fig, rows[-1]["step"]) if present else fig
+
+        out.append((_figure(("chart", r.id, r.objective, chart.title, drawn), build), bool(present)))
+        key.append(drawn)
     return tuple(out), (r.id, tuple(key))
+
+
+_FIGURES: OrderedDict[tuple, go.Figure] = OrderedDict()  # figures by what they draw, newest last
+_FIGURES_LOCK = threading.Lock()
+_FIGURES_KEPT = 32
+
+
+def _figure(key: tuple, build: Callable[[], go.Figure]) -> go.Figure:
+    """The figure that draws `key` (a pure function of it), built once: a timer tick while nothing changed builds no
+    plotly figure (each took ~10-50 ms of the server's CPU). A memo of values, not page state; figures are only read
+    once built (the page is sent one only when its key changed)."""
+    with _FIGURES_LOCK:
+        if key in _FIGURES:
+            _FIGURES.move_to_end(key)
+            return _FIGURES[key]
+    fig = build()
+    with _FIGURES_LOCK:
+        _FIGURES[key] = fig
+        while len(_FIGURES) > _FIGURES_KEPT:
+            _FIGURES.popitem(last=False)
+    return fig
 
 
 def _merge_steps(rows: list[dict[str, float]], r: Round) -> None:
@@ -326,6 +386,13 @@ def round_ended(svc: Services, round_id: int) -> bool:
         return svc.store().get_round(int(round_id)).status in ("succeeded", "failed", "cancelled")
     except KeyError:
         return True
+
+
+def rounds_active(svc: Services) -> bool:
+    """Whether a round (training or a promotion's evaluation) is queued or running: the page's timers then tick
+    fast (app/common/page_timers.py)."""
+    store = svc.store_or_none()
+    return store is not None and any(store.list_rounds(status=s, limit=1) for s in ("running", "queued"))
 
 
 def header_status(svc: Services) -> str:

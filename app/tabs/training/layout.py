@@ -8,8 +8,10 @@ message, and none available refuses it). The newest round's progress shows its p
 ETA; queued and running rounds can be cancelled. Its charts: the loss (hidden for an objective that logs none),
 the KL (only for objectives that log one) and the objective's own metrics (registry `charts`, each shown once the
 round reported it). The log panel shows the newest (or the picked) round's log lines as its worker stored them, newest at the
-bottom, kept scrolled to the bottom unless the reader scrolled up. A 2 s timer refreshes what changed (the log only
-when new lines arrived).
+bottom, kept scrolled to the bottom unless the reader scrolled up. The tab's timer (one event per tick, the header's
+refresh included: app/common/page_timers.py) ticks every 2 s while a round or an evaluation is queued or running and
+every 5 s otherwise; each tick re-sends only what changed (the log only when new lines arrived). The points of the
+charts a running round draws are this page's own (`handlers.ChartHistory` in a gr.State), never another page's.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.objectives import OBJECTIVES as REGISTRY
 
 from app.common import pickers, roles, views, training_fields as tf
-from app.common.page_timers import PageTimers
+from app.common.page_timers import FAST_SECONDS, PageTimers, Tick
 from app.common.services import Services
 from app.common.wiring import on
 from app.tabs.training import handlers, promotion
@@ -69,7 +71,10 @@ def _field(spec: tf.FieldSpec, value: Any, visible: bool, svc: Services) -> gr.c
 def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab, timers: PageTimers) -> TrainingTab:
     """The Training tab's components and events (refreshed when `tab` is selected, then by its timer while it is
     shown: app/common/page_timers.py)."""
-    c = SimpleNamespace(policy_dd=policy_dd, names_state=gr.State({}))  # names_state: what the outputs last showed
+    c = SimpleNamespace(policy_dd=policy_dd,
+                        names_state=gr.State({}),  # what the outputs last showed
+                        history=gr.State(handlers.ChartHistory()),  # this page's chart points (a copy per page)
+                        launched=gr.State(None))  # the round the launch message is about
     with gr.Row():
         with gr.Column(scale=1, min_width=300):
             _launch_column(svc, c)
@@ -81,13 +86,16 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab, timers: PageTi
     c.source, c.stage, c.data = c.fields["source"], c.fields["stage"], c.fields["data"]
     c.outs = [c.progress, c.loss, c.kl_plot, *c.metric_plots, c.rounds, c.adapters, c.adapter_dd, c.live, c.names_state,
               c.policy_dd, c.cancel_dd, c.cancel, c.available, c.log_box, c.log_pick, c.report, c.curve]
-    c.watched = [c.names_state, c.objective, c.source, c.stage, c.data, c.cancel_dd, c.log_pick, c.adapter_dd]
+    c.watched = [c.names_state, c.history, c.objective, c.source, c.stage, c.data, c.cancel_dd, c.log_pick,
+                 c.adapter_dd]
     c.field_list = [c.fields[k] for k in tf.FIELD_KEYS]
-    refresh = _refresher(svc)
-    launched = _wire_rounds(svc, c, refresh)
+    fresh = _refresher(svc)
+    refresh = lambda *values: fresh(*values)[0]  # noqa: E731 - the outputs without whether a round is running
+    _wire_timer(svc, c, fresh, timers)
+    _wire_rounds(svc, c, refresh)
     _wire_adapters(svc, c, refresh)
     _wire_fields(svc, c)
-    _wire_refresh(svc, c, refresh, tab, timers, launched)
+    on(tab.select, refresh, c.watched, c.outs, quiet=True, show_progress="hidden", api_visibility="private")
     return TrainingTab(c.adapter_dd, c.compare)
 
 
@@ -150,14 +158,15 @@ def _adapters_section(svc: Services, c: SimpleNamespace) -> None:
     c.curve = gr.Plot(label="Held-out learning curve", elem_id="evo-learning-curve")
 
 
-def _refresher(svc: Services) -> Callable[..., tuple]:
-    """The tab's refresh: new values for the outputs that changed since the last refresh (gr.skip() for the others),
-    so that a timer tick costs the browser nothing when nothing happened."""
+def _refresher(svc: Services) -> Callable[..., tuple[tuple, bool]]:
+    """The tab's refresh: (new values for the outputs that changed since the last refresh, gr.skip() for the others,
+    so that a timer tick costs the browser nothing when nothing happened; whether a round is queued or running)."""
 
-    def refresh(shown: dict | None, obj: str, src: str, stg: str, dat: str, picked: Any,
-                log_picked: Any = handlers.LOG_NEWEST, picked_adapter: str | None = None) -> tuple:
+    def refresh(shown: dict | None, history: handlers.ChartHistory | None, obj: str, src: str, stg: str, dat: str,
+                picked: Any, log_picked: Any = handlers.LOG_NEWEST, picked_adapter: str | None = None
+                ) -> tuple[tuple, bool]:
         shown = dict(shown or {})
-        view = handlers.training_view(svc)
+        view = handlers.training_view(svc, history=history)
         live_html = (f'live: <b id="evo-live-name">{views.esc(view.live)}</b>'
                      + (f'<div class="evo-note" id="evo-live-reason">{views.esc(view.live_why)}</div>'
                         if view.live_why else ""))
@@ -192,15 +201,16 @@ def _refresher(svc: Services) -> Callable[..., tuple]:
         curve_out = view.curve if shown.get("curve") != fresh["curve"] else gr.skip()
         return (send("progress", view.progress), loss_out, kl_out, *chart_outs, send("rounds", view.rounds),
                 send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
-                send("available", fresh["available"]), log_out, log_pick_out, send("report", report_html), curve_out)
+                send("available", fresh["available"]), log_out, log_pick_out, send("report", report_html),
+                curve_out), bool(ids)
 
     return refresh
 
 
-def _wire_rounds(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple]) -> gr.State:
-    """Launch and Cancel; returns the state holding the round the launch message is about."""
+def _wire_rounds(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple]) -> None:
+    """Launch and Cancel; the log and adapter pickers redraw what they change."""
 
-    def on_launch(obj, shown, picked, log_picked, picked_adapter, request: gr.Request, *values):
+    def on_launch(obj, shown, history, picked, log_picked, picked_adapter, request: gr.Request, *values):
         roles.require(svc, request, "train")  # the server's check: a hidden button is not a permission
         round_id = None
         given = dict(zip(tf.FIELD_KEYS, values))
@@ -210,50 +220,58 @@ def _wire_rounds(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple
             round_id = done.round_id
         except (ValueError, EvoRagError) as exc:  # refused (nothing available, a bad value or file): said where
             msg = views.message_html(str(exc), "error")  # the user looks
-        return (msg, *refresh(shown, obj, given["source"], given["stage"], given["data"], picked, log_picked,
-                              picked_adapter), round_id)
+        return (msg, *refresh(shown, history, obj, given["source"], given["stage"], given["data"], picked, log_picked,
+                              picked_adapter), round_id, _hurry(round_id))
 
-    def on_cancel(picked, shown, obj, src, stg, dat, log_picked, picked_adapter, request: gr.Request):
+    def on_cancel(picked, shown, history, obj, src, stg, dat, log_picked, picked_adapter, request: gr.Request):
         roles.require(svc, request, "train")
         msg = handlers.cancel_round(svc, picked)
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked, picked_adapter))
+        return (views.message_html(msg, "ok"),
+                *refresh(shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter))
 
-    launched = gr.State(None)  # the round the launch message is about
-    on(c.launch.click, on_launch, [c.objective, c.names_state, c.cancel_dd, c.log_pick, c.adapter_dd, *c.field_list],
-       [c.launch_msg, *c.outs, launched])
-    on(c.cancel.click, on_cancel, [c.cancel_dd, c.names_state, c.objective, c.source, c.stage, c.data, c.log_pick,
-                                   c.adapter_dd], [c.cancel_msg, *c.outs])
+    on(c.launch.click, on_launch, [c.objective, c.names_state, c.history, c.cancel_dd, c.log_pick, c.adapter_dd,
+                                   *c.field_list], [c.launch_msg, *c.outs, c.launched, c.timer])
+    on(c.cancel.click, on_cancel, [c.cancel_dd, c.names_state, c.history, c.objective, c.source, c.stage, c.data,
+                                   c.log_pick, c.adapter_dd], [c.cancel_msg, *c.outs])
     on(c.log_pick.input, refresh, c.watched, c.outs, quiet=True, show_progress="hidden", api_visibility="private")
     on(c.adapter_dd.input, refresh, c.watched, c.outs, quiet=True, show_progress="hidden", api_visibility="private")
-    return launched
+
+
+def _hurry(round_id: int | None) -> Any:
+    """The tab's timer at its fast rate once something was queued (its next tick would say so too, later)."""
+    return gr.Timer(value=FAST_SECONDS) if round_id is not None else gr.skip()
 
 
 def _wire_adapters(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple]) -> None:
     """Activate (with a reason where the gate said no), Evaluate vs live, Use base model."""
 
-    def on_activate(name, why, shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
+    def on_activate(name, why, shown, history, obj, src, stg, dat, picked, log_picked, request: gr.Request):
         roles.require(svc, request, "adapters")
         try:
             msg, kind, why = handlers.activate_adapter(svc, name, why, roles.session_user(request)), "ok", ""
         except (ValueError, EvoRagError) as exc:  # refused (corrupt, or the gate said no and no reason): said here
             msg, kind, why = str(exc), "error", gr.skip()
-        return (views.message_html(msg, kind), why, *refresh(shown, obj, src, stg, dat, picked, log_picked, name))
+        return (views.message_html(msg, kind), why,
+                *refresh(shown, history, obj, src, stg, dat, picked, log_picked, name))
 
-    def on_evaluate(name, shown, obj, src, stg, dat, picked, log_picked, request: gr.Request):
+    def on_evaluate(name, shown, history, obj, src, stg, dat, picked, log_picked, request: gr.Request):
         roles.require(svc, request, "adapters")
+        queued = None
         try:
-            msg, kind = promotion.queue_evaluation(svc, name), "ok"
+            msg, kind, queued = promotion.queue_evaluation(svc, name), "ok", name
         except (ValueError, KeyError, EvoRagError) as exc:
             msg, kind = str(exc).strip("'\""), "error"
-        return (views.message_html(msg, kind), *refresh(shown, obj, src, stg, dat, picked, log_picked, name))
+        return (views.message_html(msg, kind), *refresh(shown, history, obj, src, stg, dat, picked, log_picked, name),
+                _hurry(queued))
 
-    def on_base(shown, obj, src, stg, dat, picked, log_picked, picked_adapter, request: gr.Request):
+    def on_base(shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter, request: gr.Request):
         roles.require(svc, request, "adapters")
         msg = handlers.use_base_model(svc, roles.session_user(request))
-        return (views.message_html(msg, "ok"), *refresh(shown, obj, src, stg, dat, picked, log_picked, picked_adapter))
+        return (views.message_html(msg, "ok"),
+                *refresh(shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter))
 
     on(c.activate.click, on_activate, [c.adapter_dd, c.reason, *c.watched[:-1]], [c.act_msg, c.reason, *c.outs])
-    on(c.evaluate.click, on_evaluate, [c.adapter_dd, *c.watched[:-1]], [c.act_msg, *c.outs])
+    on(c.evaluate.click, on_evaluate, [c.adapter_dd, *c.watched[:-1]], [c.act_msg, *c.outs, c.timer])
     on(c.base.click, on_base, c.watched, [c.act_msg, *c.outs])
 
 
@@ -277,22 +295,20 @@ def _wire_fields(svc: Services, c: SimpleNamespace) -> None:
            c.available, quiet=True, show_progress="hidden", api_visibility="private")
 
 
-def _wire_refresh(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple], tab: gr.Tab, timers: PageTimers,
-                  launched: gr.State) -> None:
-    """Refreshed on select, then by the tab's timer; the launch message goes once its round has ended."""
+def _wire_timer(svc: Services, c: SimpleNamespace, fresh: Callable[..., tuple[tuple, bool]],
+                timers: PageTimers) -> None:
+    """The tab's timer (app/common/page_timers.py): each tick refreshes what changed and, once its round has ended,
+    clears the launch message; fast while a round is queued or running."""
 
-    def clear_when_ended(round_id):
-        """The launch message ("Round #1 queued…") goes once its round has ended: the Rounds table tells the rest."""
-        if round_id is None or not handlers.round_ended(svc, round_id):
-            return gr.skip(), gr.skip()
-        return "", None
+    def tick(request: gr.Request, launched: int | None, *watched: Any) -> tuple[tuple, bool]:
+        outs, busy = fresh(*watched)
+        if launched is None or not handlers.round_ended(svc, launched):
+            cleared: tuple = (gr.skip(), gr.skip())
+        else:  # the launch message ("Round #1 queued…") goes once its round has ended: the table tells the rest
+            cleared = ("", None)
+        return (*outs, *cleared), busy
 
-    on(tab.select, refresh, c.watched, c.outs, quiet=True, show_progress="hidden", api_visibility="private")
-    timer = timers.for_tab("training")
-    on(timer.tick, refresh, c.watched, c.outs, quiet=True, show_progress="hidden", concurrency_limit=None,
-       trigger_mode="once", api_visibility="private")  # a slow tick is never stacked with the next one
-    on(timer.tick, clear_when_ended, launched, [c.launch_msg, launched], quiet=True, show_progress="hidden",
-       concurrency_limit=None, trigger_mode="once", api_visibility="private")
+    c.timer = timers.for_tab("training", Tick(tick, [c.launched, *c.watched], [*c.outs, c.launch_msg, c.launched]))
 
 
 def _summary(objective: str) -> str:
