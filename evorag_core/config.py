@@ -16,11 +16,11 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, get_args, get_origin, get_type_hints
 
-from evorag_core.signal_table import SIGNAL_TABLE
+from evorag_core.signal_table import SIGNAL_TABLE, WEIGHT_COLUMNS
 from evorag_core.errors import ConfigError
 from evorag_core.objectives import OBJECTIVES
 
@@ -223,35 +223,23 @@ class RewardConfig(_Checked):
     }
 
 
-@dataclass(frozen=True)
-class WeightsConfig(_Checked):
-    """The scheduler's Start / Mid / End weight columns (SPEC §3, Table 2): `<weight>_<column>`, e.g. `beta_start`.
-    Discovery interpolates Start -> Mid, Refinement Mid -> End. `evorag tune-weights` writes a [weights] table."""
+def _weights_config() -> type:
+    """The [weights] section: a float field `<weight>_<column>` (e.g. `beta_start`) per signal and Start / Mid / End
+    column, defaulting to the signal table's values (the paper's Table 2), so a new row of `SIGNAL_TABLE` is a new
+    section field without an edit here."""
+    columns = [(f"{row.weight}_{c}", float, field(default=float(getattr(row, c))))
+               for row in SIGNAL_TABLE for c in WEIGHT_COLUMNS]
+    namespace = {
+        "__module__": __name__,
+        "__doc__": "The scheduler's Start / Mid / End weight columns (SPEC §3, Table 2): `<weight>_<column>`, e.g. "
+                   "`beta_start`, one field per row of `signal_table.SIGNAL_TABLE` and column. Discovery "
+                   "interpolates Start -> Mid, Refinement Mid -> End. `evorag tune-weights` writes a [weights] table.",
+        "RULES": {name: NON_NEGATIVE for name, _, _ in columns},
+    }
+    return make_dataclass("WeightsConfig", columns, bases=(_Checked,), frozen=True, namespace=namespace)
 
-    beta_start: float = 2.0  # retrieval bonus
-    beta_mid: float = 1.0
-    beta_end: float = 0.5
-    lambda_start: float = 1.5  # retrieval action penalty
-    lambda_mid: float = 0.8
-    lambda_end: float = 0.4
-    gamma_start: float = 0.1  # overlap penalty
-    gamma_mid: float = 0.5
-    gamma_end: float = 1.2
-    delta_start: float = 0.3  # backtrack penalty
-    delta_mid: float = 0.5
-    delta_end: float = 1.0
-    rho_start: float = 0.5  # refusal reward
-    rho_mid: float = 0.5
-    rho_end: float = 0.5
-    eta_start: float = 0.02  # step penalty
-    eta_mid: float = 0.05
-    eta_end: float = 0.10
-    kappa_start: float = 0.05  # answer correctness
-    kappa_mid: float = 0.10
-    kappa_end: float = 1.00
 
-    RULES: ClassVar[Rules] = {f"{row.weight}_{c}": NON_NEGATIVE for row in SIGNAL_TABLE
-                              for c in ("start", "mid", "end")}
+WeightsConfig = _weights_config()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from evorag_core.config import WeightsConfig
 from evorag_core.errors import ConfigError
-from evorag_core.signal_table import SIGNAL_TABLE
+from evorag_core.signal_table import SIGNAL_TABLE, WEIGHT_COLUMNS
 from evorag_core.env.signals import SIGNAL_NAMES, progress
 
 __all__ = [
@@ -65,7 +65,7 @@ class WeightTable:
     def from_config(cls, cfg: WeightsConfig) -> "WeightTable":
         """The table a config's [weights] section holds (`beta_start`, `beta_mid`, ... `kappa_end`)."""
         return cls(*(_frozen({w: float(getattr(cfg, f"{w}_{col}")) for w in WEIGHT_NAMES})
-                     for col in ("start", "mid", "end")))
+                     for col in WEIGHT_COLUMNS))
 
     def to_config(self) -> WeightsConfig:
         """The [weights] section that `from_config` turns back into this table."""
@@ -73,7 +73,7 @@ class WeightTable:
         return WeightsConfig(**{f"{w}_{c}": float(col[w]) for c, col in cols.items() for w in WEIGHT_NAMES})
 
 
-# The paper's Table 2; its numbers live in one place, the [weights] section's defaults (config.py / default.toml).
+# The paper's Table 2; its numbers live in one place, the signal table's rows (the [weights] section's defaults).
 PAPER_TABLE = WeightTable.from_config(WeightsConfig())
 
 

@@ -129,6 +129,12 @@ SIGNALS: dict[str, SignalFn] = {
 }
 
 
+_unmatched = sorted(set(SIGNALS) ^ set(SIGNAL_NAMES))
+if _unmatched:  # a row of signal_table.py without its function here, or a function without its row
+    raise ImportError(f"signals need both a row in signal_table.SIGNAL_TABLE and a function in SIGNALS: {_unmatched}")
+
+
 def compute_signals(ctx: StepContext) -> dict[str, float]:
-    return {name: fn(ctx) for name, fn in SIGNALS.items()}
+    """Every signal of the table for this step, in the table's order."""
+    return {name: SIGNALS[name](ctx) for name in SIGNAL_NAMES}
 

@@ -19,11 +19,12 @@ from typing import Callable, Sequence
 
 from evorag_core.config import WeightsConfig
 from evorag_core.env.scheduler import PAPER_TABLE, WEIGHT_NAMES, WeightTable
+from evorag_core.signal_table import WEIGHT_COLUMNS
 
 __all__ = ["UcbResult", "ucb1", "weight_grid", "scaled", "search_space", "table_from_params", "table_params",
            "bo_search", "best_trial", "toml_snippet"]
 
-COLUMNS = ("start", "mid", "end")
+COLUMNS = WEIGHT_COLUMNS
 
 
 @dataclass(frozen=True)
