@@ -11,6 +11,9 @@ STAMP   := $(VENV)/.installed-$(HASH)
 TEST_STAMP   := $(VENV)/.test-$(HASH)
 SERVED_STAMP := $(VENV)/.served-python-$(HASH)
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many pytest-xdist workers, a test file per worker at a time (its module fixtures
+# built once), the costliest files first (tests/conftest.py); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 TORCH_VERSION   ?= 2.13.0
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 STUDIO_ARGS ?=
@@ -100,7 +103,7 @@ studio: install
 	$(BIN)/evorag studio $(STUDIO_ARGS)
 
 test: install-test system-test-deps
-	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The served-policy tests against both llama.cpp servers (in `make test` the llama-cpp-python ones are skipped).
 test-served: $(SERVED_STAMP)

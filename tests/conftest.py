@@ -1,7 +1,10 @@
-"""Shared fixtures: paths to the benchmark samples, a per-session home folder, the embedded policy LM."""
+"""Shared fixtures: paths to the benchmark samples, a per-session home folder, the embedded policy LM; and the order
+in which parallel workers take the test files."""
 from __future__ import annotations
 
+import os
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,31 @@ def backend(lm_home):
     from evorag_core.lm.hf_backend import TransformersBackend
 
     return TransformersBackend(PolicyConfig(device="cpu", half_decode_rows=0, prefill_dtype="float32"), lm_home[0])
+
+
+# -- parallel runs (`make test`: pytest-xdist, `-n 2 --dist loadfile`) ------------------------------------------------
+
+# A rough cost per test for ordering files: a browser test (a studio page, often a studio process) and a slow test (the
+# embedded LM, training, subprocesses) cost seconds to minutes, the rest a fraction of a second.
+_COST = {"browser": 15.0, "slow": 10.0}
+_COST_OTHER = 0.5
+
+
+def _file_cost(items) -> float:
+    marks = ({m.name for m in item.iter_markers()} for item in items)
+    return sum(max([_COST[m] for m in names if m in _COST], default=_COST_OTHER) for names in marks)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist, the test files go out costliest first (longest-processing-time first): the files of many fast
+    tests come last and fill the gaps, so no minutes-long file starts when the other worker is almost done. Inside a
+    file the order is kept (its module fixtures are built once per worker). xdist's own `loadfile` order (files with
+    the most tests first) put the one-test, minutes-long files last: a 2-minute tail on one worker. Plain `pytest`
+    (no workers) keeps the collection order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    by_file: dict[str, list] = defaultdict(list)
+    for item in items:
+        by_file[item.nodeid.split("::")[0]].append(item)
+    order = sorted(by_file, key=lambda f: -_file_cost(by_file[f]))  # stable: equal costs keep collection order
+    items[:] = [item for f in order for item in by_file[f]]
