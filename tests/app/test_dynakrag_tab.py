@@ -21,25 +21,18 @@ from evorag_core.methods.dynakrag import (FEATURE_NAMES, STATE_FEATURES, Evidenc
                                           save_models)
 from evorag_core.methods.dynakrag.controller import Decision, make_forest
 from evorag_core.types import Passage
-from tests.app.test_studio_activation import tiny  # noqa: F401 - the tiny random model
+from tests.app.test_studio_activation import tiny, tiny_services  # noqa: F401 - the tiny random model
 from tests.paths import DEMO
 
 
 @pytest.fixture()
 def svc(tiny, session_home, tmp_path):  # noqa: F811
-    """Services on the tiny model (the session's home: its indexes), with a DynaKrag controller folder of this test
-    alone: other files train controllers into the session home's, and parallel runs order files by cost."""
-    import torch
-
-    from evorag_core.config import load_config
-
-    torch.set_num_threads(1)
-    cfg = apply_overrides(load_config(), {"policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1,
-                                          "env.t_max": 4, "policy.max_answer_tokens": 4,
-                                          "dynakrag.model_dir": str(tmp_path / "dynakrag")})
-    services = Services(cfg, session_home, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+    """Tiny-model Services in the session's home (its indexes) with a DynaKrag controller folder of this test alone:
+    a browser test trains a controller into the session home's, and parallel runs may order that file first."""
+    services = tiny_services(tiny, session_home, tmp_path, **{"dynakrag.model_dir": str(tmp_path / "dynakrag")})
     yield services
     services.close()
+
 
 CFG = DynaKragConfig()
 DOCS = (EvidenceDoc(Passage("p1", "Sable <River>", "A river in the north."), 0.0312, "retrieve_more", "q"),

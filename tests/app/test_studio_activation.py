@@ -32,12 +32,17 @@ def tiny(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-@pytest.fixture()
-def svc(tiny, session_home, tmp_path):
+def tiny_services(tiny: Path, home: Path, tmp_path: Path, **overrides: str) -> Services:
+    """Services on the tiny model in `home` with a store in `tmp_path`; `overrides`: more `section.key` settings."""
     torch.set_num_threads(1)  # tiny model: one thread is fastest
     cfg = apply_overrides(load_config(), {"policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1,
-                                          "env.t_max": 4, "policy.max_answer_tokens": 4})
-    services = Services(cfg, session_home, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+                                          "env.t_max": 4, "policy.max_answer_tokens": 4, **overrides})
+    return Services(cfg, home, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+
+
+@pytest.fixture()
+def svc(tiny, session_home, tmp_path):
+    services = tiny_services(tiny, session_home, tmp_path)
     yield services
     services.close()
 
