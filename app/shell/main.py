@@ -26,7 +26,7 @@ from app.common import roles
 from app.common.services import Services
 from app.shell.login import LoginGuard, UploadGuard, file_check, login_message, threaded_check, trusting_proxies
 
-__all__ = ["make_auth", "check_exposure", "is_loopback", "launch", "run"]
+__all__ = ["make_auth", "check_exposure", "is_loopback", "launch", "quiet_queue_polling", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,27 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+# Gradio's queue looks for new events every 1 ms and for progress to send every 10 ms while it has nothing to do
+# (gradio/queueing.py, `sleep_when_free`, `progress_update_sleep_when_free`): 6-8 % of a core with no page open and no
+# request (py-spy: the uvicorn thread in Queue.start_processing's sleep loop). Gradio's own values on Windows, 50 ms /
+# 100 ms, cost a click at most 50 ms before it starts and a progress bar 0.1 s of lag.
+QUEUE_IDLE_POLL_S = 0.05
+PROGRESS_IDLE_POLL_S = 0.1
+
+
+def quiet_queue_polling(demo) -> None:
+    """Slow the queue's idle polling (above). A Gradio whose queue lacks these settings is logged and left as it is
+    (tests/app/test_queue_polling.py fails on it)."""
+    queue = getattr(demo, "_queue", None)
+    missing = [n for n in ("sleep_when_free", "progress_update_sleep_when_free")
+               if not isinstance(getattr(queue, n, None), float)]
+    if missing:
+        log.warning("gradio's queue has no %s: its idle polling is left as it is", ", ".join(missing))
+        return
+    queue.sleep_when_free = QUEUE_IDLE_POLL_S
+    queue.progress_update_sleep_when_free = PROGRESS_IDLE_POLL_S
+
+
 def launch(svc: Services, *, host: str, port: int, auth: str | None = None, block: bool = True,
            quiet: bool = False, limiter: LoginLimiter | None = None):
     """Build the UI and serve it; returns the Blocks (with `block=False` the server runs in the background).
@@ -89,6 +110,7 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
                                                Middleware(UploadGuard, may_upload=may_upload)]}}
     demo = build_ui(svc)
     demo.queue(default_concurrency_limit=4)
+    quiet_queue_polling(demo)
     # _frontend=False skips only Gradio's "is localhost reachable" probe: one HEAD / with a 3 s timeout, and the page
     # (a ~380 kB config walked per request) took 3-6 s on a loaded 2-core machine, so the studio exited at start with
     # "When localhost is not accessible, a shareable link must be created" (2026-11-27, load average 9).
