@@ -39,11 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evorag_core.config import cache_dir
 from bench.adapter_eval import evaluate_adapter, parse_slice, run_processes, summarize_against, write_slice
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
-SHARED_CACHES = ("models", "embeddings", "indexes")  # folders of a home that only depend on model and corpus
 ARMS = ("curriculum", "single")
 
 
@@ -70,19 +70,17 @@ def _config(args: argparse.Namespace, **extra: Any):
     return apply_overrides(load_config(), {**_settings(args), **extra})
 
 
-def _env(threads: int) -> dict[str, str]:
+def _env(args: argparse.Namespace, threads: int) -> dict[str, str]:
+    """Every phase's processes share one cache folder (the model, embeddings and indexes: `config.cache_dir`):
+    $EVORAG_CACHE_DIR if set, else the bench's home."""
     return dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT),
-                OMP_NUM_THREADS=str(threads))
+                OMP_NUM_THREADS=str(threads), EVORAG_CACHE_DIR=str(cache_dir(args.home)))
 
 
 def _arm_home(args: argparse.Namespace, arm: str) -> Path:
-    """The arm's own home (store, adapters, preference models) with the shared caches linked in."""
+    """The arm's own home (store, adapters, preference models); the caches are shared (`_env`)."""
     home = args.home / arm
     home.mkdir(parents=True, exist_ok=True)
-    for name in SHARED_CACHES:
-        (args.home / name).mkdir(exist_ok=True)
-        if not (home / name).exists():
-            (home / name).symlink_to(args.home / name, target_is_directory=True)
     return home
 
 
@@ -112,7 +110,7 @@ def phase_arm(args: argparse.Namespace, arm: str, rounds: int) -> dict[str, Any]
     started, load0 = time.perf_counter(), os.getloadavg()[0]
     out_file, log = home / "curriculum_out.json", home / "curriculum.log"
     with out_file.open("w") as out, log.open("a") as err:
-        code = subprocess.call([sys.executable, *argv], cwd=ROOT, env=_env(args.threads), stdout=out, stderr=err)
+        code = subprocess.call([sys.executable, *argv], cwd=ROOT, env=_env(args, args.threads), stdout=out, stderr=err)
     text = out_file.read_text().strip()
     if not text:
         raise SystemExit(f"{arm}: `evorag train --curriculum` printed nothing (exit {code}); see {log}")
@@ -152,7 +150,7 @@ def phase_eval(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any
         def go(log: Path) -> subprocess.Popen:
             argv = [sys.executable, str(Path(__file__).resolve()), *args.argv, "--home", str(args.home),
                     "--eval-part", name, "--adapter-path", path or ""]
-            return subprocess.Popen(argv, cwd=ROOT, env=_env(args.eval_threads), stdout=log.open("a"),
+            return subprocess.Popen(argv, cwd=ROOT, env=_env(args, args.eval_threads), stdout=log.open("a"),
                                     stderr=subprocess.STDOUT)
         return go
 

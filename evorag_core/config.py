@@ -764,6 +764,15 @@ def home_dir() -> Path:
     return Path(os.environ.get("EVORAG_HOME", ".evorag")).resolve()
 
 
+def cache_dir(home: Path) -> Path:
+    """Where derived, content-addressed files live: the dequantized embedded model (`models/`), passage embeddings
+    (`embeddings/`) and retrieval indexes (`indexes/`). EVORAG_CACHE_DIR when set, so that several homes (projects, a
+    test run's many) build each once; else the home itself. Every entry is keyed by its inputs' hash and written to a
+    temporary name and renamed, so homes and processes can share the folder."""
+    shared = os.environ.get("EVORAG_CACHE_DIR")
+    return Path(shared).expanduser().resolve() if shared else Path(home)
+
+
 def db_url() -> str:
     """EVORAG_DB_URL, default a SQLite file in the home folder."""
     return os.environ.get("EVORAG_DB_URL") or f"sqlite:///{home_dir() / 'evorag.db'}"

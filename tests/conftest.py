@@ -1,5 +1,5 @@
-"""Shared fixtures: paths to the benchmark samples, a per-session home folder, the embedded policy LM; and the order
-in which parallel workers take the test files."""
+"""Shared fixtures: paths to the benchmark samples, one cache folder for the run's homes, a per-session home folder,
+the embedded policy LM; and the order in which parallel workers take the test files."""
 from __future__ import annotations
 
 import os
@@ -22,6 +22,23 @@ def benchmarks() -> Path:
 @pytest.fixture(scope="session")
 def demo_path() -> Path:
     return DEMO
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_cache(tmp_path_factory):
+    """EVORAG_CACHE_DIR for every home of the run, in this process and the processes it starts (studios, CLIs,
+    workers): the embedded model is dequantized once and each corpus embedded and indexed once per run, not once per
+    home (`evorag_core.config.cache_dir`). Under xdist the workers share it (the run's base folder). A cache folder set
+    by the caller is kept. Tests of the cache itself clear the variable (tests/retrieval/test_retrieval.py)."""
+    if os.environ.get("EVORAG_CACHE_DIR"):
+        yield Path(os.environ["EVORAG_CACHE_DIR"])
+        return
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "evorag-cache"
+    root.mkdir(exist_ok=True)
+    os.environ["EVORAG_CACHE_DIR"] = str(root)
+    yield root
+    os.environ.pop("EVORAG_CACHE_DIR", None)
 
 
 @pytest.fixture(scope="session")

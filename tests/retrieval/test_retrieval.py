@@ -30,6 +30,12 @@ from evorag_core.retrieval.store import IndexFolder
 from evorag_core.types import Corpus, Dataset, Passage
 
 
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch):
+    """These tests read and damage the cache folders of their own homes: not the run's shared one (tests/conftest.py)."""
+    monkeypatch.delenv("EVORAG_CACHE_DIR", raising=False)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """One torch/FAISS thread: on the shared 2-core machine two threads doubled CPU time and wall time."""
@@ -245,6 +251,21 @@ def test_index_persists_loads_and_rebuilds(micro, embedder, tmp_path):
     assert not other_settings.loaded and other_settings.folder not in (first.folder, third.folder)
 
     assert set(build_retrievers(micro, cfg, tmp_path, counting)) == {"bm25", "dense", "rrf"}
+
+
+def test_homes_share_indexes_and_embeddings_through_the_cache_folder(micro, embedder, tmp_path, monkeypatch):
+    """EVORAG_CACHE_DIR: a second home opens the index the first built (nothing embedded again) and neither home
+    holds an index or an embedding folder of its own."""
+    monkeypatch.setenv("EVORAG_CACHE_DIR", str(tmp_path / "cache"))
+    counting = CountingEmbedder(embedder)
+    first = open_index(micro, RetrievalConfig(), tmp_path / "a", counting)
+    second = open_index(micro, RetrievalConfig(), tmp_path / "b", counting)
+    assert not first.loaded and second.loaded and counting.texts == len(micro)
+    assert first.folder == second.folder and first.folder.parent == tmp_path / "cache" / "indexes"
+    service = RetrievalService(RetrievalConfig(), tmp_path / "c", counting)
+    assert service.cache.vectors(["A passage no home has embedded."]).shape[0] == 1
+    assert service.cache.folder.parent == tmp_path / "cache" / "embeddings"
+    assert not any((tmp_path / h).exists() for h in ("a", "b", "c"))
 
 
 @pytest.mark.parametrize("damage", ["truncate-vectors", "drop-manifest", "edit-bm25", "partial-tmp"])

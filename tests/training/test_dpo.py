@@ -292,8 +292,7 @@ def test_fit_pairs_cuts_the_prompt_middle(tokenizer):
 
 @pytest.mark.slow
 def test_two_steps_on_the_embedded_model(session_home, tmp_path):
-    """SmolLM2-135M, 4 pairs, batch 2, max_length 128: two steps; first loss ln 2; the adapter verifies.
-    (The first use of a session home also converts the GGUF to safetensors: ~35 s of this test's time.)"""
+    """SmolLM2-135M, 4 pairs, batch 2, max_length 128: two steps; first loss ln 2; the adapter verifies."""
     from evorag_core.lm.loading import load_model
 
     torch.set_num_threads(2)
