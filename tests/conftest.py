@@ -3,6 +3,7 @@ the embedded policy LM; and the order in which parallel workers take the test fi
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -10,6 +11,16 @@ from pathlib import Path
 import pytest
 
 from tests.paths import BENCHMARKS, DEMO
+
+# Parallel runs (`make test`: two xdist workers on two cores): one torch/OpenMP thread per process, in the workers and
+# every process they start (studios, their training workers, CLIs), unless the caller set OMP_NUM_THREADS. Two
+# processes of two threads each on two cores stall in OpenMP's spin-waits: a DPO step on the embedded model took
+# twice as long beside the other worker's tests (tests/training/test_dpo.py, 59 -> 118 s). Tests that need another
+# count set it themselves and restore it.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # read at torch's import: too late for this process
+        sys.modules["torch"].set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -295,7 +295,6 @@ def test_two_steps_on_the_embedded_model(session_home, tmp_path):
     """SmolLM2-135M, 4 pairs, batch 2, max_length 128: two steps; first loss ln 2; the adapter verifies."""
     from evorag_core.lm.loading import load_model
 
-    torch.set_num_threads(2)
     model, tok, folder = load_model("embedded", session_home, device="cpu")
     pairs = [PairExample(tok.apply_chat_template([{"role": "user", "content": f"Question: {q}"}], tokenize=False,
                                                  add_generation_prompt=True), f"SEARCH: {q}", "ANSWER: unknown")
