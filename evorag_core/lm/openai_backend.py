@@ -60,6 +60,7 @@ __all__ = ["OpenAIBackend", "ServerError"]
 _PLAIN_SAMPLING = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 _TOP_K = 49152  # text mode: next-token log-probs asked for per scored position (SmolLM2: the whole vocabulary)
 _PARALLEL = 8  # requests in flight at once for n samples / a batch (the server batches or queues them)
+_RESENDS = 1  # a read the server dropped without answering is sent once more (`_request`)
 
 
 class ServerError(ModelLoadError):
@@ -82,6 +83,7 @@ class OpenAIBackend:
                                   transport=transport)
         self.tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(cfg.model, home)
         self.model_id = base_model_id(cfg.model, home)  # what adapters record as their base model
+        self.requests = 0
         listing = self.models()
         ids = [str(m.get("id")) for m in listing]
         if cfg.served_model and cfg.served_model not in ids:
@@ -94,7 +96,6 @@ class OpenAIBackend:
         self.dtype = "served"
         self.tokens_generated = 0
         self.prompt_tokens = 0
-        self.requests = 0
         self.boundary_merges = 0  # text mode: a server token crossed the prompt/choice boundary
         self.echo_fallbacks = 0  # text mode: choices scored by echo (a token not in the top-K next tokens)
         self.rescored_generations = 0  # generations whose tokens did not line up with the server's
@@ -108,10 +109,24 @@ class OpenAIBackend:
     # -- HTTP ------------------------------------------------------------------------------------------------
 
     def _post(self, path: str, payload: dict[str, Any]) -> httpx.Response:
-        try:
-            response = self._http.post(path, json=payload)
-        except httpx.HTTPError as exc:
-            raise ServerError(f"policy server {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+        return self._request("POST", path, json=payload)
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One request; a read (`GET`, `/completions`: same answer when sent again) that the server dropped without
+        a response is sent once more on a new connection. A server closes a kept-alive connection once it has been
+        idle for its keep-alive time (llama.cpp's: 5 s), and a request that left on it just then gets "Server
+        disconnected without sending a response" (seen under load between two slow in-process steps). Loads and
+        unloads are not re-sent."""
+        retries = _RESENDS if method == "GET" or path == "/completions" else 0
+        for attempt in range(retries + 1):
+            try:
+                response = self._http.request(method, path, **kw)
+                break
+            except httpx.RemoteProtocolError as exc:
+                if attempt == retries:
+                    raise ServerError(f"policy server {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            except httpx.HTTPError as exc:
+                raise ServerError(f"policy server {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
         self.requests += 1
         return response
 
@@ -126,9 +141,9 @@ class OpenAIBackend:
     def models(self) -> list[dict[str, Any]]:
         """The server's `/models` listing (its `data` list)."""
         try:
-            response = self._http.get("/models")
-        except httpx.HTTPError as exc:
-            raise ServerError(f"no policy server answers at {self.base_url} ({type(exc).__name__}: {exc}); "
+            response = self._request("GET", "/models")
+        except ServerError as exc:
+            raise ServerError(f"no policy server answers at {self.base_url} ({exc}); "
                               "start it first (docs/serving.md)") from None
         if response.status_code != 200:
             raise ServerError(f"{self.base_url}/models answered {response.status_code}: {response.text[:300]}")

@@ -19,7 +19,7 @@ import pytest
 
 from evorag_core.config import PolicyConfig
 from evorag_core.errors import AdapterError
-from evorag_core.lm.openai_backend import OpenAIBackend
+from evorag_core.lm.openai_backend import OpenAIBackend, ServerError
 from tests.lora_adapters import random_adapter
 
 
@@ -30,6 +30,8 @@ class VLLMLike:
         self.loras: dict[str, str] = {}
         self.mode = "honest"  # honest | silent (200, nothing loaded) | stale (keeps another folder under the name)
         self.models_asked: list[str] = []
+        self.drops = 0  # the next completion requests closed without an answer (a dropped kept-alive connection)
+        self.dropped = 0
 
     def handler(self):
         state = self
@@ -55,6 +57,11 @@ class VLLMLike:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/v1/completions" and state.drops:
+                    state.drops -= 1
+                    state.dropped += 1
+                    self.close_connection = True  # closed with no status line: "Server disconnected ..."
+                    return
                 if self.path == "/v1/completions":
                     state.models_asked.append(body["model"])
                     if body["model"] not in {"base", *state.loras}:
@@ -171,3 +178,18 @@ def test_the_watcher_refuses_an_unproved_adapter_and_keeps_the_base_model(server
     activate(store, "round-1b", backend.model_id)
     assert watcher.poll(force=True) == "round-1b" and backend.active_adapter == "round-1b"
     store.close()
+
+
+def test_a_read_the_server_dropped_is_sent_again_once_then_the_error_is_clear(server, tiny):
+    """A completion the server closed without answering (what a kept-alive connection closed by the server's idle
+    timeout gives) is sent once more on a new connection and scores as usual; dropped twice, the caller gets a
+    ServerError naming the server and the cause."""
+    state, url = server
+    backend = served(url, tiny)
+    state.drops = 1
+    assert backend.score_choices("Question: x", ["SEARCH:"]) == [-0.5 * len(backend.encode("SEARCH:"))]
+    assert state.dropped == 1 and state.drops == 0
+    state.drops = 2
+    with pytest.raises(ServerError, match="completions: RemoteProtocolError: Server disconnected"):
+        backend.score_choices("Question: y", ["SEARCH:"])
+    assert state.dropped == 3
