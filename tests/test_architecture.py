@@ -66,6 +66,17 @@ def test_the_public_api_resolves_and_import_stays_light():
         evorag_core.no_such_name  # noqa: B018
 
 
+def test_the_command_line_starts_without_torch_or_peft():
+    """Building `evorag`'s parser imports every command module; none may import torch, transformers or peft at the
+    top (peft alone costs ~4 s of CPU: every command, worker and studio start paid it, `evorag --help` took 5 s).
+    They are imported where a command uses them."""
+    code = ("import sys; from evorag_core.cli.main import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'gradio', 'sentence_transformers') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_the_tab_contract_lists_every_tab():
     """A new tab package of the studio is covered by "the tabs do not import each other" only if it is listed."""
     import tomllib

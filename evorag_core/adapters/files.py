@@ -10,16 +10,17 @@ import json
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from peft import PeftModel
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
-from torch import nn
 
 from evorag_core.checksum import sha256_file
 from evorag_core.errors import AdapterError
 from evorag_core.adapters.weights import refuse_nonfinite
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from torch import nn
 
 __all__ = ["WEIGHTS_FILE", "CONFIG_FILE", "META_FILE", "REQUIRED_META", "quiet_peft", "read_adapter_meta",
            "verify_adapter", "load_adapter"]
@@ -76,6 +77,8 @@ def verify_adapter(path: Path, base_model_id: str, model: nn.Module | None = Non
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise AdapterError(f"{path / CONFIG_FILE}: unreadable LoRA rank ({exc})") from None
     _check_shapes(path / WEIGHTS_FILE, rank, model)
+    from safetensors.torch import load_file
+
     refuse_nonfinite(load_file(str(path / WEIGHTS_FILE)), path / WEIGHTS_FILE)
 
 
@@ -125,8 +128,12 @@ def load_adapter(
 ) -> PeftModel:
     """Verify `path` and load it onto `model` (modified in place) as `adapter_name`.
 
-    A plain model becomes a PeftModel; on a PeftModel the adapter is added beside the existing ones.
+    A plain model becomes a PeftModel; on a PeftModel the adapter is added beside the existing ones. (peft is imported
+    here, not with the module: importing it costs ~4 s of CPU, and every CLI command and studio start imports this
+    module through the registry.)
     """
+    from peft import PeftModel
+
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     verify_adapter(path, base_model_id, base)
     if isinstance(model, PeftModel):

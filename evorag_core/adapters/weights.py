@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 import warnings
 from pathlib import Path
-from typing import Mapping
-
-import torch
+from typing import TYPE_CHECKING, Mapping
 
 from evorag_core.errors import AdapterError
+
+if TYPE_CHECKING:  # torch is imported where it is used: the CLI and the studio import this module at start
+    import torch
 
 __all__ = ["AdapterSet", "read_adapter_config", "read_adapter_weights", "refuse_nonfinite"]
 
@@ -50,6 +51,8 @@ def read_adapter_weights(path: Path) -> dict[str, torch.Tensor]:
         if file.is_file():
             state = load_file(str(file))
         elif (path / "adapter_model.bin").is_file():
+            import torch
+
             state = torch.load(path / "adapter_model.bin", map_location="cpu", weights_only=True)
         else:
             raise AdapterError(f"{path} holds neither adapter_model.safetensors nor adapter_model.bin")
@@ -63,6 +66,8 @@ def read_adapter_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def refuse_nonfinite(state: Mapping[str, torch.Tensor], where: Path | str) -> None:
     """Raise AdapterError if any tensor of `state` holds NaN or ±inf (a diverged round: every output would be NaN)."""
+    import torch
+
     bad = [key for key, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
     if bad:
         raise AdapterError(f"{where}: {len(bad)} of {len(state)} tensors hold NaN or infinite values (e.g. {bad[0]}); "

@@ -62,8 +62,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
-
 from evorag_core.reader.answer_type import by_type, is_numeric_question, is_yes_no_span, name_facts
 from evorag_core.reader.prompt import ANSWER_SYSTEM_CTX, render_passages
 from evorag_core.reader.ranker import candidate_features, load_ranker
@@ -310,6 +308,8 @@ class SpanReader:
         """log P(yes) - log P(no) (each "yes"/"Yes" summed, followed by end-of-turn) under `prompt`."""
         end = self._end()
         ys, yc, ns, nc = self.backend.score_choices(prompt, [f"yes{end}", f"Yes{end}", f"no{end}", f"No{end}"])
+        import torch  # here, not at the top: this module is imported by every CLI command and the studio at start
+
         return float(torch.logaddexp(torch.tensor(ys), torch.tensor(yc)) - torch.logaddexp(torch.tensor(ns),
                                                                                           torch.tensor(nc)))
 
@@ -396,6 +396,8 @@ class SpanReader:
 
 def _probabilities(scores: Sequence[float]) -> list[float]:
     """softmax(scores): each candidate's probability under the ranking."""
+    import torch
+
     return torch.softmax(torch.tensor(scores, dtype=torch.float64), dim=0).tolist()
 
 
@@ -403,6 +405,8 @@ def _pick(scores: Sequence[float], temperature: float, n: int, seed: int | None)
     if temperature <= 0 or len(scores) == 1:
         best = max(range(len(scores)), key=scores.__getitem__)
         return [best] * n
+    import torch
+
     t = torch.tensor(scores, dtype=torch.float64) / temperature
     probs = torch.softmax(t - t.max(), dim=0)
     rng = torch.Generator().manual_seed(seed if seed is not None else 0)

@@ -147,7 +147,7 @@ def test_a_better_adapter_is_promoted_and_hot_swapped_and_a_worse_one_stays_stag
     model_home = lm_home[0]
     cfg = apply_overrides(load_config(), {
         "policy.device": "cpu", "policy.threads": 1, "promotion.method": "fixed-k", "answer.ranker": "lm",
-        "promotion.questions": "0:30", "promotion.min_n": 20})
+        "promotion.questions": "0:20", "promotion.min_n": 15})
     store = open_store(f"sqlite:///{tmp_path / 'evorag.db'}")
     base_id = base_model_id("embedded", model_home)
     folder = resolve_model("embedded", model_home)
@@ -170,7 +170,7 @@ def test_a_better_adapter_is_promoted_and_hot_swapped_and_a_worse_one_stays_stag
 
     worse = evaluate_candidate(store, cfg, model_home, "noisy2")
     assert worse.against == "zero" and worse.passed is False and worse.verdict.startswith("worse: F1 -")
-    assert worse.report["against"]["cached"] == 30  # zero's answers were read from its first evaluation
+    assert worse.report["against"]["cached"] == 20  # zero's answers were read from its first evaluation
     assert store.active_adapter().name == "zero"
     store.close()
 
