@@ -93,12 +93,20 @@ def _convert_gguf(gguf: Path, target: Path):
 
 
 def _embedded_folder(home: Path) -> tuple[Path, tuple | None]:
-    """The cache folder of the embedded model, and (model, tokenizer) when this call had to create it."""
+    """The cache folder of the embedded model, and (model, tokenizer) when this call had to create it. Processes that
+    share the cache (a studio and its worker on a fresh home, parallel test workers) convert once: the first holds a
+    file lock while it converts, the others wait for it and load its folder (a conversion takes ~30 s of CPU)."""
+    from filelock import FileLock
+
     gguf = embedded_gguf_path()
     target = cache_dir(home) / "models" / f"{gguf.stem}-{gguf_fingerprint(gguf)}"
     if _is_model_folder(target):
         return target, None
-    return target, _convert_gguf(gguf, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f"{target.name}.lock")):
+        if _is_model_folder(target):  # converted by another process while this one waited
+            return target, None
+        return target, _convert_gguf(gguf, target)
 
 
 def resolve_model(spec: str, home: Path) -> Path:

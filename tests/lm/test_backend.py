@@ -166,7 +166,8 @@ def test_cache_written_once_and_reload_gives_identical_logits(tmp_path, monkeypa
     assert folder.parent == home / "models"
     weights = folder / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
-    assert (folder / "config.json").is_file() and [p.name for p in folder.parent.iterdir()] == [folder.name]
+    assert (folder / "config.json").is_file()
+    assert [p.name for p in folder.parent.iterdir() if p.suffix != ".lock"] == [folder.name]  # no temp folder left
 
     def no_conversion(*args):
         raise AssertionError("the second load converted the GGUF again")
@@ -178,6 +179,47 @@ def test_cache_written_once_and_reload_gives_identical_logits(tmp_path, monkeypa
     with torch.inference_mode():
         assert torch.equal(first(ids).logits, second(ids).logits)
     assert "quantization_config" not in (folder / "config.json").read_text()
+
+
+def test_two_processes_on_one_cache_convert_the_gguf_once(tmp_path, monkeypatch):
+    """A studio and its worker (or two test workers) starting on an empty cache: the second waits on the first's
+    lock and loads its folder instead of converting again. Thread B makes its first check (no folder yet) while A
+    is converting; A then writes the folder. Without the lock B would convert too."""
+    import threading
+
+    monkeypatch.setenv("EVORAG_CACHE_DIR", str(tmp_path / "cache"))
+    checked_by_b = threading.Event()
+    conversions = []
+    real_is_folder = loading._is_model_folder
+
+    def is_folder(path):
+        found = real_is_folder(path)
+        if threading.current_thread().name == "B":
+            checked_by_b.set()
+        return found
+
+    def convert(gguf, target):
+        conversions.append(threading.current_thread().name)
+        assert checked_by_b.wait(timeout=120), "thread B never looked for the folder"
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+        (target / "model.safetensors").write_bytes(b"")
+        return "model", "tokenizer"
+
+    monkeypatch.setattr(loading, "_is_model_folder", is_folder)
+    monkeypatch.setattr(loading, "_convert_gguf", convert)
+    results = {}
+    threads = [threading.Thread(target=lambda: results.update({threading.current_thread().name:
+                                                                    loading._embedded_folder(tmp_path / "h")}),
+                                name=name) for name in ("A", "B")]
+    threads[0].start()
+    while not conversions:  # A holds the lock and is converting
+        threads[0].join(timeout=0.05)
+    threads[1].start()
+    for t in threads:
+        t.join(timeout=120)
+    assert conversions == ["A"]
+    assert results["A"][1] == ("model", "tokenizer") and results["B"] == (results["A"][0], None)
 
 
 @pytest.mark.slow

@@ -252,7 +252,7 @@ def test_a_0002_database_with_steps_gains_the_step_actor_columns(url: str) -> No
 
 # --- concurrent writers ---------------------------------------------------------------------------------------
 
-WRITERS, PER_WRITER = 8, 1000
+WRITERS, PER_WRITER = 8, 200  # half one pair per transaction, half in batches of 100
 
 
 def _write_pairs(s: Store, writer: int) -> None:
@@ -285,14 +285,14 @@ def _assert_all_pairs_written(s: Store) -> None:
 
 @pytest.mark.slow
 def test_eight_writer_threads_lose_nothing(store: Store) -> None:
-    """8 threads x 1,000 pairs on one Store -> exactly the 8,000 pairs, no exception."""
+    """8 threads x 200 pairs on one Store -> exactly the 1,600 pairs, no exception."""
     assert _run_threads(_write_pairs, [(store, w) for w in range(WRITERS)]) == []
     _assert_all_pairs_written(store)
 
 
 @pytest.mark.slow
 def test_eight_writer_processes_lose_nothing(url: str) -> None:
-    """8 processes, each opening (and migrating) the store itself, x 1,000 pairs -> exactly 8,000 pairs."""
+    """8 processes, each opening (and migrating) the store itself, x 200 pairs -> exactly 1,600 pairs."""
     with open_store(url):
         pass
     results = _run_processes(_process_writer, [(url, w) for w in range(WRITERS)])

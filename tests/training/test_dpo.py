@@ -292,19 +292,19 @@ def test_fit_pairs_cuts_the_prompt_middle(tokenizer):
 
 @pytest.mark.slow
 def test_two_steps_on_the_embedded_model(session_home, tmp_path):
-    """SmolLM2-135M, 4 pairs, batch 2, max_length 128: two steps; first loss ln 2; the adapter verifies."""
+    """SmolLM2-135M, 2 pairs, batch 1, max_length 128: two steps; first loss ln 2; the adapter verifies."""
     from evorag_core.lm.loading import load_model
 
     model, tok, folder = load_model("embedded", session_home, device="cpu")
     pairs = [PairExample(tok.apply_chat_template([{"role": "user", "content": f"Question: {q}"}], tokenize=False,
                                                  add_generation_prompt=True), f"SEARCH: {q}", "ANSWER: unknown")
-             for q in QUESTIONS[:4]]
-    cfg = dataclasses.replace(TrainConfig(), max_length=128, batch_size=2, epochs=1, lr=1e-4)
+             for q in QUESTIONS[:2]]
+    cfg = dataclasses.replace(TrainConfig(), max_length=128, batch_size=1, epochs=1, lr=1e-4)
     result = train_dpo(pairs, model, tok, cfg, tmp_path / "adapter", None, None, base_model_id=str(folder))
     assert result.steps == 2 and math.isclose(result.metrics["first_loss"], math.log(2), abs_tol=1e-4)
     verify_adapter(result.adapter_dir, str(folder), model=model)  # LoRA-wrapped layers are checked via base_layer
     meta = json.loads((result.adapter_dir / "evorag_adapter.json").read_text())
-    assert meta["n_train"] == 4 and meta["sha256"] == result.checksum
+    assert meta["n_train"] == 2 and meta["sha256"] == result.checksum
 
 
 # ---- LoRA helpers ---------------------------------------------------------------------------------------------------
