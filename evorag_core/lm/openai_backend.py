@@ -122,10 +122,9 @@ class OpenAIBackend:
             try:
                 response = self._http.request(method, path, **kw)
                 break
-            except httpx.RemoteProtocolError as exc:
-                if attempt == retries:
-                    raise ServerError(f"policy server {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
             except httpx.HTTPError as exc:
+                if isinstance(exc, httpx.RemoteProtocolError) and attempt < retries:
+                    continue
                 raise ServerError(f"policy server {self.base_url}{path}: {type(exc).__name__}: {exc}") from None
         self.requests += 1
         return response
