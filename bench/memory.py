@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,17 +38,13 @@ from pathlib import Path
 
 import psutil
 
+from evorag_core.procs import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1 << 20
 _PHASE = re.compile(r"dpo phase (\w+)")
 _WARM_DONE = ("default data file and retrieval index ready", "warm-up failed")
 TARGET_SUM_MB = 3584.0  # issue 44: studio + worker <= 3.5 GB peak together during a DPO round (issue 21: 4 GB)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent_pairs(n: int) -> list[tuple[str, str, str]]:
@@ -211,7 +206,7 @@ def measure(args: argparse.Namespace) -> dict:
                         str(home)], cwd=ROOT, env=env, check=True)
     db_url = f"sqlite:///{tmp / 'studio.db'}"
     env["EVORAG_DB_URL"] = db_url
-    port = _free_port()
+    port = free_port()
     studio_log = tmp / "studio.log"
     cmd = [sys.executable, "-m", "evorag_core.cli.main", "studio", "--host", "127.0.0.1", "--port", str(port),
            "--home", str(home), "--db", db_url, *(a for kv in args.set for a in ("--set", kv))]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,17 +37,13 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+from evorag_core.procs import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 TARGETS = {"cold_start_s": 20.0, "ui_step_lm_median_s": 2.0, "request_while_busy_max_s": 1.0}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get_seconds(url: str) -> float:
@@ -62,7 +57,7 @@ def start_studio(home: Path, db_dir: Path, log: Path, overrides: Sequence[str] =
                  ) -> tuple[subprocess.Popen, str, float, str]:
     """Start the studio (`overrides`: its `--set KEY=VALUE`s); return (process, url, seconds until / answered 200,
     database URL)."""
-    port = _free_port()
+    port = free_port()
     db_url = f"sqlite:///{db_dir / f'studio-{port}.db'}"
     env = dict(os.environ, EVORAG_HOME=str(home), EVORAG_DB_URL=db_url, GRADIO_ANALYTICS_ENABLED="False")
     cmd = [sys.executable, "-m", "evorag_core.cli.main", "studio", "--host", "127.0.0.1", "--port", str(port),

@@ -1,4 +1,4 @@
-"""Child processes that do not outlive their parent.
+"""Child processes that do not outlive their parent, and a free local port for one to listen on.
 
 A process pool's workers (the rollout executors, the evaluation pool) and the studio's training worker are separate
 processes; if the process that started them is killed without cleaning up (SIGKILL, or SIGTERM to a command that
@@ -11,9 +11,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import sys
 
-__all__ = ["die_with_parent"]
+__all__ = ["die_with_parent", "free_port"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -29,3 +30,10 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         return
     if parent_pid is not None and os.getppid() != parent_pid:  # died before the prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick), for a server this process starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

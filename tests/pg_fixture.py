@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+from evorag_core.procs import free_port
 
 __all__ = ["pg_server", "pg_url"]
 
@@ -37,12 +38,6 @@ def _bin_dir() -> Path | None:
         return Path(found).resolve().parent
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name), reverse=True)
     return next((c for c in candidates if (c / "initdb").exists() and (c / "pg_ctl").exists()), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _runner(base: Path) -> list[str]:
@@ -82,7 +77,7 @@ def pg_server() -> Iterator[str]:
                      "-E", "UTF8", "--no-sync"])
         if init.returncode != 0:
             _unavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
-        port = _free_port()
+        port = free_port()
         options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
         start = _run([*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,
                       "-w", "-t", "60", "start"])

@@ -3,7 +3,6 @@ log in a file; `serve_studio` yields the URL once the page is served and stops t
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from evorag_core.procs import free_port
 from tests.paths import DEMO, SHOTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,12 +25,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 # test. START_STALL_S of wall time without the process using any CPU means it hangs.
 START_CPU_S = 240
 START_STALL_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -13,7 +13,6 @@ manager.
 from __future__ import annotations
 
 import importlib.util
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from evorag_core.errors import ModelLoadError
+from evorag_core.procs import free_port
 
 __all__ = ["ENGINES", "LlamaServer", "engine_available"]
 
@@ -33,12 +33,6 @@ ENGINES = {"llama.cpp": (("xllamacpp",), "served"), "llama-cpp-python": (("llama
 def engine_available(engine: str = "llama.cpp") -> bool:
     """Whether `engine`'s server is installed (its extra: `ENGINES`)."""
     return all(importlib.util.find_spec(module) is not None for module in ENGINES[engine][0])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LlamaServer:
@@ -69,7 +63,7 @@ class LlamaServer:
             extra = ENGINES[self.engine][1]
             raise ModelLoadError(f"the {self.engine} server needs the [{extra}] extra: "
                                  f"pip install 'evorag-studio[{extra}]'")
-        self.port = _free_port()
+        self.port = free_port()
         self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:

@@ -13,7 +13,8 @@ import re
 import pytest
 
 from tests.paths import DEMO
-from tests.studio_process import CHROMIUM, free_port, shot
+from evorag_core.procs import free_port
+from tests.studio_process import CHROMIUM, shot
 
 pytestmark = [pytest.mark.browser]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -22,15 +21,10 @@ from app.shell.main import launch
 from evorag_core.auth.limiter import LoginLimiter, LoginLimits
 from evorag_core.auth.users_file import add_user
 from evorag_core.config import load_config
+from evorag_core.procs import free_port
 
 LIMITS = LoginLimits(per_user=3, per_address=6, window_s=600)
 PROXY = "127.0.0.2"  # the studio's one trusted proxy (all of 127.0.0.0/8 reaches a server bound to 127.0.0.1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +36,7 @@ def studio(session_home, tmp_path_factory):
     add_user(users, "bob", "bob's password", role="annotator")
     cfg = load_config(overrides={"studio.trusted_proxies": (PROXY,)})
     svc = Services(cfg, session_home, data_path=DEMO, db_url=f"sqlite:///{work / 'studio.db'}")
-    port = _free_port()
+    port = free_port()
     limiter = LoginLimiter(LIMITS)
     demo = launch(svc, host="127.0.0.1", port=port, auth=str(users), block=False, quiet=True, limiter=limiter)
     yield f"http://127.0.0.1:{port}", limiter

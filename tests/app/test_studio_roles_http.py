@@ -7,7 +7,6 @@ Before, loads and ticks skipped the check: an annotator's direct queue/join with
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -19,17 +18,12 @@ from app.common.services import Services
 from app.shell.main import launch
 from evorag_core.auth.users_file import add_user
 from evorag_core.config import load_config
+from evorag_core.procs import free_port
 from evorag_core.store import NewPair
 
 SECRET = "discarded-secret-Xq7"  # in a discarded pair's texts: no annotator's response may hold it
 NO_OP = {"__type__": "update"}  # gr.skip() as the page receives it (6.31 repeats it under "props"): no change
 ANNOTATOR_TABS = {"annotate"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +37,7 @@ def studio(session_home, tmp_path_factory):
     store = svc.store()
     (pid,) = store.add_pairs([NewPair(f"state {SECRET}", f"SEARCH: {SECRET}", "ANSWER: b", source="human")])
     store.discard_pair(pid)
-    port = _free_port()
+    port = free_port()
     demo = launch(svc, host="127.0.0.1", port=port, auth=str(users), block=False, quiet=True)
     yield f"http://127.0.0.1:{port}"
     demo.close()

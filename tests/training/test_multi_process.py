@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.paths import REPO
+from evorag_core.procs import free_port
 from evorag_core.store import NewPair, open_store
 from tests.methods.test_arena import warm_tiny  # noqa: F401  (fixture: a tiny model whose replies differ in reward)
 
@@ -43,17 +43,11 @@ LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
             str(REPO / "training" / "accelerate" / "ddp.yaml"), "--num_processes", "2"]
 
 
-def _free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def _worker(home: Path, url: str, tiny: Path, launch: list[str], **settings) -> subprocess.CompletedProcess:
     args = ["--home", str(home), "--db", url, "--model", str(tiny), "--once"]
     for key, value in {**SETTINGS, **settings}.items():
         args += ["--set", f"{key}={value}"]
-    launch = [*launch, "--main_process_port", _free_port()] if launch else []
+    launch = [*launch, "--main_process_port", str(free_port())] if launch else []
     cmd = [*launch, "-m", "training.worker", *args] if launch else [sys.executable, "-m", "training.worker", *args]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
                OMP_NUM_THREADS="1")
@@ -211,7 +205,7 @@ def test_a_cancel_stops_every_process_at_the_same_step(tmp_path, tiny):
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO),
                    OMP_NUM_THREADS="1")
         log = (tmp_path / "launch.log").open("w")
-        proc = subprocess.Popen([*LAUNCH_2, "--main_process_port", _free_port(), "-m", "training.worker", *args],
+        proc = subprocess.Popen([*LAUNCH_2, "--main_process_port", str(free_port()), "-m", "training.worker", *args],
                                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 600
