@@ -22,7 +22,7 @@ step lines with the loss, warnings, a failure's traceback, the outcome) also go 
 Under `accelerate launch` with several processes (one per GPU; training/README.md, "Rounds on several processes")
 every process runs this loop: the main process claims, heartbeats and finishes; all train the round together.
 
-    python -m training.worker [--once] [--poll S] [--lease S]      (same as `evorag worker`)
+    python -m training.worker [--once | --drain] [--poll S] [--lease S]      (same as `evorag worker`)
     accelerate launch --config_file training/accelerate/ddp.yaml --num_processes N -m training.worker ...
 """
 from __future__ import annotations
@@ -78,6 +78,7 @@ class WorkerOptions:
     lease_s: float = 60.0
     poll_s: float = 2.0
     once: bool = False  # process at most one round (reaping expired leases first), then return
+    drain: bool = False  # process rounds until none is queued, then return (a batch job's worker)
 
 
 def new_worker_id() -> str:
@@ -407,7 +408,9 @@ def _fail(store: Store, round_id: int, worker_id: str, error: str) -> Round | No
 
 def serve(store: Store, cfg: Config, home: Path, opts: WorkerOptions, *, worker_id: str | None = None,
           stop: threading.Event | None = None, run: RunFn | None = None, processes: Processes = SINGLE) -> int:
-    """Process rounds until `stop` is set (or, with opts.once, after one poll); returns how many rounds ran."""
+    """Process rounds until `stop` is set (with opts.once: after one poll; with opts.drain: at the first poll that
+    finds no queued round); returns how many rounds ran. Under several processes every process gets the same claim,
+    so all of them stop at the same poll."""
     worker_id = worker_id or new_worker_id()
     stop = stop or threading.Event()
     if processes.main:
@@ -423,7 +426,7 @@ def serve(store: Store, cfg: Config, home: Path, opts: WorkerOptions, *, worker_
         count += done is not None
         if done is not None:
             release_memory()  # the round's model and activations are garbage now: hand the pages back
-        if opts.once:
+        if opts.once or (opts.drain and done is None):
             break
         if done is None:
             stop.wait(opts.poll_s)

@@ -20,7 +20,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     add_common(p, data=False)
     p.add_argument("--db", default=None, metavar="URL", help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--model", default=None, help="policy model: 'embedded', a local folder or a hub id")
-    p.add_argument("--once", action="store_true", help="reap expired leases, run at most one queued round, exit")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="reap expired leases, run at most one queued round, exit")
+    when.add_argument("--drain", action="store_true",
+                      help="run queued rounds until none is left (rounds they queue included, e.g. evaluations), exit")
     p.add_argument("--poll", type=float, default=2.0, metavar="S", help="seconds between polls when idle (default 2)")
     p.add_argument("--lease", type=float, default=None, metavar="S", help="lease length (default [train] lease_seconds)")
     return p
@@ -35,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
     if lease <= 0 or args.poll <= 0:
         raise ConfigError("--lease and --poll must be positive")
     count = run_worker(cfg, home, db_url_from_args(args, home), WorkerOptions(lease_s=lease, poll_s=args.poll,
-                                                                                 once=args.once))
+                                                                                 once=args.once, drain=args.drain))
     if args.json:
         print_json({"rounds": count})
     return 0

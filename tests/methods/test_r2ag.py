@@ -488,7 +488,7 @@ def test_r2ag_grpo_worker_round_registers_adapter(warm_tiny, one_thread, tmp_pat
 
 @pytest.mark.slow  # two worker launches (1 and 2 processes), each building the demo index in its home
 def test_r2ag_grpo_round_on_two_processes_equals_one(warm_tiny, tmp_path):
-    """Issue 28: the same r2ag-grpo round by `python -m training.worker --once` and by a 2-process `accelerate launch`
+    """Issue 28: the same r2ag-grpo round by `python -m training.worker --drain` and by a 2-process `accelerate launch`
     (gloo, tests/training/test_multi_process.py's harness) over demo-001, G = 8, 2 passes, 2 states per step. Pass 1
     has one state (its group sampled with seed train.seed + 0 = 3 spreads in reward: the test above), so on 2
     processes the second has no group that step and only joins the gradient sum; pass 2 starts from up to 2 pruned
@@ -500,12 +500,13 @@ def test_r2ag_grpo_round_on_two_processes_equals_one(warm_tiny, tmp_path):
     raw = job_config("r2ag-grpo", data=str(DEMO), reference="base",
                      r2ag={"group_size": 8, "questions": 1, "states_per_step": 2, "iterations": 2, "max_states": 2,
                            "max_new_tokens": 40, "demo": False, "temperature": 0.7})
-    runs = _both(tmp_path, warm_tiny, lambda store: store.enqueue_round("r2ag-grpo", raw))
-    (m1, _), (m2, _) = runs[1], runs[2]
+    runs = _both(tmp_path, warm_tiny, lambda store: [store.enqueue_round("r2ag-grpo", raw)])
+    [rid] = runs[1]
+    (m1, _), (m2, _) = runs[1][rid], runs[2][rid]
     assert m1["steps"] == m2["steps"] and m1["question_ids"] == m2["question_ids"] == ["demo-001"]
     assert abs(m1["first_reward"] - m2["first_reward"]) <= TOLERANCE
     assert [row[3] for row in m1["reward_history"]] == [row[3] for row in m2["reward_history"]]  # forest sizes
-    loss_diff, weight_diff = _assert_equal(runs)
+    loss_diff, weight_diff = _assert_equal(runs[1][rid], runs[2][rid])
     print(f"r2ag-grpo: loss diff {loss_diff:.3g}, adapter diff {weight_diff:.3g}; (step, pass, reward, forest): "
           f"{m2['reward_history']}, groups updated: {[h.get('updated') for h in m2['step_history']]}")
 

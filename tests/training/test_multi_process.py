@@ -1,7 +1,8 @@
 """A round on 2 processes equals the same round on 1 (issue 28): `accelerate launch --config_file
-training/accelerate/ddp.yaml --num_processes 2 -m training.worker --once` with policy.device = cpu (2 gloo processes)
-against plain `python -m training.worker --once`, each on its own copy of the same SQLite store (the same queued
-pairs / stored rollouts and one queued round), with the tiny random Llama.
+training/accelerate/ddp.yaml --num_processes 2 -m training.worker --drain` with policy.device = cpu (2 gloo
+processes) against plain `python -m training.worker --drain`, each on its own copy of the same SQLite store (the same
+queued pairs / stored rollouts and queued rounds), with the tiny random Llama. One launch per process count runs
+every queued round (the DPO, GRPO and PPO rounds share their launches: each launch costs seconds of imports).
 
 What "equal" means here: the global batch is the same. `train.batch_size` x `train.grad_accum` is the number of
 samples per optimiser step whatever the number of processes, so on 2 processes each takes half of every step:
@@ -21,6 +22,7 @@ PPO 1.6e-7, 6.6e-7; ARENA GRPO 0, 1.9e-7 (R²AG GRPO: tests/methods/test_r2ag.py
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -43,8 +45,9 @@ LAUNCH_2 = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
             str(REPO / "training" / "accelerate" / "ddp.yaml"), "--num_processes", "2"]
 
 
-def _worker(home: Path, url: str, tiny: Path, launch: list[str], **settings) -> subprocess.CompletedProcess:
-    args = ["--home", str(home), "--db", url, "--model", str(tiny), "--once"]
+def _worker(home: Path, url: str, tiny: Path, launch: list[str], until: str = "--once",
+            **settings) -> subprocess.CompletedProcess:
+    args = ["--home", str(home), "--db", url, "--model", str(tiny), until]
     for key, value in {**SETTINGS, **settings}.items():
         args += ["--set", f"{key}={value}"]
     launch = [*launch, "--main_process_port", str(free_port())] if launch else []
@@ -54,12 +57,16 @@ def _worker(home: Path, url: str, tiny: Path, launch: list[str], **settings) -> 
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
 
-def _both(tmp_path: Path, tiny: Path, fill) -> dict[int, tuple[dict, dict]]:
-    """{processes: (the finished round's metrics, the adapter's tensors)} for 1 and 2 processes, each on a copy of
-    the store that `fill(store)` filled (it queues the round)."""
+Run = tuple[dict, dict]  # a finished round's metrics, its adapter's tensors
+
+
+def _both(tmp_path: Path, tiny: Path, fill) -> dict[int, dict[int, Run]]:
+    """{processes: {round id: (metrics, adapter tensors)}} for 1 and 2 processes, each a worker run with `--drain`
+    on a copy of the store that `fill(store)` filled: it queues the rounds and returns their ids (the worker runs them
+    in that order and exits when none is left; promotion.evaluate is off, so no round queues another)."""
     seed_db = tmp_path / "seed.db"
     store = open_store(f"sqlite:///{seed_db}")
-    rid = fill(store)
+    rids = fill(store)
     store.close()
     out = {}
     for n, launch in ((1, []), (2, LAUNCH_2)):
@@ -67,23 +74,27 @@ def _both(tmp_path: Path, tiny: Path, fill) -> dict[int, tuple[dict, dict]]:
         home.mkdir()
         shutil.copy(seed_db, home / "evorag.db")
         url = f"sqlite:///{home / 'evorag.db'}"
-        proc = _worker(home, url, tiny, launch)
-        with open_store(url) as st:
-            row = st.get_round(rid)
-        assert proc.returncode == 0 and row.status == "succeeded", (
-            f"{n} process(es): rc {proc.returncode}, round {row.status}: {row.error}\n{proc.stderr[-4000:]}")
-        assert row.metrics.get("processes", 1) == n
-        folder = Path(row.metrics["adapter_path"])
-        tensors = load_file(str(folder / "adapter_model.safetensors"))
-        if (folder / "value_head.safetensors").is_file():  # PPO's value head, compared like the LoRA weights
-            tensors.update({f"value_head.{k}": v for k, v in load_file(str(folder / "value_head.safetensors")).items()})
-        out[n] = (row.metrics, tensors)
+        proc = _worker(home, url, tiny, launch, "--drain", **{"promotion.evaluate": "false"})
+        out[n] = {}
+        for rid in rids:
+            with open_store(url) as st:
+                row = st.get_round(rid)
+            assert proc.returncode == 0 and row.status == "succeeded", (
+                f"{n} process(es): rc {proc.returncode}, round {rid} {row.status}: {row.error}\n{proc.stderr[-4000:]}")
+            assert row.metrics.get("processes", 1) == n
+            folder = Path(row.metrics["adapter_path"])
+            tensors = load_file(str(folder / "adapter_model.safetensors"))
+            if (folder / "value_head.safetensors").is_file():  # PPO's value head, compared like the LoRA weights
+                tensors.update({f"value_head.{k}": v
+                                for k, v in load_file(str(folder / "value_head.safetensors")).items()})
+            out[n][rid] = (row.metrics, tensors)
     return out
 
 
-def _assert_equal(runs: dict[int, tuple[dict, dict]]) -> tuple[float, float]:
-    """(largest step-loss difference, largest adapter difference), both asserted within TOLERANCE."""
-    (m1, a1), (m2, a2) = runs[1], runs[2]
+def _assert_equal(one: Run, two: Run) -> tuple[float, float]:
+    """(largest step-loss difference, largest adapter difference) of one round on 1 and on 2 processes, both asserted
+    within TOLERANCE."""
+    (m1, a1), (m2, a2) = one, two
     assert m1["steps"] == m2["steps"] and [s for s, _ in m1["loss_history"]] == [s for s, _ in m2["loss_history"]]
     loss_diff = max(abs(x - y) for (_, x), (_, y) in zip(m1["loss_history"], m2["loss_history"]))
     assert sorted(a1) == sorted(a2)
@@ -96,53 +107,36 @@ def _assert_equal(runs: dict[int, tuple[dict, dict]]) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_a_dpo_round_on_two_processes_equals_one(tmp_path, tiny):
-    """8 pairs, batch 4, 2 epochs: 4 steps on both; step 1's loss is ln 2 on both (policy = reference)."""
-    def fill(store) -> int:
+def test_dpo_grpo_and_ppo_rounds_on_two_processes_equal_one(tmp_path, tiny):
+    """Three rounds queued on one store, each run by one worker launch per process count (`--drain`); each round
+    starts from the base model (none is activated), so each is compared on its own:
+    - DPO: 8 pairs, batch 4, 2 epochs: 4 steps on both; step 1's loss is ln 2 on both (policy = reference).
+    - GRPO: the stored rollouts of tests/training/test_rounds.py, 12 samples in 3 usable groups, batch 4, 2 epochs:
+      6 steps on both; step 1's ratio is 1 and its KL 0 on both.
+    - PPO: the same stored rollouts, 6 steps from 2 episodes, batch 4, 2 epochs -> 4 optimiser steps (minibatches of
+      4 and 2 rows: each process takes 2 and 1 of them). The value head (zero at the start) is compared with the LoRA
+      weights; π_old, V_old and the bootstrap values are computed on each process's shard and gathered."""
+    from tests.training.test_rounds import write_rollouts
+
+    def fill(store) -> list[int]:
         store.add_pairs([NewPair(PROMPT.format(f"who founded town {i}"), f"SEARCH: town {i} founder", f"ANSWER: {i}")
                          for i in range(8)])
-        return store.enqueue_round("dpo", {"pairs": 8})
-
-    runs = _both(tmp_path, tiny, fill)
-    assert runs[1][0]["steps"] == 4 and runs[2][0]["pairs"] == 8
-    loss_diff, weight_diff = _assert_equal(runs)
-    print(f"dpo: loss diff {loss_diff:.3g}, adapter diff {weight_diff:.3g}")
-
-
-@pytest.mark.slow
-def test_a_grpo_round_on_two_processes_equals_one(tmp_path, tiny):
-    """The stored rollouts of tests/training/test_rounds.py: 12 samples in 3 usable groups, batch 4, 2 epochs: 6
-    steps on both; step 1's ratio is 1 and its KL 0 on both."""
-    from tests.training.test_rounds import write_rollouts
-
-    def fill(store) -> int:
         write_rollouts(store)
-        return store.enqueue_round("grpo", {})
+        return [store.enqueue_round("dpo", {"pairs": 8}), store.enqueue_round("grpo", {}),
+                store.enqueue_round("ppo", {})]
 
     runs = _both(tmp_path, tiny, fill)
-    assert runs[1][0]["steps"] == 6 and runs[2][0]["samples"] == 12
-    assert runs[2][0]["first_kl"] == 0.0 and abs(runs[2][0]["first_ratio_mean"] - 1.0) < 1e-6
-    assert abs(runs[1][0]["surrogate_end"] - runs[2][0]["surrogate_end"]) <= TOLERANCE
-    loss_diff, weight_diff = _assert_equal(runs)
-    print(f"grpo: loss diff {loss_diff:.3g}, adapter diff {weight_diff:.3g}")
-
-
-@pytest.mark.slow
-def test_a_ppo_round_on_two_processes_equals_one(tmp_path, tiny):
-    """The same stored rollouts: 6 steps from 2 episodes, batch 4, 2 epochs -> 4 optimiser steps (minibatches of
-    4 and 2 rows: each process takes 2 and 1 of them). The value head (zero at the start) is compared with the LoRA
-    weights; π_old, V_old and the bootstrap values are computed on each process's shard and gathered."""
-    from tests.training.test_rounds import write_rollouts
-
-    def fill(store) -> int:
-        write_rollouts(store)
-        return store.enqueue_round("ppo", {})
-
-    runs = _both(tmp_path, tiny, fill)
-    assert runs[1][0]["steps"] == 4 and runs[2][0]["samples"] == 6
-    assert any(float(t.abs().max()) > 0 for k, t in runs[2][1].items() if k.startswith("value_head."))
-    loss_diff, weight_diff = _assert_equal(runs)
-    print(f"ppo: loss diff {loss_diff:.3g}, adapter diff {weight_diff:.3g}")
+    dpo, grpo, ppo = sorted(runs[1])
+    assert runs[1][dpo][0]["steps"] == 4 and runs[2][dpo][0]["pairs"] == 8
+    assert abs(runs[2][dpo][0]["loss_history"][0][1] - math.log(2)) < 1e-4
+    assert runs[1][grpo][0]["steps"] == 6 and runs[2][grpo][0]["samples"] == 12
+    assert runs[2][grpo][0]["first_kl"] == 0.0 and abs(runs[2][grpo][0]["first_ratio_mean"] - 1.0) < 1e-6
+    assert abs(runs[1][grpo][0]["surrogate_end"] - runs[2][grpo][0]["surrogate_end"]) <= TOLERANCE
+    assert runs[1][ppo][0]["steps"] == 4 and runs[2][ppo][0]["samples"] == 6
+    assert any(float(t.abs().max()) > 0 for k, t in runs[2][ppo][1].items() if k.startswith("value_head."))
+    for name, rid in (("dpo", dpo), ("grpo", grpo), ("ppo", ppo)):
+        loss_diff, weight_diff = _assert_equal(runs[1][rid], runs[2][rid])
+        print(f"{name}: loss diff {loss_diff:.3g}, adapter diff {weight_diff:.3g}")
 
 
 @pytest.mark.slow
@@ -150,7 +144,8 @@ def test_an_arena_grpo_round_on_two_processes_equals_one(tmp_path, warm_tiny):
     """ARENA's GRPO over one question Q (tests/methods/test_arena.py's warmed-up tiny model, whose replies differ in
     reward), 2 epochs and 2 questions per step: one step of two groups of G = 4 sampled replies (seeds 3 + 0 and
     3 + 1). On 2 processes each samples and trains on one group (the seed is the group's, not the process's), so
-    both runs see the same 8 replies; the step's loss, rewards and the adapter agree within the tolerance."""
+    both runs see the same 8 replies; the step's loss, rewards and the adapter agree within the tolerance. (R²AG's
+    round: tests/methods/test_r2ag.py, on its own warmed-up model.)"""
     from evorag_core.data.datasets import write_jsonl
     from evorag_core.types import Dataset
     from tests.methods.test_arena import Q
@@ -160,11 +155,12 @@ def test_an_arena_grpo_round_on_two_processes_equals_one(tmp_path, warm_tiny):
     write_jsonl(Dataset("demo", str(data), (Q,)), data)
     raw = job_config("arena-grpo", data=str(data), kl="k3", reference="base",
                      arena={"group_size": 4, "questions": 1, "questions_per_step": 2, "max_new_tokens": 40})
-    runs = _both(tmp_path, warm_tiny, lambda store: store.enqueue_round("arena-grpo", raw))
-    (m1, _), (m2, _) = runs[1], runs[2]
+    runs = _both(tmp_path, warm_tiny, lambda store: [store.enqueue_round("arena-grpo", raw)])
+    [rid] = runs[1]
+    (m1, _), (m2, _) = runs[1][rid], runs[2][rid]
     assert m1["steps"] == m2["steps"] == 1
     assert abs(m1["first_reward"] - m2["first_reward"]) <= TOLERANCE and m1["first_reward"] > 0
-    loss_diff, weight_diff = _assert_equal(runs)
+    loss_diff, weight_diff = _assert_equal(runs[1][rid], runs[2][rid])
     print(f"arena-grpo: loss diff {loss_diff:.3g}, adapter diff {weight_diff:.3g}")
 
 

@@ -120,6 +120,30 @@ def test_a_failing_round_is_failed_with_a_readable_error_and_its_pairs_released(
     assert store.count_pairs("status") == {"queued": 8}
 
 
+def test_drain_runs_every_queued_round_then_returns_and_once_runs_one(world):
+    """`evorag worker --drain`: three queued rounds (the second queues a fourth as it runs, as a round's gated
+    evaluation is queued) all run in queue order, then the loop returns at the first poll that finds none, without
+    waiting for a stop; `--once` runs one. The stand-in round function records the order."""
+    from training.job import ControllerRef
+    from training.worker import serve
+
+    home, _, store, cfg = world
+    ran: list[int] = []
+
+    def run(job, st, on_progress):
+        ran.append(job.round_id)
+        if len(ran) == 2:
+            st.enqueue_round("grpo", {})
+        return ControllerRef(home / "controller", job.round_id, job.objective, {"steps": 0})
+
+    first = [store.enqueue_round(objective, {}) for objective in ("grpo", "ppo", "grpo")]
+    assert serve(store, cfg, home, WorkerOptions(lease_s=5, poll_s=60, once=True), run=run) == 1
+    assert ran == first[:1]
+    assert serve(store, cfg, home, WorkerOptions(lease_s=5, poll_s=60, drain=True), run=run) == 3
+    assert ran == [*first, first[-1] + 1]
+    assert {r.status for r in store.list_rounds()} == {"succeeded"}
+
+
 def test_heartbeat_writes_progress_and_a_cancelled_round_stops(world):
     """Progress {step, total, loss, eta} reaches the store while the round runs; when the round is cancelled the
     next progress report raises RoundCancelled: training stops, the worker ends the round cancelled with its pairs
