@@ -1,5 +1,6 @@
-"""bench/suite_cpu.py on a real command: a shell that starts a Python process busy for ~3 s of CPU; the sampler
-finds its CPU seconds under its kind, the wall time and the reaped total agree, and the command's exit code is kept."""
+"""bench/suite_cpu.py on a real command: a Python process busy for 3 s of CPU; the sampler finds at least those
+seconds under its kind and in the reaped total, and the command's exit code is kept. The sampler reads every process
+on the machine, so under a parallel suite other processes add to the kinds: only lower bounds are checked."""
 from __future__ import annotations
 
 import json
@@ -16,5 +17,5 @@ def test_the_cpu_of_a_child_is_found_under_its_kind(tmp_path):
     report = json.loads(out.read_text())
     assert code == report["exit_code"] == 3
     python = report["by_kind"]["other python (CLIs, benches)"]["cpu_s"]
-    assert 2.5 <= python <= report["reaped_cpu_s"] + 0.5 and report["wall_s"] >= 2.9
+    assert python >= 2.5 and report["reaped_cpu_s"] >= 2.9 and report["wall_s"] >= 2.9
     assert 0 < report["cores_busy"] <= 1 and report["cpu_s"] >= python
