@@ -26,15 +26,12 @@ def save_figure(fig: Any, stem: Path, *, width: int = 900, height: int = 500) ->
     if "BROWSER_PATH" not in os.environ and CHROMIUM.exists():
         os.environ["BROWSER_PATH"] = str(CHROMIUM)
     png = stem.with_suffix(".png")
-    for attempt in range(PNG_TRIES):
+    for _ in range(PNG_TRIES):
         try:
             fig.write_image(png, width=width, height=height)
-        except ImportError as exc:  # kaleido is not installed: trying again cannot help
+        except Exception as exc:  # kaleido missing, no browser it can start, or its context race: the HTML stands
             out["png_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        else:
+            out["png"], out["png_error"] = str(png), None
             break
-        except Exception as exc:  # no browser kaleido can start, or its context race: the HTML stands alone
-            out["png_error"] = f"{type(exc).__name__}: {exc}"[:500]
-            continue
-        out["png"], out["png_error"] = str(png), None
-        break
     return out

@@ -23,11 +23,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
 # (kind, a test on the command line); the first that matches names the process
-KINDS: tuple[tuple[str, object], ...] = (
+KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("pytest workers (in-process tests)", lambda c: "exec(eval(sys.stdin.readline()))" in c),
     ("pytest (main)", lambda c: " -m pytest" in c),
     ("chromium", lambda c: "chrom" in c),
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "command": " ".join(command), "exit_code": proc.returncode, "wall_s": round(wall, 1),
         "minutes": round(wall / 60, 2), "cores": psutil.cpu_count(), "cores_busy": round(busy_frac, 3),
-        "cpu_s": round(cpu, 1), "reaped_cpu_s": round(reaped, 1), "machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
+        "cpu_s": round(cpu, 1), "reaped_cpu_s": round(reaped, 1),
+        "machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
         "note": args.note, "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "by_kind": {k: {"cpu_s": round(v, 1), "share": round(v / cpu, 3)} for k, v in total.most_common() if v >= 0.05},
     }
