@@ -17,8 +17,8 @@ Phases (each resumable; finished phases are kept in <home>/curriculum_state.json
 2. single: the same command with `--single-stage STAGE` (default discovery) for exactly as many rounds as the
    curriculum ran, in another home and store: same questions per round, same dev set, no switch.
 3. evaluation: greedy episodes of the base policy, the curriculum's final adapter and the single-stage run's final
-   adapter on the --eval slice (env T_max = --eval-t-max), `--workers` processes (bench/adapter_eval.py, shared with
-   bench/learning.py); EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples, as
+   adapter on the --eval slice (env T_max = --eval-t-max), the policies shared out over at most `--workers` processes
+   (bench/adapter_eval.py, shared with bench/learning.py; a policy whose results are complete is not run again); EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples, as
    `evorag compare`) of curriculum vs base, single vs base and curriculum vs single.
 4. figure: the dev-return curve per round of both runs (mean dev return and its EMA; dev F1 below), the stage switch
    marked; HTML, and PNG through kaleido (bench/figures.py) where it works.
@@ -127,8 +127,9 @@ def phase_arm(args: argparse.Namespace, arm: str, rounds: int) -> dict[str, Any]
             "load_avg_start": load0, "load_avg_end": os.getloadavg()[0]}
 
 
-def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> None:
-    """Child process: greedy episodes of one policy on the eval slice (resumable JSON lines)."""
+def eval_part(args: argparse.Namespace, names: list[str]) -> None:
+    """Child process: greedy episodes of each named policy in turn (base, or an arm's final adapter as recorded in
+    the state file) on the eval slice, each into its resumable JSON-lines file; one import of the model stack."""
     import torch
 
     from evorag_core.data.datasets import load_dataset
@@ -136,33 +137,45 @@ def eval_part(args: argparse.Namespace, name: str, adapter_path: str | None) -> 
     cfg = _config(args, **{"env.t_max": args.eval_t_max, "policy.threads": args.eval_threads})
     torch.set_num_threads(args.eval_threads)
     source = load_dataset(args.data) if args.corpus == "pooled" else None
-    evaluate_adapter(cfg, args.home, args.eval_file, source, name, adapter_path,
-                     args.home / f"curriculum_eval_{name}.jsonl")
+    state = json.loads((args.home / "curriculum_state.json").read_text())
+    for name in names:
+        path = None if name == "base" else state[name]["adapter_path"]
+        evaluate_adapter(cfg, args.home, args.eval_file, source, name, path, args.home / f"curriculum_eval_{name}.jsonl")
 
 
 def phase_eval(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:
-    from evorag_core.evaluation.runner import load_results
-
-    policies = [("base", None)] + [(arm, state[arm]["adapter_path"]) for arm in ARMS if state[arm]["adapter_path"]]
+    """The policies' evaluations on at most --workers processes; a policy whose results file already holds every
+    eval question (a re-run after an arm was redone) is read, not started again."""
+    names = ["base"] + [arm for arm in ARMS if state[arm]["adapter_path"]]
+    n = sum(1 for line in args.eval_file.read_text().splitlines() if line.strip())
+    todo = [name for name in names if len(_results(args, name)) < n]
     started = time.perf_counter()
 
-    def start(name: str, path: str | None):
+    def start(group: list[str]):
         def go(log: Path) -> subprocess.Popen:
             argv = [sys.executable, str(Path(__file__).resolve()), *args.argv, "--home", str(args.home),
-                    "--eval-part", name, "--adapter-path", path or ""]
+                    "--eval-part", ",".join(group)]
             return subprocess.Popen(argv, cwd=ROOT, env=_env(args, args.eval_threads), stdout=log.open("a"),
                                     stderr=subprocess.STDOUT)
         return go
 
-    run_processes([(start(name, path), args.home / f"curriculum_eval_{name}.log") for name, path in policies],
-                  args.workers)
-    results = {name: load_results(args.home / f"curriculum_eval_{name}.jsonl") for name, _ in policies}
+    groups = [todo[i::max(args.workers, 1)] for i in range(min(max(args.workers, 1), len(todo)))]
+    run_processes([(start(g), args.home / f"curriculum_eval_{'_'.join(g)}.log") for g in groups], args.workers)
+    results = {name: _results(args, name) for name in names}
     pairs = [(a, "base") for a in ARMS if a in results]
     if all(a in results for a in ARMS):
         pairs.append(("curriculum", "single"))
-    out: dict[str, Any] = {"minutes": (time.perf_counter() - started) / 60, "t_max": args.eval_t_max}
+    out: dict[str, Any] = {"minutes": (time.perf_counter() - started) / 60, "t_max": args.eval_t_max,
+                           "started": todo}
     out.update(summarize_against(results, pairs))
     return out
+
+
+def _results(args: argparse.Namespace, name: str) -> list:
+    from evorag_core.evaluation.runner import load_results
+
+    path = args.home / f"curriculum_eval_{name}.jsonl"
+    return load_results(path) if path.is_file() else []
 
 
 def curve_figure(state: dict[str, Any], single_stage: str):
@@ -265,7 +278,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "curriculum.json",
                     help="JSON; the figure goes next to it (same name, .html and .png)")
     ap.add_argument("--eval-part", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--adapter-path", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.home = args.home.resolve()
@@ -273,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     args.data = args.data.resolve()
     args.eval_file = args.home / "curriculum_eval.jsonl"
     if args.eval_part:
-        return eval_part(args, args.eval_part, args.adapter_path or None)
+        return eval_part(args, args.eval_part.split(","))
 
     dev, train, ev = parse_slice(args.dev), parse_slice(args.train), parse_slice(args.eval)
     for (a, b), (c, d), what in ((dev, train, "--dev/--train"), (dev, ev, "--dev/--eval"), (train, ev, "--train/--eval")):
@@ -285,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     def save() -> None:
         state_file.write_text(json.dumps(state, indent=2, default=str))
         settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-                    if k not in ("eval_part", "adapter_path", "argv")}
+                    if k not in ("eval_part", "argv")}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"settings": settings, "config": _settings(args), **state}, indent=2,
                                        default=str))

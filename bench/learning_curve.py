@@ -11,9 +11,9 @@ Each round is what the studio and the CLI do, each step in its own `evorag` proc
 1. rollouts of the live model (the live adapter, else the base model) on the round's share of the --train questions
    (`evorag rollout --adapter LIVE`; the training questions are cut into --rounds consecutive chunks, so every round
    rolls out questions no earlier round saw, with the model the earlier rounds made);
-2. a round (`evorag train --objective OBJ`, reference = the live adapter) run by `evorag worker --once`;
+2. a round (`evorag train --objective OBJ`, reference = the live adapter) run by `evorag worker --drain`;
 3. the gate: the worker queues the new adapter's evaluation against the live model on the --eval slice (the
-   `[promotion]` settings: method, metric F1, alpha 0.05, paired bootstrap); a second `evorag worker --once` runs it;
+   `[promotion]` settings: method, metric F1, alpha 0.05, paired bootstrap) and, draining the queue, runs it next;
    a passing adapter goes live (`promotion.auto`), a failing one stays staged and the next round starts from the
    same live model.
 The curve is read back from the store's promotion reports (`--from-store` does only this): per round the candidate's
@@ -173,14 +173,15 @@ def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[
                "--workers", str(args.workers), "--threads", str(args.threads), "--json"]
     _cli(args, log, *rollout, *(["--adapter", live.path] if live else []), threads=args.threads)
     minutes["rollouts"] = round((time.perf_counter() - t) / 60, 2)
-    t = time.perf_counter()
+    known = {j.id for j in _store(args).list_rounds(limit=10_000)}
     _cli(args, log, "train", "--objective", args.objective, "--pairs", str(args.pairs), "--max-steps",
          str(args.max_steps), "--json", threads=1)
-    _cli(args, log, "worker", "--once", threads=args.workers * args.threads)
-    minutes["round"] = round((time.perf_counter() - t) / 60, 2)
-    t = time.perf_counter()
-    _cli(args, log, "worker", "--once", threads=args.workers * args.threads)  # the gate's evaluation job
-    minutes["evaluation"] = round((time.perf_counter() - t) / 60, 2)
+    # one worker runs the round and then the evaluation job the round queued (the gate), then exits
+    _cli(args, log, "worker", "--drain", threads=args.workers * args.threads)
+    for job in sorted((j for j in _store(args).list_rounds(limit=10_000) if j.id not in known), key=lambda j: j.id):
+        if job.started_at and job.finished_at:
+            phase = "evaluation" if job.objective == "evaluate" else "round"
+            minutes[phase] = round(minutes.get(phase, 0.0) + (job.finished_at - job.started_at).total_seconds() / 60, 2)
     return {"round": r, "questions": list(chunk), "live_before": live.name if live else "base", "minutes": minutes}
 
 

@@ -2,7 +2,7 @@
 both stages, the single-stage run as many rounds, the three policies are evaluated; the JSON carries the switch (round,
 EMA, epsilon, patience), both dev-return curves and the paired comparisons, and the figure is written. The switch
 round is the one a controller fed the recorded dev returns gives. A re-run after an interruption (the single-stage
-run cut after 2 of its 3 rounds) redoes only round 3, from round 2's adapter, and evaluates that arm again."""
+run cut after 2 of its 3 rounds) redoes only round 3, from round 2's adapter, and evaluates that arm alone again."""
 from __future__ import annotations
 
 import importlib.util
@@ -90,3 +90,5 @@ def test_curriculum_bench_reports_the_switch_the_curves_and_the_comparison(tiny,
     again = json.loads(out.read_text())
     assert again["single"]["summary"]["final_adapter"] == "r4-dpo" and again["eval"]["single"]["n"] == 3
     assert again["curriculum"] == result["curriculum"]  # the finished arm was not run again
+    assert result["eval"]["started"] == ["base", "curriculum", "single"]
+    assert again["eval"]["started"] == ["single"]  # base and curriculum answers were complete: read, not rerun
