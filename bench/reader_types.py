@@ -11,8 +11,9 @@ figures measure the reader, not retrieval; `--passages all`: from all of the que
 benchmark's distractors, 10 per question, in file order), closer to what an agent's reader sees. Splits, declared before any held-out run: `tune` = HotpotQA dev 0:100 and
 2Wiki dev 0:50 (rules designed on these only), `heldout` = HotpotQA dev 100:300 and 2Wiki dev 50:182 (reported).
 
-Each variant is an `[answer]` override set (e.g. `model:yes_no=model`) of the embedded SmolLM2-135M span reader; all
-variants share one LM cache (the same prompt and span are scored once). `--record FILE` writes the first variant's
+Each variant is an `[answer]` override set (e.g. `model:yes_no=model`, or `sft:adapter=DIR` for a reader adapter) of
+the embedded SmolLM2-135M span reader; all variants share one LM cache (the same prompt and span under the same
+weights are scored once). `--record FILE` writes the first variant's
 per-question answers (the reader at the commit it ran on: the "before" reader); `--before FILE` reads such a record
 and compares every variant with it, paired by question (`metrics.paired_bootstrap`). Per variant: EM, F1, yes/no
 accuracy on the questions whose gold is yes/no, the yes/no answers given to the other questions, how often "yes" was
@@ -43,8 +44,8 @@ PASSAGES = {"gold": "gold passages only", "all": "all the question's paragraphs 
 
 
 class CachedScores:
-    """A backend whose `score_choices` remembers each (prompt, choice) score, so variants reading the same prompt
-    pay for a span once; everything else is the wrapped backend's."""
+    """A backend whose `score_choices` remembers each (active adapter, prompt, choice) score, so variants reading the
+    same prompt with the same weights pay for a span once; everything else is the wrapped backend's."""
 
     def __init__(self, backend: Any) -> None:
         self._backend, self._memo = backend, {}
@@ -53,11 +54,12 @@ class CachedScores:
         return getattr(self._backend, name)
 
     def score_choices(self, prompt: str, choices: Sequence[str]) -> list[float]:
-        missing = list(dict.fromkeys(c for c in choices if (prompt, c) not in self._memo))
+        weights = getattr(self._backend, "active_adapter", None)
+        missing = list(dict.fromkeys(c for c in choices if (weights, prompt, c) not in self._memo))
         if missing:
             for c, s in zip(missing, self._backend.score_choices(prompt, missing)):
-                self._memo[(prompt, c)] = s
-        return [self._memo[(prompt, c)] for c in choices]
+                self._memo[(weights, prompt, c)] = s
+        return [self._memo[(weights, prompt, c)] for c in choices]
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:
@@ -141,18 +143,19 @@ def _commit() -> str:
 
 def _run(args: argparse.Namespace, variants: list[tuple[str, dict[str, str]]]) -> tuple[dict, float]:
     """Every variant's rows over the split's questions (only the sets in `args.sets`, if given)."""
-    from evorag_core.reader.span import SpanReader
+    from evorag_core.reader.answers import Reader
 
     backend = _backend(args.threads)
     chars = load_config(None, {}).policy.passage_chars
-    readers = [(name, SpanReader(backend, _answer_cfg(ov, args.ranker_path), chars)) for name, ov in variants]
+    # the Reader (not the bare SpanReader): a variant's `adapter=PATH` then reads with that reader adapter
+    readers = [(name, Reader(backend, _answer_cfg(ov, args.ranker_path), chars)) for name, ov in variants]
     questions = [(k, q) for k, q in _questions(args.split, args.limit) if not args.sets or k in args.sets]
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in readers}
     start = time.perf_counter()
     for k, (key, q) in enumerate(questions):
         passages = [ps for ps in q.passages if args.passages == "all" or ps.pid in q.gold_pids]
         for name, reader in readers:
-            rows[name].append(_row(key, q, reader.answer(q.question, passages)))
+            rows[name].append(_row(key, q, reader.read(q.question, passages)[0]))
         if (k + 1) % 25 == 0:
             print(f"{k + 1}/{len(questions)} questions, {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return rows, time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Answer pairs: preferences between the reader's own candidate answers at one state, ranked by the outcome signal.
 
 Why (issue 22): the trajectory pairs of `rollout.py` differ in what the policy does - search on, answer now - and a
-round trained on them learned exactly that: fewer steps (twelfth session) or searching to the budget (fourteenth),
+round trained on them learned exactly that: fewer steps or searching to the budget (docs/answers.md),
 F1 never higher. What the answer is comes from the reader, which no pair touched. An answer pair holds the state
 fixed and varies only the answer: at a state of a stored episode whose passages are read, the reader's candidates
 (the spans of `reader/span.py`, or yes / no) are scored by `ans` against the gold (`env.signals.answer_score`,
@@ -14,7 +14,7 @@ round on these pairs moves log P(span | reader prompt): the LM score of the span
 Which wrong candidates a pair rejects (`against`): "top", the reader's highest-ranked ones (the default: the picks
 that cost it the answer), or "random", a uniform draw among all of them (seeded by the question, so a rerun builds
 the same pairs). A round on "top" pairs learned "not the base reader's own pick" and gained no F1 on unseen questions
-(docs/answers.md, seventeenth session); "random" pairs ask the model to rank the right span above the candidate set
+(docs/answers.md); "random" pairs ask the model to rank the right span above the candidate set
 as a whole, as the learned ranker's conditional logit does.
 
 No pair is built where no candidate scores at least `min_best` (nothing right to prefer), or where the reader's
