@@ -1,31 +1,8 @@
 """Policy training: objectives (DPO via TRL, step-level GRPO and PPO losses), LoRA adapters and pair data.
 
-Re-exported here: the pure, torch-only pieces. `training.lora` (peft) and `training.objectives.dpo.trainer` (TRL)
-pull in heavier libraries, so import them from their modules: `from training.objectives.dpo.trainer import train_dpo`.
-Each objective's folder is training/objectives/<name>/ (its round, config and loss).
+Import from the modules, not from this package: the package itself imports nothing, so a process that only polls
+the store (`evorag worker` while the queue is empty, the studio's supervised worker) does not load torch until it
+claims a round. Where things are: `training.kl` (KL estimators), `training.reduce` (per-sequence reductions),
+`training.objectives.<name>/` (each objective's round, config and loss: `dpo.data` pair fitting, `grpo.loss`,
+`ppo.loss` with the value head and GAE), `training.lora` (peft), `training.worker` (the queue's worker).
 """
-from training.kl import kl_estimator, kl_k2, kl_k3
-from training.objectives.dpo.data import (FitReport, PairExample, fit_pairs, from_conversational, split_pairs,
-                                          to_conversational)
-from training.objectives.grpo.loss import group_advantages, grpo_loss
-from training.objectives.ppo.loss import ValueHead, gae, ppo_losses
-from training.reduce import per_sequence, sequence_mean
-
-__all__ = [
-    "PairExample",
-    "FitReport",
-    "fit_pairs",
-    "split_pairs",
-    "to_conversational",
-    "from_conversational",
-    "group_advantages",
-    "grpo_loss",
-    "kl_k3",
-    "kl_k2",
-    "kl_estimator",
-    "gae",
-    "ppo_losses",
-    "ValueHead",
-    "per_sequence",
-    "sequence_mean",
-]

@@ -144,6 +144,21 @@ def test_drain_runs_every_queued_round_then_returns_and_once_runs_one(world):
     assert {r.status for r in store.list_rounds()} == {"succeeded"}
 
 
+def test_a_worker_on_an_empty_queue_does_not_load_torch(tmp_path):
+    """`evorag worker --once` on an empty store polls and exits without importing torch, transformers or datasets
+    (the studio's supervised worker waits like this most of its life); torch comes with the first claimed round
+    (`training.worker.prepare_for_rounds`, run by the round tests of this file)."""
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    code = ("import sys; from evorag_core.cli.main import main; "
+            f"main(['worker', '--once', '--home', {str(tmp_path)!r}, '--db', {db!r}]); "
+            "print(sorted(m for m in ('torch', 'transformers', 'datasets') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+    assert "polling" in done.stderr
+
+
 def test_heartbeat_writes_progress_and_a_cancelled_round_stops(world):
     """Progress {step, total, loss, eta} reaches the store while the round runs; when the round is cancelled the
     next progress report raises RoundCancelled: training stops, the worker ends the round cancelled with its pairs
