@@ -18,8 +18,9 @@ Phases (each resumable; finished phases are kept in <home>/curriculum_state.json
    curriculum ran, in another home and store: same questions per round, same dev set, no switch.
 3. evaluation: greedy episodes of the base policy, the curriculum's final adapter and the single-stage run's final
    adapter on the --eval slice (env T_max = --eval-t-max), the policies shared out over at most `--workers` processes
-   (bench/adapter_eval.py, shared with bench/learning.py; a policy whose results are complete is not run again); EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples, as
-   `evorag compare`) of curriculum vs base, single vs base and curriculum vs single.
+   (bench/adapter_eval.py, shared with bench/learning.py; a policy whose results are complete is not run again);
+   EM, F1, avg steps, refusal rate, and the paired bootstrap (10,000 resamples, as `evorag compare`) of curriculum vs
+   base, single vs base and curriculum vs single.
 4. figure: the dev-return curve per round of both runs (mean dev return and its EMA; dev F1 below), the stage switch
    marked; HTML, and PNG through kaleido (bench/figures.py) where it works.
 The JSON has: `curriculum.summary.switch` (round, EMA, improvement, stale) with `controller` (EMA alpha, epsilon,
@@ -140,7 +141,8 @@ def eval_part(args: argparse.Namespace, names: list[str]) -> None:
     state = json.loads((args.home / "curriculum_state.json").read_text())
     for name in names:
         path = None if name == "base" else state[name]["adapter_path"]
-        evaluate_adapter(cfg, args.home, args.eval_file, source, name, path, args.home / f"curriculum_eval_{name}.jsonl")
+        out = args.home / f"curriculum_eval_{name}.jsonl"
+        evaluate_adapter(cfg, args.home, args.eval_file, source, name, path, out)
 
 
 def phase_eval(args: argparse.Namespace, state: dict[str, Any]) -> dict[str, Any]:

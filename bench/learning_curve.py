@@ -173,15 +173,19 @@ def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[
                "--workers", str(args.workers), "--threads", str(args.threads), "--json"]
     _cli(args, log, *rollout, *(["--adapter", live.path] if live else []), threads=args.threads)
     minutes["rollouts"] = round((time.perf_counter() - t) / 60, 2)
-    known = {j.id for j in _store(args).list_rounds(limit=10_000)}
+    with _store(args) as store:
+        known = {j.id for j in store.list_rounds(limit=10_000)}
     _cli(args, log, "train", "--objective", args.objective, "--pairs", str(args.pairs), "--max-steps",
          str(args.max_steps), "--json", threads=1)
     # one worker runs the round and then the evaluation job the round queued (the gate), then exits
     _cli(args, log, "worker", "--drain", threads=args.workers * args.threads)
-    for job in sorted((j for j in _store(args).list_rounds(limit=10_000) if j.id not in known), key=lambda j: j.id):
+    with _store(args) as store:
+        jobs = [j for j in store.list_rounds(limit=10_000) if j.id not in known]
+    for job in sorted(jobs, key=lambda j: j.id):  # phase minutes from the jobs' own start and finish
         if job.started_at and job.finished_at:
             phase = "evaluation" if job.objective == "evaluate" else "round"
-            minutes[phase] = round(minutes.get(phase, 0.0) + (job.finished_at - job.started_at).total_seconds() / 60, 2)
+            seconds = (job.finished_at - job.started_at).total_seconds()
+            minutes[phase] = round(minutes.get(phase, 0.0) + seconds / 60, 2)
     return {"round": r, "questions": list(chunk), "live_before": live.name if live else "base", "minutes": minutes}
 
 

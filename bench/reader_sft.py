@@ -13,12 +13,12 @@ candidate (`extract_candidates`, answer types on) that scores best against the g
 prompt whose candidates hold no such span is skipped, so the adapter is only taught answers the reader can give.
 The completion is the span followed by the end-of-turn token, exactly what the reader scores.
 
-Training: a fresh LoRA (the `[train]` rank, alpha, targets) on the embedded SmolLM2-135M, AdamW, the mean token
-negative log-likelihood of the completion (`training.seqlogp.completion_token_logps`), `--epochs` passes in a seeded
-order, gradients clipped at 1; the LoRA sits on the top `--top-layers` layers (default 8 of SmolLM2's 30), which
-cuts a step's backward pass to those layers. The adapter is written as an adapter folder (`training.lora.save_adapter`, checksum
-and metadata), usable as the reader's own weights: `--set answer.adapter=DIR` (bench/reader_types.py, bench/agent.py,
-`evorag eval`). The JSON records the settings, the examples (counts by set, skipped), the loss per epoch and minutes.
+Training: a fresh LoRA (the `[train]` rank, alpha, targets) on the top `--top-layers` decoder layers (default 8 of
+SmolLM2's 30: a step's backward pass stops there), AdamW, the mean token negative log-likelihood of the completion
+(`training.seqlogp.completion_token_logps`), `--epochs` passes in a seeded order, gradients clipped at 1. The adapter
+is written as an adapter folder (`training.lora.save_adapter`, checksum and metadata), usable as the reader's own
+weights: `--set answer.adapter=DIR` (bench/reader_types.py, bench/agent.py, `evorag eval`). The JSON records the
+settings, the examples (counts by set, skipped), the loss per epoch and minutes.
 """
 from __future__ import annotations
 
@@ -77,8 +77,7 @@ def examples(questions: Sequence[Any], backend: Any, answer: Any, chars: int, di
     return rows, skipped
 
 
-def train(rows: list[tuple[str, str]], model: Any, tokenizer: Any, cfg: Any, args: argparse.Namespace
-          ) -> list[float]:
+def train(rows: list[tuple[str, str]], model: Any, tokenizer: Any, args: argparse.Namespace) -> list[float]:
     """The LoRA on `model` trained on the rows; the mean loss of each epoch."""
     import torch
 
@@ -179,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(rows)} examples: {counts}")
     model = attach_top_lora(model, cfg.train, args.top_layers)
     started = time.perf_counter()
-    losses = train(rows, model, tokenizer, cfg, args)
+    losses = train(rows, model, tokenizer, args)
     minutes = (time.perf_counter() - started) / 60
     meta = {"round_id": 0, "objective": "sft-reader", "base_model_id": base_model_id(cfg.policy.model, home),
             "metrics": {"loss": losses[-1], "examples": len(rows)}}
