@@ -16,15 +16,13 @@ from tests.paths import BENCHMARKS, DEMO
 # every process they start (studios, their training workers, CLIs), unless the caller set OMP_NUM_THREADS. Two
 # processes of two threads each on two cores stall in OpenMP's spin-waits: a DPO step on the embedded model took
 # twice as long beside the other worker's tests (tests/training/test_dpo.py, 59 -> 118 s). Tests that need another
-# count set it themselves and restore it; for them (and any process that sets its own threads) OpenMP waits passively
-# (OMP_WAIT_POLICY, read when torch loads libgomp): beside another busy process, a spinning 2-thread LM generation on
-# 2 cores took 25 s of CPU against 6 s passive (docs/deploy.md).
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
-        if "torch" in sys.modules:  # read at torch's import: too late for this process
-            sys.modules["torch"].set_num_threads(1)
+# count set it themselves and restore it. OMP_WAIT_POLICY=PASSIVE on top was tried and not kept: 23.5 min and 2,426
+# CPU-s against 20.1 and 2,159 the run before (host speed moves runs by +-10 %; llama.cpp's servers, OpenMP too, +47 %
+# CPU), bench/results/suite_time.json.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # read at torch's import: too late for this process
+        sys.modules["torch"].set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
