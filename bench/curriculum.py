@@ -42,6 +42,7 @@ from typing import Any
 
 from evorag_core.config import cache_dir
 from bench.adapter_eval import evaluate_adapter, parse_slice, run_processes, summarize_against, write_slice
+from bench.record import settings, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "benchmarks" / "hotpotqa_dev300.jsonl"
@@ -298,11 +299,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def save() -> None:
         state_file.write_text(json.dumps(state, indent=2, default=str))
-        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-                    if k not in ("eval_part", "argv")}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"settings": settings, "config": _settings(args), **state}, indent=2,
-                                       default=str))
+        write_json(args.out, {"settings": settings(args, lambda k: k in ("eval_part", "argv")),
+                              "config": _settings(args), **state}, indent=2)
 
     for arm in ARMS:
         if arm not in state:

@@ -37,6 +37,8 @@ from evorag_core.methods.dynakrag.training import train_dynakrag
 from evorag_core.runtime import Runtime
 from evorag_core.types import Dataset
 
+from bench.record import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT.parent / "shared" / "benchmarks"
 FILES = {"hotpotqa": "hotpotqa_dev300.jsonl", "2wiki": "2wiki_dev182.jsonl", "musique": "musique_dev146.jsonl"}
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
     stem = args.out.with_suffix("")
     start = time.perf_counter()
     benches = [Bench(name, args, backend, home, stem) for name in args.datasets.split(",") if name]
-    report = {"settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    report = {"settings": {**settings(args),
                            "corpus": cfg.env.corpus, "model": backend.model_id,
                            "dynakrag": asdict(benches[0].dk) if benches else None,
                            "pairing": "per question (same question ids); F1 of learned minus the other method",

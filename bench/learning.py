@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.adapter_eval import evaluate_adapter, parse_slice as _slice, run_processes, summarize_against, write_slice
+from bench.record import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -656,8 +657,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def save() -> None:
         state_file.write_text(json.dumps(state, indent=2, default=str))
-        result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-                               if not k.endswith("_part") and k != "adapter_path"},
+        result = {"settings": settings(args, lambda k: k.endswith("_part") or k == "adapter_path"),
                   "config": _settings(args), "machine": _machine(args),
                   **state, "targets": _targets(state)}
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -229,11 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         row["train_questions"] = done["questions"]
     title = f"Held-out learning curve: {args.objective.upper()} rounds, gate on {args.method} {args.eval}"
     from bench.figures import save_figure
+    from bench.record import settings, write_json
 
-    result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    result = {"settings": settings(args),
               "curve": rows, "figure": save_figure(figure(rows, title), args.out.with_suffix(""), height=800)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_json(args.out, result)
     for row in rows:
         ci = row["f1_ci"] or ["-", "-"]
         print(f"round {row['round']}: {row['adapter']:<12} F1 {row['f1']:.3f} [{ci[0]}, {ci[1]}]  EM {row['em']:.3f}  "

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench.record import settings, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("default", "PASSIVE")
 
@@ -81,10 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:
         print(f"{'alone' if c['processes'] == 1 else 'contended':<9} {c['policy']:<8} wall {c['wall_s']:6.2f} s  "
               f"CPU {c['cpu_s']:6.2f} s  (load before {c['load_avg_before']})")
-    result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "child"},
-              "cpus": os.cpu_count(), "cases": cases}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_json(args.out, {"settings": settings(args, lambda k: k == "child"), "cpus": os.cpu_count(), "cases": cases})
     print(f"written to {args.out}")
     return 0
 

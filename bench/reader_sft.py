@@ -23,7 +23,6 @@ settings, the examples (counts by set, skipped), the loss per epoch and minutes.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 from pathlib import Path
@@ -155,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from evorag_core.data.datasets import load_dataset
     from evorag_core.lm.base import chat_prompt
     from evorag_core.lm.loading import base_model_id, load_model
+    from bench.record import settings, write_json
     from training.lora import save_adapter
 
     torch.set_num_threads(args.threads)
@@ -183,11 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"round_id": 0, "objective": "sft-reader", "base_model_id": base_model_id(cfg.policy.model, home),
             "metrics": {"loss": losses[-1], "examples": len(rows)}}
     checksum = save_adapter(model, args.adapter, meta, overwrite=True)
-    result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    result = {"settings": settings(args),
               "examples": counts, "n_examples": len(rows), "loss_per_epoch": losses, "minutes": round(minutes, 2),
               "adapter": str(args.adapter), "sha256": checksum}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write_json(args.out, result)
     print(f"loss per epoch {[round(x, 3) for x in losses]}; {minutes:.1f} min; adapter {args.adapter}")
     return 0
 
