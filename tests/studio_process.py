@@ -132,6 +132,38 @@ def choose(page, elem_id: str, text: str) -> None:
     page.locator("[role=option]", has_text=text).first.click()
 
 
+# Holds the queue/join request of the event that the button with this elem_id triggers until
+# window.__evoRelease() runs: a test can then act while that event is known to be pending (a fast model's reply
+# would otherwise race the test's next step). Gradio's client calls the global fetch at call time.
+_HOLD_EVENT_JS = """(elemId) => {
+  const cfg = window.gradio_config;
+  const button = cfg.components.find(c => c.props && c.props.elem_id === elemId).id;
+  const fnIds = cfg.dependencies.filter(d => d.targets.some(t => t[0] === button)).map(d => d.id);
+  const real = window.fetch;
+  window.__evoHeld = false;
+  window.fetch = (url, init) => {
+    let fn = null;
+    try { fn = JSON.parse(init.body).fn_index; } catch (e) {}
+    if (!String(url).includes('/queue/join') || !fnIds.includes(fn)) return real(url, init);
+    window.fetch = real;
+    window.__evoHeld = true;
+    return new Promise(resolve => { window.__evoRelease = () => resolve(real(url, init)); });
+  };
+}"""
+
+
+@contextmanager
+def held_event(page, elem_id: str) -> Iterator[None]:
+    """Click the button `elem_id` and keep its event from reaching the server for the body of the with block."""
+    page.evaluate(_HOLD_EVENT_JS, elem_id)
+    page.click(f"#{elem_id}")
+    page.wait_for_function("window.__evoHeld === true")
+    try:
+        yield
+    finally:
+        page.evaluate("window.__evoRelease()")
+
+
 def shot(page, name: str) -> None:
     """A full-page screenshot under artifacts/screenshots/NAME.png."""
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import pytest
 from app.tabs.episode.layout import KEEP_TYPED_JS
 
 from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
+from tests.studio_process import CHROMIUM, choose, chromium, held_event, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -125,8 +125,8 @@ def test_a_correction_pair_updates_the_counts_and_messages_clear(page, studio):
     page.wait_for_function(f"{text_of('evo-status')}.includes('LM')", timeout=300_000)
     assert " took " in page.locator("#evo-message").inner_text()
     box = page.locator("#evo-human-arg textarea, #evo-human-arg input").first
-    page.click("#evo-propose")
-    box.fill("typed while the policy thinks")  # a person types before the proposal arrives: it must not overwrite
+    with held_event(page, "evo-propose"):  # a person types before the proposal arrives: it must not overwrite
+        box.fill("typed while the policy thinks")
     page.wait_for_function(f"{text_of('evo-proposal-text')}.startsWith('SEARCH')", timeout=300_000)
     proposal = page.locator("#evo-proposal-text").inner_text()
     offered = proposal.split(": ", 1)[1]
