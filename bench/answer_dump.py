@@ -2,6 +2,7 @@
 
     python -m bench.answer_dump --sets hotpot:0:300,2wiki:0:182,musique:0:146 --out DIR/fixedk.jsonl [--threads 2]
     python -m bench.answer_dump --agent-runs RUNS/hotpot-pooled_agent.jsonl --set hotpot --out DIR/agent.jsonl
+    python -m bench.answer_dump --sets hotpot:0:60,2wiki:0:50 --passages gold --out DIR/gold.jsonl
 
 One JSON line per question (resumable: questions already in --out are skipped): the set, question id, question,
 gold answers, the reader's passages (pid, title, text cut to the reader's characters) and, from the embedded model
@@ -13,7 +14,8 @@ under the span reader's prompt (`reader.span.span_prompt`, demonstrations on):
   content-free margin (the calibration term).
 
 The passages are those `fixed-k` reads (the question's top-`env.top_k` hybrid hits over the set's pooled corpus),
-or, with --agent-runs, those the agent's reader read at its ANSWER step (`reader_pids` of the episode's last step;
+with `--passages gold` the question's gold passages (in file order: both hops in hand, which fixed-k's passages
+rarely give a second-hop question), or, with --agent-runs, those the agent's reader read at its ANSWER step (`reader_pids` of the episode's last step;
 a question the agent refused or left unanswered gets a row with no passages, so it scores as no answer). Nothing here depends on the ranker, so one dump serves
 every ranker fitted on it (`bench/answer_ranker.py`).
 """
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", default="hotpot:0:300")
     p.add_argument("--agent-runs", type=Path, default=None)
     p.add_argument("--set", default="hotpot", help="with --agent-runs: the runs' data set")
+    p.add_argument("--passages", choices=("fixed-k", "gold"), default="fixed-k",
+                   help="the reader's passages: fixed-k's retrieval, or the question's gold passages")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
@@ -106,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "options": [], "yes_no": {"is": False}, "candidates": [],
                                                "answered": False}) + "\n")
                         continue
+                elif args.passages == "gold":
+                    passages = [p for p in q.passages if p.pid in q.gold_pids]
                 else:
                     passages = [by_pid[h.pid] for h in retriever.search(q.question, cfg.env.top_k)]
                 cands = extract_candidates(q.question, passages, reader.chars, cfg.answer.max_words,

@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = sorted({r["set"] for r in rows})
         which = "the dev questions only" if args.dev_only else "every question"
         w = fit(rows, args.l2, {"fitted_on": f"{len(rows)} questions of {', '.join(sets)} (shared dev samples, "
-                                              f"fixed-k passages; {which})", "command": "python -m bench.answer_ranker fit "
+                                              f"the dumps' passages; {which})", "command": "python -m bench.answer_ranker fit "
                                               + " ".join(f"--dump {d.name}" for d in args.dump)
                                               + f" --l2 {args.l2}" + (" --dev-only" if args.dev_only else "")})
         report = json.loads(w.to_json())
