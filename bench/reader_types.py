@@ -3,7 +3,7 @@ answer-type agreement (issue 42, item 4).
 
     python -m bench.reader_types --split tune|heldout [--sets hotpot 2wiki] [--passages gold|all]
                                  [--variant NAME:KEY=VALUE,...]... [--before FILE]... [--record FILE]
-                                 [--ranker-path PATH] [--threads 1] [--out FILE]
+                                 [--ranker-path PATH] [--threads 1] [--without SET:A:B]... [--out FILE]
     python -m bench.reader_types --split heldout --merge PART.json... --before FILE... --out FILE
 
 Every question is read from exactly its gold passages (the benchmark's supporting paragraphs, in file order), so the
@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", type=Path, default=None)
     p.add_argument("--before", type=Path, action="append", default=[], help="recorded reader(s) to compare with")
     p.add_argument("--merge", type=Path, nargs="*", default=[], help="report these results' rows together, no run")
+    p.add_argument("--without", action="append", default=[], metavar="SET:A:B",
+                   help="also compare without these questions (by position in the set's file), e.g. 2wiki:100:182")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     if args.merge:
@@ -205,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         entry: dict[str, Any] = {"overrides": ov, "summary": summary(rows[name])}
         if before:
             entry["vs_before"] = compare(rows[name], before)
+            if args.without:
+                kept = _without(rows[name], args.without)
+                entry["vs_before_without"] = {"without": args.without, **compare(kept, before)}
         result["variants"][name] = entry
     if before:
         result["before_summary"] = summary([before[(r["set"], r["id"])] for r in rows[variants[0][0]]
@@ -223,6 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _without(rows: Sequence[dict[str, Any]], parts: Sequence[str]) -> list[dict[str, Any]]:
+    """`rows` less the questions at positions A:B of each SET:A:B's file."""
+    out = set()
+    for part in parts:
+        key, a, b = part.split(":")
+        out |= {(key, q.id) for q in load_dataset(BENCH / FILES[key]).questions[int(a):int(b)]}
+    return [r for r in rows if (r["set"], r["id"]) not in out]
+
+
 def _print(result: dict[str, Any]) -> None:
     print(f"split {result['split']} ({result['passages']}), {result['seconds']} s, ranker {result['ranker_path']}")
     if "before_summary" in result:
@@ -234,6 +248,11 @@ def _print(result: dict[str, Any]) -> None:
             print(f"    vs before (n {v['n']}, {v['changed']} answers changed): "
                   + "  ".join(f"{m.upper()} {v[m]['diff']:+.3f} [{v[m]['ci'][0]:+.3f}, {v[m]['ci'][1]:+.3f}] "
                               f"p {v[m]['p']:.3g}" for m in ("em", "f1")))
+        if "vs_before_without" in entry:
+            v = entry["vs_before_without"]
+            print(f"    without {', '.join(v['without'])} (n {v['n']}): "
+                  + "  ".join(f"{m.upper()} {v[m]['before']:.3f} -> {v[m]['after']:.3f} {v[m]['diff']:+.3f} "
+                              f"[{v[m]['ci'][0]:+.3f}, {v[m]['ci'][1]:+.3f}] p {v[m]['p']:.3g}" for m in ("em", "f1")))
 
 
 def _print_summary(name: str, s: dict[str, Any]) -> None:

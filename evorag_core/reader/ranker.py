@@ -30,7 +30,7 @@ from evorag_core.reader.answer_type import C_TYPES, Q_TYPES, candidate_type, que
 from evorag_core.types import Passage
 
 __all__ = ["FEATURES", "CandidateRanker", "YesNoModel", "RankerWeights", "candidate_features", "question_type",
-           "candidate_type", "load_ranker", "DEFAULT_RANKER", "question_event", "life_role"]
+           "candidate_type", "load_ranker", "DEFAULT_RANKER"]
 
 DEFAULT_RANKER = "ranker.json"
 
@@ -46,24 +46,6 @@ _MORE = re.compile(r"\b(more|most|larger|largest|bigger|biggest|higher|highest|t
                    r"greater|greatest)\b", re.I)
 _LESS = re.compile(r"\b(fewer|fewest|less|least|smaller|smallest|lower|lowest|shorter|shortest)\b", re.I)
 _WINDOW = 60
-_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
-# A question that asks for an attribute of someone or something related to the entity it names ("X's father", "the
-# director of film X", "the husband of X"): the answer is read from the related entity's passage (the second hop),
-# not from the passage about X.
-_KIN = (r"father|mother|husband|wife|spouse|son|daughter|brother|sister|child|grandfather|grandmother|grandson|"
-        r"granddaughter|uncle|aunt|nephew|niece|father-in-law|mother-in-law|stepfather|stepmother|partner")
-_ROLE = (r"director|performer|composer|producer|creator|author|writer|founder|singer|lyricist|screenwriter|editor|"
-         r"cinematographer|presenter|keyboardist|guitarist|drummer|bassist|vocalist|designer|architect|publisher|"
-         r"developer|manufacturer|owner|coach|captain")
-_RELATION_Q = re.compile(rf"(?:'s|’s)\s+(?:paternal\s+|maternal\s+)?(?:{_KIN})\b|"
-                         rf"\b(?:{_KIN}|{_ROLE})\s+of\b", re.I)
-# which life event the question asks about (a date or a place of birth / of death)
-_BIRTH_Q = re.compile(r"\b(born|birth|birthplace)\b", re.I)
-_DEATH_Q = re.compile(r"\b(die|dies|died|death|buried|burial|pass(?:ed)? away)\b", re.I)
-_BIRTH_CUE = re.compile(r"\b(born|b\.|birth)")
-_DEATH_CUE = re.compile(r"\b(died|d\.|death|buried)")
-_RANGE_DASH = re.compile(r"[–—]|\s-\s")
-_CUE_WINDOW = 40
 
 
 def _words(text: str) -> list[str]:
@@ -71,8 +53,7 @@ def _words(text: str) -> list[str]:
 
 
 def _q_content(question: str) -> set[str]:
-    """The question's content words; a possessive keeps its name ("Aragon's father" -> aragon, father)."""
-    return {w for w in _words(_POSSESSIVE.sub("", question)) if w not in _Q_STOP and len(w) > 1}
+    return {w for w in _words(question) if w not in _Q_STOP and len(w) > 1}
 
 
 def _sentences(text: str) -> list[str]:
@@ -114,60 +95,13 @@ def _base_names() -> list[str]:
     names = ["lm", "lm_margin", "lm_norm", "lm_norm_margin", "lm_top", "log_tokens", "words",
              "src_rank", "n_passages", "count", "is_title", "title_of_src", "offset",
              "q_overlap", "sent_q", "psg_q", "near_q", "psg_q_best", "src_title_in_q",
-             "opt_first", "opt_earlier", "opt_later", "opt_more", "opt_less", "bias_either_or",
-             "opt_cued_earlier", "opt_cued_later", "rel:src_title_in_q", "rel:psg_q", "life_event"]
+             "opt_first", "opt_earlier", "opt_later", "opt_more", "opt_less", "bias_either_or"]
     names += [f"c_{c}" for c in C_TYPES]
     names += [f"q_{q}:c_{c}" for q in Q_TYPES if q != "either_or" for c in C_TYPES]
     return names
 
 
 FEATURES: tuple[str, ...] = tuple(_base_names())
-
-
-def question_event(question: str) -> int:
-    """+1: the question asks about a birth (when / where born, place or date of birth); -1: a death; 0: neither or
-    both."""
-    birth, death = bool(_BIRTH_Q.search(question)), bool(_DEATH_Q.search(question))
-    return int(birth) - int(death)
-
-
-def life_role(body: str, start: int, end: int) -> int:
-    """The life event the text at body[start:end] is written for: +1 a birth, -1 a death, 0 neither. Inside a
-    parenthesis with a dash ("(Dessau, 4 September 1504 – Zerbst, 4 February 1551)") the side of the dash says it
-    (before: birth, after: death) unless a cue inside says otherwise ("(born 27 June 1974)", "(died 1516)"); outside,
-    the nearest "born" / "died" in the 40 characters before it."""
-    opened, closed = body.rfind("(", 0, start), body.rfind(")", 0, start)
-    if opened > closed:
-        stop = body.find(")", end)
-        before, after = body[opened + 1:start], body[end:stop if stop >= 0 else len(body)]
-        cue = _nearest_cue(before)
-        if cue:
-            return cue
-        if _RANGE_DASH.search(after):
-            return 1
-        if _RANGE_DASH.search(before):
-            return -1
-        return 0
-    return _nearest_cue(body[max(0, start - _CUE_WINDOW):start])
-
-
-def _cued_year(question_words: set[str], text: str) -> int | None:
-    """The first year written within 50 characters after a word of the question ("formed", "released", "born") in
-    `text` (folded): the year of the event an "A or B, which first?" question compares. Words match on their first
-    five letters ("founded" ~ "foundation")."""
-    stems = {w[:5] for w in question_words if len(w) > 3}
-    for m in re.finditer(r"[a-z]+", text):
-        if m.group(0)[:5] in stems and (y := _YEAR.search(text, m.end(), m.end() + 50)):
-            return int(y.group(0))
-    return None
-
-
-def _nearest_cue(text: str) -> int:
-    births = [m.start() for m in _BIRTH_CUE.finditer(text)]
-    deaths = [m.start() for m in _DEATH_CUE.finditer(text)]
-    if not births and not deaths:
-        return 0
-    return 1 if max(births, default=-1) > max(deaths, default=-1) else -1
 
 
 def candidate_features(question: str, passages: Sequence[Passage], chars: int, spans: Sequence[tuple[str, int]],
@@ -200,16 +134,8 @@ def candidate_features(question: str, passages: Sequence[Passage], chars: int, s
             if (num := _max_number(texts[src] if 0 <= src < len(passages) else "")) is not None:
                 opt_nums[k] = num
     earlier, later = bool(_EARLIER.search(question)), bool(_LATER.search(question))
-    cued: dict[int, int] = {}  # either-or: the year after the question's own verb in each option's passage
-    if qtype == "either_or" and (earlier or later):
-        verbs = {w for w in _q_content(question) if not _EARLIER.search(w) and not _LATER.search(w)}
-        verbs -= {w for s, _ in spans for w in _words(s)}
-        for k, (s, src) in enumerate(spans):
-            if 0 <= src < len(passages) and (y := _cued_year(verbs, _fold(texts[src]))) is not None:
-                cued[k] = y
     more, less = bool(_MORE.search(question)), bool(_LESS.search(question))
     q_fold = _fold(question)
-    relation, event = bool(_RELATION_Q.search(question)), question_event(question)
     out: list[dict[str, float]] = []
     for k, (span, src) in enumerate(spans):
         key = _fold(span)
@@ -243,14 +169,8 @@ def candidate_features(question: str, passages: Sequence[Passage], chars: int, s
         f["psg_q"] = psg_q[first] if first < len(psg_q) else 0.0
         f["psg_q_best"] = float(first < len(psg_q) and psg_q[first] >= best_psg)
         if first < len(passages):  # the source passage is about an entity the question names (a first hop)
-            t_words = [w for w in _words(passages[first].title) if w not in _Q_STOP and len(w) > 1]
+            t_words = [w for w in _words(passages[first].title) if w not in _Q_STOP]
             f["src_title_in_q"] = sum(1 for w in t_words if w in q_words) / len(t_words) if t_words else 0.0
-        if relation:  # the answer is in the related entity's passage, not the named one's
-            f["rel:src_title_in_q"], f["rel:psg_q"] = f.get("src_title_in_q", 0.0), f["psg_q"]
-        if event and offs:
-            roles = [life_role(body, o, o + len(key)) for o in offs]
-            role = next((r for r in roles if r), 0)
-            f["life_event"] = float(role * event)
         ctype = candidate_type(span)
         f[f"c_{ctype}"] = 1.0
         if qtype == "either_or":
@@ -263,10 +183,6 @@ def candidate_features(question: str, passages: Sequence[Passage], chars: int, s
                 if lo != hi:
                     f["opt_earlier"] = float(opt_years[k] == lo) * earlier - float(opt_years[k] == hi) * earlier
                     f["opt_later"] = float(opt_years[k] == hi) * later - float(opt_years[k] == lo) * later
-            if k in cued and len(cued) >= 2 and len(set(cued.values())) > 1:
-                lo, hi = min(cued.values()), max(cued.values())
-                f["opt_cued_earlier"] = float(cued[k] == lo) * earlier - float(cued[k] == hi) * earlier
-                f["opt_cued_later"] = float(cued[k] == hi) * later - float(cued[k] == lo) * later
             if k in opt_nums and len(opt_nums) >= 2:
                 lo, hi = min(opt_nums.values()), max(opt_nums.values())
                 if lo != hi:

@@ -10,7 +10,7 @@ import pytest
 from evorag_core.config import AnswerConfig, load_config
 from evorag_core.errors import ConfigError
 from evorag_core.reader.ranker import (FEATURES, CandidateRanker, RankerWeights, YesNoModel, candidate_features,
-                                       candidate_type, life_role, load_ranker, question_event, question_type)
+                                       candidate_type, load_ranker, question_type)
 from evorag_core.reader.ranker_fit import RankerExample, YesNoExample, fit_ranker, fit_yes_no
 from evorag_core.reader.span import SpanReader, extract_candidates
 from evorag_core.types import Passage
@@ -61,46 +61,6 @@ def test_either_or_date_comparison_features():
     assert old["opt_earlier"] == 1.0 and new["opt_earlier"] == -1.0  # 1750 < 1901, the question asks "first"
     assert old["opt_first"] == 1.0 and new["opt_first"] == 0.0
     assert old.get("opt_later", 0.0) == 0.0  # the question does not ask "later"
-    # the year after the question's verb, not the passage's smallest year (a member's birth year here)
-    band = Passage("p7", "Wavves", "Wavves is a rock band from San Diego. Formed in 2008 by Nathan Williams (born "
-                   "1986), the band also features Alex Gates.")
-    code = Passage("p8", "Social Code", "Social Code was a Canadian rock group formed in 1999 in St. Albert.")
-    q = "Which band was formed first, Wavves or Social Code?"
-    wavves, social = candidate_features(q, [band, code], 300, [("Wavves", 0), ("Social Code", 1)], [-1.0, -1.0],
-                                        [2, 2], ["Wavves", "Social Code"])
-    assert (wavves["opt_earlier"], wavves["opt_cued_earlier"], social["opt_cued_earlier"]) == (1.0, -1.0, 1.0)
-
-
-# a 2Wiki-style second hop: the question names the son; his father's passage holds the answer
-ERNEST = Passage("p5", "Ernest I of Velmark", "Ernest I of Velmark (died Mirrow, 12 June 1516) was a prince of "
-                 "Velmark.")
-JOHN = Passage("p6", "John V of Velmark", "John V of Velmark (Dessau, 4 September 1504 – Zerbst, 4 February 1551) "
-               "was the son of Ernest I of Velmark.")
-
-
-def test_life_roles_read_the_side_of_the_dash_and_the_nearest_cue():
-    body = " ".join(JOHN.text.lower().split())
-    role = {k: life_role(body, body.find(k), body.find(k) + len(k))
-            for k in ("dessau", "4 september 1504", "zerbst", "4 february 1551", "velmark)")}
-    assert role == {"dessau": 1, "4 september 1504": 1, "zerbst": -1, "4 february 1551": -1, "velmark)": 0}
-    fox = "beryl fox (born december 10, 1931 in winnipeg) is a director. she died in toronto in 2010."
-    assert [life_role(fox, fox.find(k), fox.find(k) + len(k)) for k in ("winnipeg", "toronto", "2010", "director")] \
-        == [1, -1, -1, 0]
-    assert question_event("When did John V's father die?") == -1
-    assert question_event("What is the place of birth of the director of film Swedenhielms?") == 1
-    assert question_event("Who directed Swedenhielms?") == 0
-
-
-def test_second_hop_features_point_away_from_the_named_entity_and_to_the_asked_event():
-    q = "When did John V of Velmark's father die?"
-    spans = [("4 September 1504", 1), ("4 February 1551", 1), ("12 June 1516", 0)]
-    sept, feb, june = candidate_features(q, [ERNEST, JOHN], 300, spans, [-2.0, -2.0, -2.0], [4, 4, 4])
-    assert sept["rel:src_title_in_q"] == feb["rel:src_title_in_q"] == 1.0  # John V's own passage
-    assert june["rel:src_title_in_q"] == 0.5  # his father's passage shares only the house's name
-    assert (sept["life_event"], feb["life_event"], june["life_event"]) == (-1.0, 1.0, 1.0)  # asks for a death
-    # a question about the entity itself has no relation features
-    (own,) = candidate_features("When did John V of Velmark die?", [JOHN], 300, [("4 February 1551", 0)], [-1.0], [4])
-    assert "rel:src_title_in_q" not in own and own["life_event"] == 1.0
 
 
 def test_weight_files_are_checked(tmp_path):
