@@ -13,11 +13,12 @@ under the span reader's prompt (`reader.span.span_prompt`, demonstrations on):
 - `yes_no`: whether the reader treats the question as yes/no, the raw margin log P(yes) - log P(no) and the
   content-free margin (the calibration term).
 
-The passages are those `fixed-k` reads (the question's top-`env.top_k` hybrid hits over the set's pooled corpus),
+The passages are those `fixed-k` reads (the question's top-`env.top_k` hybrid hits over the set's pooled corpus);
 with `--passages gold` the question's gold passages (in file order: both hops in hand, which fixed-k's passages
-rarely give a second-hop question), or, with --agent-runs, those the agent's reader read at its ANSWER step (`reader_pids` of the episode's last step;
-a question the agent refused or left unanswered gets a row with no passages, so it scores as no answer). Nothing here depends on the ranker, so one dump serves
-every ranker fitted on it (`bench/answer_ranker.py`).
+rarely give a second-hop question); with --agent-runs those the agent's reader read at its ANSWER step
+(`reader_pids` of the episode's last step; a question the agent refused or left unanswered gets a row with no
+passages, so it scores as no answer). Nothing here depends on the ranker, so one dump serves every ranker fitted on
+it (`bench/answer_ranker.py`).
 """
 from __future__ import annotations
 
