@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    if args.agent_runs and args.passages != "fixed-k":
+        p.error("--passages is for --sets; with --agent-runs the passages are the agent's")
     import torch
 
     torch.set_num_threads(args.threads)

@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also compare without these questions (by position in the set's file), e.g. 2wiki:100:182")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.without and not args.before:
+        p.error("--without repeats the comparison with --before: give the recorded reader")
     if args.merge:
         rows, seconds, variants = _merged(args.merge)
     else:
