@@ -164,6 +164,22 @@ def held_event(page, elem_id: str) -> Iterator[None]:
         page.evaluate("window.__evoRelease()")
 
 
+def animation_frames(page, seconds: float) -> int:
+    """How many requestAnimationFrame callbacks the page ran over `seconds` (a Chromium trace of its renderer)."""
+    cdp = page.context.new_cdp_session(page)
+    events: list[dict] = []
+    done: list[bool] = []
+    cdp.on("Tracing.dataCollected", lambda p: events.extend(p["value"]))
+    cdp.on("Tracing.tracingComplete", lambda p: done.append(True))
+    cdp.send("Tracing.start", {"categories": "devtools.timeline", "transferMode": "ReportEvents"})
+    page.wait_for_timeout(seconds * 1000)
+    cdp.send("Tracing.end")
+    while not done:
+        page.wait_for_timeout(100)
+    cdp.detach()
+    return sum(e.get("name") == "FireAnimationFrame" for e in events)
+
+
 def shot(page, name: str) -> None:
     """A full-page screenshot under artifacts/screenshots/NAME.png."""
     SHOTS.mkdir(parents=True, exist_ok=True)

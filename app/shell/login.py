@@ -35,7 +35,8 @@ from evorag_core.auth.limiter import LoginLimiter
 from evorag_core.auth.passwords import check_password, check_unknown_user
 from evorag_core.auth.users_file import FileUser
 
-from app.shell.login_page import lockout_message, serve_with_script
+from app.shell.login_page import LOCKOUT_JS, lockout_message
+from app.shell.page_scripts import is_page, serve_with_script
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -102,8 +103,8 @@ class LoginGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and _is_route(scope, ""):
-            await serve_with_script(self.app, scope, receive, send)  # the page: says so when a login is refused
+        if is_page(scope):  # the page: says so when a login is refused
+            await serve_with_script(self.app, scope, receive, send, LOCKOUT_JS)
             return
         if scope["type"] != "http" or scope["method"] != "POST" or not _is_route(scope, "/login"):
             await self.app(scope, receive, send)

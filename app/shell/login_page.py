@@ -4,18 +4,16 @@ Gradio's login form (6.31, `Login.svelte`) posts to /login and shows "Incorrect 
 200 and shows nothing for any other status: a 429 from `app.shell.login.LoginGuard` left the page silent, and the right
 password then seemed to fail for no reason. Its `auth_message` is static HTML (inserted with innerHTML, so no script
 runs from it), and the login page's config carries no `head`. So `LoginGuard` adds `LOCKOUT_JS` to the HTML of the
-page (`serve_with_script`): on the login page it watches the form's POST /login and, on a 429, shows the reply's
-`detail` under the form's title with a countdown from Retry-After, and hides Gradio's "Incorrect Credentials" of an
-earlier try (the password may well be right); the next 400 or 200 undoes both.
+page (`app.shell.page_scripts.serve_with_script`): on the login page it watches the form's POST /login and, on a 429,
+shows the reply's `detail` under the form's title with a countdown from Retry-After, and hides Gradio's "Incorrect
+Credentials" of an earlier try (the password may well be right); the next 400 or 200 undoes both.
 `lockout_message` words the detail from the limiter's `Refusal`.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from evorag_core.auth.limiter import Refusal
 
-__all__ = ["LOCKOUT_JS", "lockout_message", "duration", "with_script", "serve_with_script"]
+__all__ = ["LOCKOUT_JS", "lockout_message", "duration"]
 
 LOCKOUT_JS = """<script id="evo-login-lockout-js">(() => {
   if (!window.gradio_config || !window.gradio_config.auth_required || window.evoLockout) return;
@@ -89,36 +87,3 @@ def lockout_message(refusal: Refusal, user: str) -> str:
     who = _SCOPES[refusal.scope].format(user=user or "(no name)")
     return (f"{who} after too many failed logins, for {duration(refusal.wait_s)} more. Until then every login is "
             "refused, even with the right password.")
-
-
-def with_script(html: bytes) -> bytes:
-    """`html` with LOCKOUT_JS at the end of its head (unchanged without a </head>)."""
-    at = html.find(b"</head>")
-    return html if at < 0 else html[:at] + LOCKOUT_JS.encode("utf-8") + html[at:]
-
-
-async def serve_with_script(app: Callable, scope: dict, receive: Callable, send: Callable) -> None:
-    """Run `app` for a page request and add LOCKOUT_JS to an HTML reply that is not encoded (others pass as they
-    are)."""
-    start: dict | None = None
-    chunks: list[bytes] = []
-
-    async def rewrite(message: dict) -> None:
-        nonlocal start
-        if message["type"] == "http.response.start":
-            headers = {k.lower(): v for k, v in message.get("headers", [])}
-            if headers.get(b"content-type", b"").startswith(b"text/html") and b"content-encoding" not in headers:
-                start = message
-                return
-        elif message["type"] == "http.response.body" and start is not None:
-            chunks.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            body = with_script(b"".join(chunks))
-            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
-            await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await send(message)
-
-    await app(scope, receive, rewrite)

@@ -97,17 +97,18 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
     `studio.trusted_proxies`; uploads need the admin role (app/shell/login.py UploadGuard)."""
     from starlette.middleware import Middleware
 
+    from app.shell.page_scripts import PageScripts
     from app.shell.style import CSS
     from app.shell.ui import build_ui
 
     auth_fn = make_auth(svc, auth)
+    middleware = [Middleware(PageScripts)]  # FRAME_GUARD_JS: no animation frames on an idle page
     extra: dict = {}
     if auth_fn is not None:
         limiter = limiter or LoginLimiter()
         may_upload = functools.partial(roles.name_allowed, svc, action="upload")
-        extra = {"auth_message": login_message(limiter),
-                 "app_kwargs": {"middleware": [Middleware(LoginGuard, limiter=limiter),
-                                               Middleware(UploadGuard, may_upload=may_upload)]}}
+        extra = {"auth_message": login_message(limiter)}
+        middleware += [Middleware(LoginGuard, limiter=limiter), Middleware(UploadGuard, may_upload=may_upload)]
     demo = build_ui(svc)
     demo.queue(default_concurrency_limit=4)
     quiet_queue_polling(demo)
@@ -118,7 +119,8 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
         demo.launch(
             server_name=host, server_port=port, auth=auth_fn, prevent_thread_lock=True, show_error=False,
             quiet=quiet, ssr_mode=False, css=CSS, footer_links=["settings"], enable_monitoring=False,
-            _frontend=False, max_file_size=int(svc.cfg.studio.max_upload_mb * 2**20), **extra,
+            _frontend=False, max_file_size=int(svc.cfg.studio.max_upload_mb * 2**20),
+            app_kwargs={"middleware": middleware}, **extra,
         )
     log.info("studio serving on http://%s:%d", host, port)
     if block:

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, choose, serve_studio
+from tests.studio_process import CHROMIUM, animation_frames, choose, held_event, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -413,6 +413,18 @@ def test_timers_tick_only_for_the_selected_tab_of_a_visible_page(page, studio):
     # the server stops the timers once the hidden event is through: a window without ticks comes within a few tries
     # on a loaded machine, never when the timers keep running (a tick in every window)
     assert any(quiet_window() for _ in range(6)), "a hidden page kept polling"
+    # nothing pending, nothing animates: no animation frames at all (Gradio's status tracker of the page's
+    # "Loading..." kept a 60-frames-a-second loop for the page's life; app/shell/page_scripts.py FRAME_GUARD_JS)
+    page.wait_for_function("!document.querySelector('[data-testid=\"status-tracker\"] .progress-text')")
+    assert page.evaluate("window.__evoFrameGuard.dropped") >= 1, "no status-tracker loop was ended: see FRAME_GUARD_JS"
+    assert animation_frames(page, 2.0) == 0
+    # ... while a pending event's tracker still counts its time (the Reset's event held in the page until released)
+    tracker = "document.querySelector('[data-testid=\"status-tracker\"] .progress-text')"
+    with held_event(page, "evo-reset"):
+        page.wait_for_function(f"{tracker} && /[0-9]s/.test({tracker}.innerText)")
+        counted = page.evaluate(f"{tracker}.innerText")
+        page.wait_for_function(f"(t) => {tracker} && {tracker}.innerText !== t", arg=counted)
+    page.wait_for_function(f"!{tracker}")
     set_visibility("visible")
     await_tick("the header's timer once the page is shown again")
 
