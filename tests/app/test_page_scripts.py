@@ -43,7 +43,7 @@ def _call(app, path: str = "/", method: str = "GET", root_path: str = "") -> tup
 
 
 @pytest.mark.parametrize("chunks", [1, 3])
-def test_the_page_gets_the_script_before_its_module_script_and_a_right_length(chunks):
+def test_the_page_gets_the_script_at_the_end_of_its_head_and_a_right_length(chunks):
     headers, body = _call(_app(PAGE, chunks=chunks))
     assert body == PAGE.replace(b"</head>", b"<script>x()</script></head>")
     assert int(headers[b"content-length"]) == len(body)

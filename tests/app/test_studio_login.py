@@ -152,6 +152,8 @@ def test_the_page_carries_the_script_that_shows_a_lockout(studio):
         assert int(resp.headers["content-length"]) == len(html.encode())
     assert html.count('id="evo-login-lockout-js"') == 1
     assert html.index("evo-login-lockout-js") < html.index("</head>")
-    # the frame guard (app/shell/page_scripts.py) too, once, before Gradio's bundle starts (a module script)
+    # the frame guard (app/shell/page_scripts.py) too, once, inside the head: an inline script there runs while the
+    # page is parsed, before Gradio's bundle (a module script, deferred unless async) starts
     assert html.count('id="evo-frame-guard-js"') == 1
-    assert html.index("evo-frame-guard-js") < html.index('<script type="module"')
+    assert html.index("evo-frame-guard-js") < html.index("</head>")
+    assert '<script type="module"' in html and '<script type="module" async' not in html
