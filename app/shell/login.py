@@ -6,7 +6,7 @@ client address, asks the `LoginLimiter` first and answers 429 (with Retry-After,
 locked out and for how long: `app.shell.login_page.lockout_message`) without checking the password once the name from
 this address, the address, or the name from anywhere but its known-good addresses is over its limit; Gradio's own
 reply (200, or 400 for wrong credentials) tells the limiter the outcome. Gradio's login form shows nothing for a
-429, so `LoginGuard` also adds a script to the page that shows that detail (app/shell/login_page.py). The password
+429, so the page also gets a script that shows that detail (app/shell/login_page.py). The password
 check runs in a worker thread (argon2 takes ~0.1-0.4 s of CPU and 64 MiB), at most two at a time, so a burst of
 logins neither stalls the event loop nor the machine.
 
@@ -35,8 +35,7 @@ from evorag_core.auth.limiter import LoginLimiter
 from evorag_core.auth.passwords import check_password, check_unknown_user
 from evorag_core.auth.users_file import FileUser
 
-from app.shell.login_page import LOCKOUT_JS, lockout_message
-from app.shell.page_scripts import is_page, serve_with_script
+from app.shell.login_page import lockout_message
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -103,9 +102,6 @@ class LoginGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if is_page(scope):  # the page: says so when a login is refused
-            await serve_with_script(self.app, scope, receive, send, LOCKOUT_JS)
-            return
         if scope["type"] != "http" or scope["method"] != "POST" or not _is_route(scope, "/login"):
             await self.app(scope, receive, send)
             return

@@ -3,10 +3,10 @@
 Gradio's login form (6.31, `Login.svelte`) posts to /login and shows "Incorrect Credentials" for a 400, reloads for a
 200 and shows nothing for any other status: a 429 from `app.shell.login.LoginGuard` left the page silent, and the right
 password then seemed to fail for no reason. Its `auth_message` is static HTML (inserted with innerHTML, so no script
-runs from it), and the login page's config carries no `head`. So `LoginGuard` adds `LOCKOUT_JS` to the HTML of the
-page (`app.shell.page_scripts.serve_with_script`): on the login page it watches the form's POST /login and, on a 429,
-shows the reply's `detail` under the form's title with a countdown from Retry-After, and hides Gradio's "Incorrect
-Credentials" of an earlier try (the password may well be right); the next 400 or 200 undoes both.
+runs from it), and the login page's config carries no `head`. So the studio adds `LOCKOUT_JS` to the HTML of the
+page (`app.shell.page_scripts.PageScripts`, under auth): on the login page it watches the form's POST /login and, on
+a 429, shows the reply's `detail` under the form's title with a countdown from Retry-After, and hides Gradio's
+"Incorrect Credentials" of an earlier try (the password may well be right); the next 400 or 200 undoes both.
 `lockout_message` words the detail from the limiter's `Refusal`.
 """
 from __future__ import annotations

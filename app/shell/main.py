@@ -97,18 +97,22 @@ def launch(svc: Services, *, host: str, port: int, auth: str | None = None, bloc
     `studio.trusted_proxies`; uploads need the admin role (app/shell/login.py UploadGuard)."""
     from starlette.middleware import Middleware
 
-    from app.shell.page_scripts import PageScripts
+    from app.shell.login_page import LOCKOUT_JS
+    from app.shell.page_scripts import FRAME_GUARD_JS, PageScripts
     from app.shell.style import CSS
     from app.shell.ui import build_ui
 
     auth_fn = make_auth(svc, auth)
-    middleware = [Middleware(PageScripts)]  # FRAME_GUARD_JS: no animation frames on an idle page
+    scripts = FRAME_GUARD_JS  # no animation frames on an idle page
+    guards: list = []
     extra: dict = {}
     if auth_fn is not None:
         limiter = limiter or LoginLimiter()
         may_upload = functools.partial(roles.name_allowed, svc, action="upload")
         extra = {"auth_message": login_message(limiter)}
-        middleware += [Middleware(LoginGuard, limiter=limiter), Middleware(UploadGuard, may_upload=may_upload)]
+        scripts += LOCKOUT_JS  # the login page says so when a login is refused
+        guards = [Middleware(LoginGuard, limiter=limiter), Middleware(UploadGuard, may_upload=may_upload)]
+    middleware = [Middleware(PageScripts, scripts=scripts), *guards]
     demo = build_ui(svc)
     demo.queue(default_concurrency_limit=4)
     quiet_queue_polling(demo)
