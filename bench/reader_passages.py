@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = pool_passages(p for q in questions for p in q.passages)
     table = {ps.pid: ps for ps in corpus.passages}
     lookup = lambda pid: table[corpus.aliases.get(pid, pid)]  # noqa: E731
-    gold = {q.id: (q.answers, set(q.gold_pids)) for q in questions}
+    canonical = lambda pids: {corpus.aliases.get(x, x) for x in pids}  # noqa: E731
+    gold = {q.id: (q.answers, canonical(q.gold_pids)) for q in questions}
     lo, hi = _span(args.questions) if args.questions else (0, len(questions))
     rows = [r for r in _rows(args.runs) if lo <= order.get(r["question_id"], -1) < hi]
     backend = TransformersBackend(cfg.policy, home_dir())
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         record = EpisodeRecord.from_dict(row["extras"]["episode"])
         answers, gold_pids = gold[row["question_id"]]
         retrieved = {pid for s in record.steps for pid in s.passages}
-        all_retrieved.append(bool(gold_pids) and gold_pids <= {corpus.aliases.get(x, x) for x in retrieved})
+        all_retrieved.append(bool(gold_pids) and gold_pids <= canonical(retrieved))
         last = record.steps[-1] if record.steps else None
         if last is None or action_name(last.action) != "ANSWER":
             for k in limits:
