@@ -36,6 +36,7 @@ from evorag_core.auth.passwords import check_password, check_unknown_user
 from evorag_core.auth.users_file import FileUser
 
 from app.shell.login_page import lockout_message
+from app.shell.page_scripts import is_route
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -102,7 +103,7 @@ class LoginGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not _is_route(scope, "/login"):
+        if scope["type"] != "http" or scope["method"] != "POST" or not is_route(scope, "/login"):
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
@@ -138,7 +139,7 @@ class UploadGuard:
         self.may_upload = may_upload
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and _is_route(scope, "/gradio_api/upload"):
+        if scope["type"] == "http" and scope["method"] == "POST" and is_route(scope, "/gradio_api/upload"):
             user = _session_user(scope)
             if user is None or not self.may_upload(user):
                 await _reply(send, 403, f"{user or 'this session'} may not upload files: uploads need the admin role")
@@ -168,11 +169,6 @@ def _is_file_route(scope: dict) -> bool:
     path = scope["path"]
     root = scope.get("root_path", "").rstrip("/")
     return any(path.startswith(prefix + "/gradio_api/file=") for prefix in {"", root})
-
-
-def _is_route(scope: dict, route: str) -> bool:
-    path = scope["path"].rstrip("/")
-    return path == route or path == scope.get("root_path", "").rstrip("/") + route
 
 
 async def _read_body(receive: Callable) -> bytes | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-__all__ = ["FRAME_GUARD_JS", "PageScripts", "is_page", "serve_with_script", "with_script"]
+__all__ = ["FRAME_GUARD_JS", "PageScripts", "is_page", "is_route", "serve_with_script", "with_script"]
 
 FRAME_GUARD_JS = """<script id="evo-frame-guard-js">(() => {
   if (window.__evoFrameGuard) return;
@@ -38,12 +38,15 @@ FRAME_GUARD_JS = """<script id="evo-frame-guard-js">(() => {
 })();</script>"""
 
 
+def is_route(scope: dict, route: str) -> bool:
+    """Whether an ASGI request's path is `route` ("" for the page, "/login", ...), under the app's root path or not."""
+    path = scope["path"].rstrip("/")
+    return path == route or path == scope.get("root_path", "").rstrip("/") + route
+
+
 def is_page(scope: dict) -> bool:
     """Whether an ASGI request is a GET of the studio's page (its root path; deep links are query strings)."""
-    if scope["type"] != "http" or scope["method"] != "GET":
-        return False
-    path = scope["path"].rstrip("/")
-    return path == "" or path == scope.get("root_path", "").rstrip("/")
+    return scope["type"] == "http" and scope["method"] == "GET" and is_route(scope, "")
 
 
 def with_script(html: bytes, script: str) -> bytes:
