@@ -11,7 +11,8 @@ HotpotQA 60:300, 2Wiki 50:100, MuSiQue 0:50. `eval` scores every evaluation ques
 questions are cut into 5 folds (position mod 5 within each set), and a question is ranked by the weights fitted on
 the dev questions plus the other 4 folds (the fixed-k dumps only); its yes/no model the same way. The same weights
 re-read the agent's final reader passages (`--agent`, dumps of `bench/answer_dump.py --agent-runs`): the agent's
-trajectory does not depend on the ranker, so this is what the agent would have answered with it. Rows: the
+trajectory does not depend on the ranker, so this is what the agent would have answered with it; with `--fit-agent`
+the agent's rows of the other folds join the fit too (does the ranker gain from the agent's own reader states?). Rows: the
 LM-only ranking (the reader before the ranker: argmax log P, yes/no by the content-free-calibrated margin > 0)
 against the learned one on the same questions, EM / F1 with the paired bootstrap, per set and question kind.
 `fit` writes the weights fitted on every question of the dumps given (what ships: it has seen the evaluation
@@ -162,11 +163,14 @@ def cv(rows: list[dict], l2: float) -> dict[str, Any]:
     return {key: _table([r for r in dev if r["set"] == key], preds) for key in FILES} | {"dev": _table(dev, preds)}
 
 
-def out_of_fold(rows: list[dict], agent_rows: list[dict], l2: float) -> dict[str, Any]:
+def out_of_fold(rows: list[dict], agent_rows: list[dict], l2: float, fit_agent: bool = False) -> dict[str, Any]:
+    """Every evaluation question ranked by weights fitted without its fold (see the module docstring). `fit_agent`:
+    the agent's rows are ranked by the fixed-k weights ("ranker") and by weights fitted on those questions plus the
+    agent's rows of the other folds ("ranker_agent"), compared with each other instead of with the LM."""
     dev = [r for r in rows if not r["eval"]]
     ev = [r for r in rows if r["eval"]]
     fixed: dict[str, dict[str, str]] = {"lm": {}, "ranker": {}}
-    agent: dict[str, dict[str, str]] = {"lm": {}, "ranker": {}}
+    agent: dict[str, dict[str, str]] = {"ranker": {}, "ranker_agent": {}} if fit_agent else {"lm": {}, "ranker": {}}
     agent_by_fold = defaultdict(list)
     pos = _positions()
     for r in agent_rows:
@@ -178,6 +182,12 @@ def out_of_fold(rows: list[dict], agent_rows: list[dict], l2: float) -> dict[str
         ranker = CandidateRanker(w)
         for r in (r for r in ev if r["fold"] == k):
             fixed["lm"][r["id"]], fixed["ranker"][r["id"]] = answer(r, None), answer(r, ranker)
+        if fit_agent:
+            others = [r for j in range(FOLDS) if j != k for r in agent_by_fold[j]]
+            with_agent = CandidateRanker(fit(dev + [r for r in ev if r["fold"] != k] + others, l2))
+            for r in agent_by_fold[k]:
+                agent["ranker"][r["id"]], agent["ranker_agent"][r["id"]] = answer(r, ranker), answer(r, with_agent)
+            continue
         for r in agent_by_fold[k]:
             agent["lm"][r["id"]], agent["ranker"][r["id"]] = answer(r, None), answer(r, ranker)
     report: dict[str, Any] = {"fixed_k": {key: _table([r for r in ev if r["set"] == key], fixed) for key in FILES}}
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agent", type=Path, action="append", default=[])
     p.add_argument("--l2", type=float, default=10.0)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--fit-agent", action="store_true",
+                   help="eval: also fit on the agent's rows of the other folds, compared with the fixed-k fit")
     p.add_argument("--dev-only", action="store_true", help="fit: on the dev questions only (not the evaluation ones)")
     args = p.parse_args(argv)
     rows = [r for d in args.dump for r in load(d)]
@@ -209,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             _print(f"dev CV, {key}", table)
     elif args.command == "eval":
         agent_rows = [r for d in args.agent for r in load(d) if r["eval"]]
-        report = out_of_fold(rows, agent_rows, args.l2)
+        report = out_of_fold(rows, agent_rows, args.l2, args.fit_agent)
         for method in ("fixed_k", "agent"):
             for key, table in report.get(method, {}).items():
                 _print(f"{method}, {key} (evaluation questions, out of fold)", table)
