@@ -52,7 +52,10 @@ def test_cross_validation_ranks_every_model_and_compares_with_linear():
     rows = [_row(i, rng) for i in range(40)]
     for r in rows:
         r["features_head"] = [dict(a, **b) for a, b in zip(r["features"], rm.head_features(r))]
-    report = rm.run(rows)["all"]
+    models = dict(rm.MODELS, gbm=lambda train: rm.fit_gbm(train, max_iter=10),
+                  gbm_small=lambda train: rm.fit_gbm(train, max_iter=10, max_depth=3),
+                  mlp=lambda train: rm.fit_mlp(train, epochs=20))  # the probe's model classes, fitted briefly
+    report = rm.run(rows, models)["all"]
     assert report["n"] == 40 and set(rm.MODELS) <= set(report)
     assert report["linear"]["em"] == 1.0  # the LM's top span is always right: the linear ranker learns that
     assert report["linear_head"]["f1_minus_linear"]["diff"] == pytest.approx(report["linear_head"]["f1"] - 1.0)
