@@ -12,8 +12,8 @@ questions are cut into 5 folds (position mod 5 within each set), and a question 
 the dev questions plus the other 4 folds (the fixed-k dumps only); its yes/no model the same way. The same weights
 re-read the agent's final reader passages (`--agent`, dumps of `bench/answer_dump.py --agent-runs`): the agent's
 trajectory does not depend on the ranker, so this is what the agent would have answered with it; with `--fit-agent`
-the agent's rows of the other folds join the fit too (does the ranker gain from the agent's own reader states?). Rows: the
-LM-only ranking (the reader before the ranker: argmax log P, yes/no by the content-free-calibrated margin > 0)
+the agent's rows of the other folds join the fit too (does the ranker gain from the agent's own reader states?).
+Rows: the LM-only ranking (the reader before the ranker: argmax log P, yes/no by the content-free-calibrated margin > 0)
 against the learned one on the same questions, EM / F1 with the paired bootstrap, per set and question kind.
 `fit` writes the weights fitted on every question of the dumps given (what ships: it has seen the evaluation
 questions, so a method run on them with the shipped weights is not held out for the ranker); `fit --dev-only` fits
