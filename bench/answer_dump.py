@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                        "passages": [{"pid": p.pid, "title": p.title, "text": p.text[:reader.chars]} for p in passages],
                        "options": options, "yes_no": {"is": yn}}
                 if yn:
-                    prompt = span_prompt(backend, q.question, passages, reader.chars, cfg.answer.demos)
+                    prompt = span_prompt(backend, q.question, passages, reader.chars, cfg.answer.demos,
+                                         cfg.answer.passage_order)
                     row["yes_no"].update(raw=reader._label_margin(prompt), content_free=reader._content_free_margin())
                 if cands:
                     scores = reader.span_scores(q.question, passages, [s for s, _ in cands])  # length_alpha 0: raw

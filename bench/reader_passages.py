@@ -12,6 +12,8 @@ with that limit would give. The state is rebuilt from the episode's record (`env
 the re-read must give back the recorded answers (`reproduced`), else the comparison is void. Episodes that did not end
 in ANSWER keep their outcome under every limit. Per limit: EM, F1, the answers changed, F1 and EM against the first
 limit (paired bootstrap, 10,000 resamples), and the same on the questions whose every gold passage was retrieved.
+The report keeps each limit's answers by question id; `--before FILE` pairs each limit with the same limit of an
+earlier report (e.g. the same episodes read by another reader: `--set answer.KEY=VALUE`), EM and F1.
 """
 from __future__ import annotations
 
@@ -59,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config overrides, as the runs had them (e.g. policy.model=PATH)")
+    p.add_argument("--before", type=Path, default=None, help="an earlier report: each limit paired with its answers")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     limits = [int(x) for x in args.limits.split(",")]
+    before = json.loads(args.before.read_text()) if args.before else None
 
     import torch
 
@@ -110,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = [i for i, full in enumerate(all_retrieved) if full]
     report: dict[str, Any] = {
         "commit": _commit(), "runs": str(args.runs), "data": str(args.data), "questions": args.questions or "all",
-        "n": len(rows), "answered": answered, "reproduced": reproduced, "ranker_path": args.ranker_path, "seconds": round(seconds, 1),
+        "n": len(rows), "answered": answered, "reproduced": reproduced, "ranker_path": args.ranker_path,
+        "overrides": args.overrides, "seconds": round(seconds, 1),
         "every_gold_retrieved": len(sub), "limits": {},
     }
     for k in limits:
@@ -123,6 +128,21 @@ def main(argv: list[str] | None = None) -> int:
             if sub:
                 entry["f1_vs_first_every_gold_retrieved"] = asdict(paired_bootstrap([f1[k][i] for i in sub],
                                                                                     [f1[base][i] for i in sub]))
+        if before is not None and str(k) in before["limits"]:
+            earlier = before["limits"][str(k)]["answers"]
+            ids = [r["question_id"] for r in rows]
+            if set(ids) - set(earlier):
+                raise SystemExit(f"--before {args.before}: limit {k} lacks answers to some of these questions")
+            em_b = [exact_match(earlier[i], g) for i, g in zip(ids, golds)]
+            f1_b = [f1_score(earlier[i], g) for i, g in zip(ids, golds)]
+            entry["vs_before"] = {"before": str(args.before), "em_before": mean(em_b), "f1_before": mean(f1_b),
+                                  "changed": sum(a != earlier[i] for a, i in zip(preds[k], ids)),
+                                  "em": asdict(paired_bootstrap(em[k], em_b)),
+                                  "f1": asdict(paired_bootstrap(f1[k], f1_b))}
+            print(f"limit {k} vs before: EM {mean(em_b):.3f} -> {entry['em']:.3f}, F1 {mean(f1_b):.3f} -> "
+                  f"{entry['f1']:.3f} (p {entry['vs_before']['f1']['p_value']:.3f}), changed "
+                  f"{entry['vs_before']['changed']}", file=sys.stderr)
+        entry["answers"] = {r["question_id"]: a for r, a in zip(rows, preds[k])}
         report["limits"][str(k)] = entry
         print(f"limit {k}: EM {entry['em']:.3f} F1 {entry['f1']:.3f} changed {entry['changed']}"
               + (f" dF1 {entry['f1_vs_first']['diff']:+.3f} (p {entry['f1_vs_first']['p_value']:.3f})"

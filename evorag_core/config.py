@@ -645,6 +645,7 @@ ANSWER_MODES: tuple[str, ...] = ("span", "free")
 YES_NO_CALIBRATIONS: tuple[str, ...] = ("none", "content_free")
 YES_NO_METHODS: tuple[str, ...] = ("evidence", "model")
 ANSWER_RANKERS: tuple[str, ...] = ("learned", "lm")
+PASSAGE_ORDERS: tuple[str, ...] = ("retrieval", "reversed")
 
 
 @dataclass(frozen=True)
@@ -659,6 +660,7 @@ class AnswerConfig(_Checked):
     yes_no: str = "evidence"  # one of YES_NO_METHODS: read from the entities' passages (reader/yes_no.py), else the model
     answer_types: bool = True  # span mode: keep the candidates of the question's expected answer type (reader/answer_type.py)
     demos: bool = True  # span mode: two short-answer demonstrations as earlier chat turns of the reader prompt
+    passage_order: str = "retrieval"  # one of PASSAGE_ORDERS; "reversed": the first passage last, nearest the question
     max_words: int = 8  # longest candidate span, in words
     max_candidates: int = 64  # candidates scored per answer (in passage order)
     ranker: str = "learned"  # one of ANSWER_RANKERS: "learned" (reader/ranker.py) or "lm" (log P alone)
@@ -679,6 +681,7 @@ class AnswerConfig(_Checked):
         "yes_no": one_of(YES_NO_METHODS),
         "answer_types": FLAG,
         "demos": FLAG,
+        "passage_order": one_of(PASSAGE_ORDERS),
         "max_words": POSITIVE,
         "max_candidates": POSITIVE,
     }

@@ -73,7 +73,8 @@ def reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage],
     best = max(scored, key=lambda s: (s[1], -s[2]))
     if best[1] < min_best:
         return []
-    prompt = span_prompt(reader.backend, question, passages, reader.chars, reader.cfg.demos)
+    prompt = span_prompt(reader.backend, question, passages, reader.chars, reader.cfg.demos,
+                         reader.cfg.passage_order)
     worse = [s for s in scored if s[1] <= best[1] - min_gap]
     if against == "random" and len(worse) > max_pairs:
         drawn = random.Random(zlib.crc32(question.encode())).sample(range(len(worse)), max_pairs)

@@ -57,7 +57,8 @@ class Reader:
     def prompt(self, question: str, passages: Sequence[Passage]) -> str:
         """The prompt the answer is read under (the free mode's generation prompt)."""
         if self.span is not None and passages:
-            return span_prompt(self.backend, question, passages, self.span.chars, self.cfg.demos)
+            return span_prompt(self.backend, question, passages, self.span.chars, self.cfg.demos,
+                               self.cfg.passage_order)
         return reader_prompt(self.backend, question, passages, self.chars)
 
     def read(self, question: str, passages: Sequence[Passage], *, n: int = 1, temperature: float = 0.0,

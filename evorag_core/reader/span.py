@@ -272,10 +272,13 @@ def extract_candidates(question: str, passages: Sequence[Passage], chars: int, m
     return out[:limit]
 
 
-def span_prompt(backend: PolicyBackend, question: str, passages: Sequence[Passage], chars: int, demos: bool) -> str:
+def span_prompt(backend: PolicyBackend, question: str, passages: Sequence[Passage], chars: int, demos: bool,
+                order: str = "retrieval") -> str:
     """The reader prompt (`reader.prompt.reader_prompt`'s system turn and layout), with the short-answer demonstrations
-    as earlier chat turns when `demos`."""
-    user = f"{render_passages(passages, chars)}\n\nQuestion: {question}\nAnswer:"
+    as earlier chat turns when `demos`; `order` "reversed" (`answer.passage_order`) lists the passages last to first,
+    the first-ranked one nearest the question. Candidates keep their source index in `passages`' own order."""
+    shown = list(passages)[::-1] if order == "reversed" else passages
+    user = f"{render_passages(shown, chars)}\n\nQuestion: {question}\nAnswer:"
     return backend.chat_prompt(ANSWER_SYSTEM_CTX, user, SHORT_ANSWER_DEMOS if demos else ())
 
 
@@ -318,14 +321,15 @@ class SpanReader:
         if self._cf_bias is None or self._cf_bias[0] != epoch:
             cf = [Passage("", _CONTENT_FREE, _CONTENT_FREE)]
             self._cf_bias = (epoch, self._label_margin(span_prompt(self.backend, _CONTENT_FREE, cf, self.chars,
-                                                                   self.cfg.demos)))
+                                                                   self.cfg.demos, self.cfg.passage_order)))
         return self._cf_bias[1]
 
     def yes_no_margin(self, question: str, passages: Sequence[Passage]) -> float:
         """The yes/no decision score (> 0: yes): with the learned ranker, its yes/no model's logit over the raw and
         the content-free margins; otherwise the calibrated log P(yes) - log P(no) under the reader prompt. Plus
         `yes_bias`."""
-        margin = self._label_margin(span_prompt(self.backend, question, passages, self.chars, self.cfg.demos))
+        margin = self._label_margin(span_prompt(self.backend, question, passages, self.chars, self.cfg.demos,
+                                                self.cfg.passage_order))
         if self.ranker is not None:
             margin = self.ranker.yes_logit(margin, self._content_free_margin())
         elif self.cfg.yes_no_calibration == "content_free":
@@ -334,7 +338,8 @@ class SpanReader:
 
     def span_scores(self, question: str, passages: Sequence[Passage], spans: Sequence[str]) -> list[float]:
         """Each span's log P(span + end | reader prompt) / tokens ** length_alpha."""
-        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos)
+        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos,
+                             self.cfg.passage_order)
         end = self._end()
         raw = self.backend.score_choices(prompt, [f"{s}{end}" for s in spans])
         alpha = self.cfg.length_alpha
@@ -342,7 +347,8 @@ class SpanReader:
 
     def span_scores_raw(self, question: str, passages: Sequence[Passage], cands: Sequence[tuple[str, int]]
                         ) -> list[float]:
-        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos)
+        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos,
+                             self.cfg.passage_order)
         return self.backend.score_choices(prompt, [f"{s}{self._end()}" for s, _ in cands])
 
     # -- reading -------------------------------------------------------------------------------------------------

@@ -229,3 +229,22 @@ def test_a_word_cut_by_the_passage_limit_is_no_candidate():
     assert "Paige Ma" not in spans and not any(s.endswith("Ma") for s in spans)
     assert "Paige" in spans
     assert "Paige Matthews" in [s for s, _ in extract_candidates("Which role is Rose McGowan best known for?", [p], 40)]
+
+
+def test_reversed_passage_order_puts_the_first_passage_nearest_the_question(tiny_backend):
+    """`answer.passage_order = "reversed"`: the reader prompt lists the passages last to first (the first one just
+    before the question) while the span's source index still counts in the given order."""
+    from evorag_core.config import AnswerConfig
+    from evorag_core.reader.span import SpanReader, span_prompt
+
+    passages = [Passage("a", "Alpha Town", "Alpha Town lies on the river Wend."),
+                Passage("b", "Beta Hill", "Beta Hill rises above the plain.")]
+    given = span_prompt(tiny_backend, "Which river?", passages, 300, True)
+    shown = span_prompt(tiny_backend, "Which river?", passages, 300, True, "reversed")
+    assert given.index("Alpha Town") < given.index("Beta Hill")
+    assert shown.index("Beta Hill") < shown.index("Alpha Town") < shown.index("Which river?")
+    reader = SpanReader(tiny_backend, AnswerConfig(passage_order="reversed", ranker="lm"))
+    ans = reader.answer("Which river does Alpha Town lie on?", passages)
+    assert ans.text and passages[ans.source].text.find(ans.text) >= 0  # the source indexes the given order
+    with pytest.raises(Exception, match="passage_order"):
+        AnswerConfig(passage_order="shuffled")
