@@ -6,7 +6,7 @@ F1 never higher. What the answer is comes from the reader, which no pair touched
 fixed and varies only the answer: at a state of a stored episode whose passages are read, the reader's candidates
 (the spans of `reader/span.py`, or yes / no) are scored by `ans` against the gold (`env.signals.answer_score`,
 (EM + F1) / 2), and the best one is preferred over the reader's highest-ranked candidates that score clearly less.
-The prompt is the reader's prompt (`span_prompt`, ChatML ending with the assistant opener) and a completion is the
+The prompt is the reader's prompt (`SpanReader.prompt`, ChatML ending with the assistant opener) and a completion is the
 bare span, as the reader scores it (the trainer appends the end-of-turn token the reader scores it with), so a DPO
 round on these pairs moves log P(span | reader prompt): the LM score of the span reader, decisive with
 `answer.ranker = "lm"` and one feature among many with the learned ranker.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from evorag_core.env.signals import answer_score
-from evorag_core.reader.span import SpanReader, span_prompt
+from evorag_core.reader.span import SpanReader
 from evorag_core.store.records import NewPair
 from evorag_core.types import Passage
 
@@ -73,8 +73,7 @@ def reader_pairs(reader: SpanReader, question: str, passages: Sequence[Passage],
     best = max(scored, key=lambda s: (s[1], -s[2]))
     if best[1] < min_best:
         return []
-    prompt = span_prompt(reader.backend, question, passages, reader.chars, reader.cfg.demos,
-                         reader.cfg.passage_order)
+    prompt = reader.prompt(question, passages)
     worse = [s for s in scored if s[1] <= best[1] - min_gap]
     if against == "random" and len(worse) > max_pairs:
         drawn = random.Random(zlib.crc32(question.encode())).sample(range(len(worse)), max_pairs)

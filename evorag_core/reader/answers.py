@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from evorag_core.config import AnswerConfig
 from evorag_core.reader.prompt import clean_answer, reader_prompt
-from evorag_core.reader.span import SpanAnswer, SpanReader, span_prompt
+from evorag_core.reader.span import SpanAnswer, SpanReader
 from evorag_core.types import Passage
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ class Reader:
     def prompt(self, question: str, passages: Sequence[Passage]) -> str:
         """The prompt the answer is read under (the free mode's generation prompt)."""
         if self.span is not None and passages:
-            return span_prompt(self.backend, question, passages, self.span.chars, self.cfg.demos,
-                               self.cfg.passage_order)
+            return self.span.prompt(question, passages)
         return reader_prompt(self.backend, question, passages, self.chars)
 
     def read(self, question: str, passages: Sequence[Passage], *, n: int = 1, temperature: float = 0.0,

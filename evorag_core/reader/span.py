@@ -297,6 +297,10 @@ class SpanReader:
         self.ranker = load_ranker(cfg.ranker_path) if cfg.ranker == "learned" else None
 
     # -- scoring -------------------------------------------------------------------------------------------------
+    def prompt(self, question: str, passages: Sequence[Passage]) -> str:
+        """The prompt every span and yes/no score of this reader is read under (`span_prompt` with its settings)."""
+        return span_prompt(self.backend, question, passages, self.chars, self.cfg.demos, self.cfg.passage_order)
+
     def _end(self) -> str:
         tok = getattr(self.backend, "tokenizer", None)
         return getattr(tok, "eos_token", None) or "\n"
@@ -320,16 +324,14 @@ class SpanReader:
         epoch = (getattr(self.backend, "active_adapter", None), getattr(self.backend, "cache_epoch", None))
         if self._cf_bias is None or self._cf_bias[0] != epoch:
             cf = [Passage("", _CONTENT_FREE, _CONTENT_FREE)]
-            self._cf_bias = (epoch, self._label_margin(span_prompt(self.backend, _CONTENT_FREE, cf, self.chars,
-                                                                   self.cfg.demos, self.cfg.passage_order)))
+            self._cf_bias = (epoch, self._label_margin(self.prompt(_CONTENT_FREE, cf)))
         return self._cf_bias[1]
 
     def yes_no_margin(self, question: str, passages: Sequence[Passage]) -> float:
         """The yes/no decision score (> 0: yes): with the learned ranker, its yes/no model's logit over the raw and
         the content-free margins; otherwise the calibrated log P(yes) - log P(no) under the reader prompt. Plus
         `yes_bias`."""
-        margin = self._label_margin(span_prompt(self.backend, question, passages, self.chars, self.cfg.demos,
-                                                self.cfg.passage_order))
+        margin = self._label_margin(self.prompt(question, passages))
         if self.ranker is not None:
             margin = self.ranker.yes_logit(margin, self._content_free_margin())
         elif self.cfg.yes_no_calibration == "content_free":
@@ -338,8 +340,7 @@ class SpanReader:
 
     def span_scores(self, question: str, passages: Sequence[Passage], spans: Sequence[str]) -> list[float]:
         """Each span's log P(span + end | reader prompt) / tokens ** length_alpha."""
-        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos,
-                             self.cfg.passage_order)
+        prompt = self.prompt(question, passages)
         end = self._end()
         raw = self.backend.score_choices(prompt, [f"{s}{end}" for s in spans])
         alpha = self.cfg.length_alpha
@@ -347,8 +348,7 @@ class SpanReader:
 
     def span_scores_raw(self, question: str, passages: Sequence[Passage], cands: Sequence[tuple[str, int]]
                         ) -> list[float]:
-        prompt = span_prompt(self.backend, question, passages, self.chars, self.cfg.demos,
-                             self.cfg.passage_order)
+        prompt = self.prompt(question, passages)
         return self.backend.score_choices(prompt, [f"{s}{self._end()}" for s, _ in cands])
 
     # -- reading -------------------------------------------------------------------------------------------------

@@ -244,6 +244,7 @@ def test_reversed_passage_order_puts_the_first_passage_nearest_the_question(tiny
     assert given.index("Alpha Town") < given.index("Beta Hill")
     assert shown.index("Beta Hill") < shown.index("Alpha Town") < shown.index("Which river?")
     reader = SpanReader(tiny_backend, AnswerConfig(passage_order="reversed", ranker="lm"))
+    assert reader.prompt("Which river?", passages) == shown  # every score of the reader is read under this prompt
     ans = reader.answer("Which river does Alpha Town lie on?", passages)
     assert ans.text and passages[ans.source].text.find(ans.text) >= 0  # the source indexes the given order
     with pytest.raises(Exception, match="passage_order"):
