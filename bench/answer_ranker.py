@@ -56,6 +56,15 @@ def _is_eval(key: str, pos: int) -> bool:
     return any(a <= pos < b for a, b in EVAL[key])
 
 
+def features(r: dict, lm: list[float] | None = None) -> list[dict[str, float]]:
+    """The ranker's features of a dumped question's candidates (`lm`: other LM scores in place of the dumped ones)."""
+    passages = [Passage(p["pid"], p["title"], p["text"]) for p in r["passages"]]
+    c = r["candidates"]
+    return candidate_features(r["question"], passages, CHARS, [(x["text"], x["source"]) for x in c],
+                              lm if lm is not None else [x["lm"] for x in c], [x["tokens"] for x in c],
+                              r.get("options") or ())
+
+
 def load(path: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     pos = _positions()
@@ -63,11 +72,8 @@ def load(path: Path) -> list[dict[str, Any]]:
         r["pos"] = pos[(r["set"], r["id"])]
         r["eval"] = _is_eval(r["set"], r["pos"])
         r["fold"] = r["pos"] % FOLDS if r["eval"] else -1
-        passages = [Passage(p["pid"], p["title"], p["text"]) for p in r["passages"]]
-        c = r["candidates"]
-        r["features"] = candidate_features(r["question"], passages, CHARS, [(x["text"], x["source"]) for x in c],
-                                           [x["lm"] for x in c], [x["tokens"] for x in c], r.get("options") or ())
-        r["correct"] = [bool(exact_match(x["text"], r["answers"])) for x in c]
+        r["features"] = features(r)
+        r["correct"] = [bool(exact_match(x["text"], r["answers"])) for x in r["candidates"]]
     return rows
 
 

@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from bench.answer_ranker import CHARS, answer, fit, load
+from bench.answer_ranker import CHARS, answer, features, fit, load
 from evorag_core.metrics import exact_match, f1_score, paired_bootstrap
-from evorag_core.reader.ranker import CandidateRanker, candidate_features
+from evorag_core.reader.ranker import CandidateRanker
 from evorag_core.types import Passage
 
 FOLDS = 5
@@ -68,18 +68,11 @@ def reversed_scores(rows: list[dict], path: Path, threads: int) -> dict[str, lis
     return done
 
 
-def _features(row: dict, lm: list[float]) -> list[dict[str, float]]:
-    ps = [Passage(p["pid"], p["title"], p["text"]) for p in row["passages"]]
-    c = row["candidates"]
-    return candidate_features(row["question"], ps, CHARS, [(x["text"], x["source"]) for x in c], lm,
-                              [x["tokens"] for x in c], row.get("options") or ())
-
-
 def compare(rows: list[dict], rev: dict[str, list[float]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(rows)}
     per: dict[str, dict[str, tuple[float, float]]] = {}
     for name, lm_of in VARIANTS.items():
-        vr = [dict(r, features=_features(r, lm := lm_of([c["lm"] for c in r["candidates"]], rev[_key(r)])),
+        vr = [dict(r, features=features(r, lm := lm_of([c["lm"] for c in r["candidates"]], rev[_key(r)])),
                    lm_variant=lm) for r in rows]
         scored: dict[str, tuple[float, float]] = {}
         for k in range(FOLDS):
