@@ -6,7 +6,7 @@
 
 One JSON line per question (resumable: questions already in --out are skipped): the set, question id, question,
 gold answers, the reader's passages (pid, title, text cut to the reader's characters) and, from the embedded model
-under the span reader's prompt (`reader.span.span_prompt`, demonstrations on):
+under the span reader's prompt (`SpanReader.prompt`, demonstrations on):
 
 - `candidates`: every candidate span of `reader.span.extract_candidates` with its source passage index, its raw
   log P(span + end-of-turn | prompt) and its token count;
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     from evorag_core.lm.backends import load_backend
-    from evorag_core.reader.span import SpanReader, either_or, extract_candidates, is_yes_no, span_prompt, \
-        _raw_candidates
+    from evorag_core.reader.span import SpanReader, _raw_candidates, either_or, extract_candidates, is_yes_no
 
     cfg = load_config(None, {"env.corpus": "pooled"})
     home = home_dir()
@@ -128,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                        "passages": [{"pid": p.pid, "title": p.title, "text": p.text[:reader.chars]} for p in passages],
                        "options": options, "yes_no": {"is": yn}}
                 if yn:
-                    prompt = span_prompt(backend, q.question, passages, reader.chars, cfg.answer.demos,
-                                         cfg.answer.passage_order)
+                    prompt = reader.prompt(q.question, passages)
                     row["yes_no"].update(raw=reader._label_margin(prompt), content_free=reader._content_free_margin())
                 if cands:
                     scores = reader.span_scores(q.question, passages, [s for s, _ in cands])  # length_alpha 0: raw

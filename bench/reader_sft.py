@@ -72,7 +72,8 @@ def examples(questions: Sequence[Any], backend: Any, answer: Any, chars: int, di
             if not scored or scored[0][0] < 0.5:
                 skipped["no_right_candidate"] += 1
                 continue
-            rows.append((span_prompt(backend, q.question, passages, chars, answer.demos), scored[0][1]))
+            rows.append((span_prompt(backend, q.question, passages, chars, answer.demos, answer.passage_order),
+                         scored[0][1]))
     return rows, skipped
 
 
