@@ -22,6 +22,7 @@ from evorag_core.errors import ConfigError
 from evorag_core.objectives import OBJECTIVES
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
 from evorag_core.cli.worker import db_url_from_args
+from evorag_core.store.records import PAIR_SOURCES
 
 if TYPE_CHECKING:
     from evorag_core.store import Round, Store
@@ -47,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--beta", type=float, default=None, help="DPO's beta")
     p.add_argument("--reference", default=None,
                    help="previous (default: the live adapter, else the base model) | base | active | <adapter name>")
-    p.add_argument("--source", choices=["rollout", "human", "human-correction"], default=None, help="DPO: only pairs of this source")
+    p.add_argument("--source", choices=PAIR_SOURCES, default=None, help="DPO: only pairs of this source")
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None, help="only pairs/episodes of a stage")
     p.add_argument("--holdout", type=float, default=None, help="DPO: share of states held out for pair accuracy")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimiser steps")

@@ -36,9 +36,11 @@ if TYPE_CHECKING:
     from evorag_core.env.state import AgentView
     from evorag_core.store.records import Episode
 
-__all__ = ["ReaderPair", "reader_pairs", "state_reader_pairs", "episode_reader_pairs", "READER_PAIR", "AGAINST"]
+__all__ = ["ReaderPair", "reader_pairs", "state_reader_pairs", "episode_reader_pairs", "READER_PAIR", "ANSWER_SOURCE",
+           "AGAINST"]
 
 READER_PAIR = "reader"  # metadata["kind"] of a stored answer pair
+ANSWER_SOURCE = "answer"  # its source (evorag_core.store.records.PAIR_SOURCES): `--source answer` trains on them
 AGAINST = ("top", "random")  # which wrong candidates a pair rejects (see the module docstring)
 
 
@@ -95,8 +97,8 @@ def state_reader_pairs(reader: SpanReader, question: str, passages: Sequence[Pas
             "rank_chosen": pair.chosen_rank, "rank_rejected": pair.rejected_rank, "against": against,
             "passages": [p.pid for p in passages],
         }
-        out.append(NewPair(pair.prompt, pair.chosen, pair.rejected, margin=pair.chosen_score - pair.rejected_score,
-                           stage=stage, metadata=meta))
+        out.append(NewPair(pair.prompt, pair.chosen, pair.rejected, source=ANSWER_SOURCE,
+                           margin=pair.chosen_score - pair.rejected_score, stage=stage, metadata=meta))
     return out
 
 

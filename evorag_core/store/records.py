@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 # human: a person picked one sampled candidate over another; human-correction: a person acted at a state instead of
-# the policy (the Episode tab's "Act yourself"), so their action is preferred over the policy's proposal there.
-PAIR_SOURCES: tuple[str, ...] = ("rollout", "human", "human-correction")
+# the policy (the Episode tab's "Act yourself"), so their action is preferred over the policy's proposal there;
+# answer: two of the reader's candidate answers at one state, the one nearer the gold preferred (`evorag pairs answers`)
+PAIR_SOURCES: tuple[str, ...] = ("rollout", "human", "human-correction", "answer")
 # who took a step: the policy, or a person acting in its place (the Episode tab's "Act yourself")
 STEP_ACTORS: tuple[str, ...] = ("policy", "human")
 # queued -> claimed(round) -> consumed, or claimed -> released (= queued again); discarded by a person.

@@ -54,3 +54,26 @@ def test_pair_fields_gives_the_rendered_prompt_of_a_stored_pair(svc):  # noqa: F
     assert (chosen, rejected, stage) == ("SEARCH: Ansel Travine", "ANSWER: Paris", "")
     assert prompt == prompt_html(agent_prompt()) and "im_start" not in prompt
     assert "Pick a pair" in pairs_handlers.pair_fields(svc, None)[0]
+
+
+def test_answer_pairs_are_made_from_a_stored_studio_episode_once(svc):  # noqa: F811
+    """The tab's "Make answer pairs" (handlers.answer_pairs): the oracle's finished demo episode is read again at its
+    answer state by the embedded model's reader; the pairs are queued with source "answer", progress is reported
+    per episode, and a second click adds nothing."""
+    from app.tabs.episode import handlers as episode_handlers
+    from app.common.session import EpisodeSettings
+
+    view, sess = episode_handlers.start_episode(svc, EpisodeSettings(policy="oracle", question_id="demo-001"))
+    for _ in range(3):
+        view, sess = episode_handlers.step_episode(sess)
+    assert sess.record.steps[-1].action.__class__.__name__ == "Answer"
+    calls: list[tuple[int, int]] = []
+    msg = pairs_handlers.answer_pairs(svc, "final", lambda done, total: calls.append((done, total)))
+    made = svc.store().list_pairs(source="answer", limit=None)
+    assert made and msg.startswith(f"Queued {len(made)} answer pair") and calls[-1][0] == calls[-1][1] >= 1
+    gold = svc.runtime().dataset.get("demo-001").answers
+    assert all(p.status == "queued" and p.metadata["question_id"] == "demo-001" for p in made)
+    assert {" ".join(p.chosen.split()).lower() for p in made} <= {a.lower() for a in gold}
+    again = pairs_handlers.answer_pairs(svc, "final")
+    assert again.startswith("Queued 0 answer pairs from 0 states of 1 episode (1 paired before")
+    assert len(svc.store().list_pairs(source="answer", limit=None)) == len(made)

@@ -1,7 +1,10 @@
-"""Preference-pair handlers: the filtered table with counts, and editing, discarding and restoring a pair."""
+"""Preference-pair handlers: the filtered table with counts, editing, discarding and restoring a pair, and answer
+pairs made from the stored episodes (training/answer_pairs.py)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from evorag_core.env.scheduler import STAGES
 
@@ -10,7 +13,7 @@ from app.common.handlers import check_typed, none_if_all, short
 from app.common.services import Services
 from app.tabs.pairs.view import prompt_html
 
-__all__ = ["PairsView", "pairs_view", "pair_fields", "edit_pair", "discard_pair", "restore_pair"]
+__all__ = ["PairsView", "pairs_view", "pair_fields", "edit_pair", "discard_pair", "restore_pair", "answer_pairs"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,38 @@ def restore_pair(svc: Services, pair_id: int | None) -> str:
     return f"Pair #{p.id} is queued again."
 
 
+
+
+def answer_pairs(svc: Services, states: str = "final", on_episode: Callable[[int, int], None] | None = None) -> str:
+    """Queue answer pairs (source "answer") from the stored episodes not paired yet, read by the base model's reader
+    (`training.answer_pairs.make_answer_pairs`; `states`: "final" or "all"). The model is held one episode at a
+    time, so other sessions' steps go on in between."""
+    from evorag_core.policy.agent import reader_passages
+    from evorag_core.reader.answers import Reader
+    from training.answer_pairs import make_answer_pairs
+
+    from app.common.policies import BASE
+
+    cfg = svc.cfg
+    backend, _ = svc.policies.backend_for(BASE)
+    reader = Reader(backend, cfg.answer, cfg.policy.passage_chars).span
+    if reader is None:
+        raise ValueError('answer pairs need the span reader: answer.mode = "span" in the config')
+
+    @contextmanager
+    def base_model() -> Iterator[None]:
+        with svc.policies.lock:
+            svc.policies.use(None)
+            yield
+
+    report = make_answer_pairs(svc.store(), reader, lambda v: reader_passages(v, cfg.policy.reader_passages),
+                               t_max=cfg.env.t_max, states=states, on_episode=on_episode, hold=base_model)
+    if not report.episodes:
+        return "No stored episode to read: run episodes (Episode tab, or rollouts) first; evaluation runs are not used."
+    return (f"Queued {_n(len(report.pair_ids), 'answer pair')} from {_n(report.states, 'state')} of "
+            f"{_n(report.episodes, 'episode')} ({report.already} paired before, {report.no_gold} without a gold "
+            "answer). Train them with a DPO round whose pair source is 'answer'.")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

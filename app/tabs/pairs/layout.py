@@ -1,5 +1,5 @@
-"""The Pairs tab: the pair queue with filters and counts; edit, discard or restore a pair. Layout and wiring only:
-every event calls `app.tabs.pairs.handlers`."""
+"""The Pairs tab: the pair queue with filters and counts; edit, discard or restore a pair; answer pairs from the
+stored episodes. Layout and wiring only: every event calls `app.tabs.pairs.handlers`."""
 from __future__ import annotations
 
 import gradio as gr
@@ -40,6 +40,16 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
             discard = gr.Button("Discard", variant="stop", elem_id="evo-pair-discard")
             restore = gr.Button("Restore", elem_id="evo-pair-restore")
         edit_msg = gr.HTML()
+    with gr.Accordion("Answer pairs from the stored episodes", open=False, elem_id="evo-answer-pairs-box"):
+        gr.Markdown("At the state each stored episode answered from (evaluation runs aside), the reader's candidate "
+                    "nearest the question's gold answer is preferred over a wrong one. These pairs train the answers: "
+                    "a DPO round with pair source **answer** (Training tab) is the round measured to raise the "
+                    "agent's F1 (docs/answers.md). Episodes paired before are skipped.")
+        with gr.Row():
+            states = gr.Radio([("the answer state", "final"), ("every state", "all")], value="final",
+                              label="States read", elem_id="evo-answer-states", scale=2)
+            make = gr.Button("Make answer pairs", elem_id="evo-answer-pairs", scale=0, min_width=200)
+        made = gr.HTML(elem_id="evo-answer-pairs-msg")
 
     filters = [source, status, annot, stage]
 
@@ -68,4 +78,11 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
     on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
+
+    def make_pairs(st, src, sts, ann, stg, request: gr.Request, progress=gr.Progress()):
+        roles.require(svc, request, "queue")
+        msg = handlers.answer_pairs(svc, st, lambda done, total: progress((done, total), desc="episodes read"))
+        return (views.message_html(msg, "ok"), *show(src, sts, ann, stg))
+
+    on(make.click, make_pairs, [states, *filters], [made, *outs])
     return Reload(show, filters, outs)
