@@ -11,7 +11,8 @@ is set, i.e. until the page's Stop; the operation then goes on with the event se
 (a generation stops before its next token). A held operation looks running on the page for as long as the test
 needs. Points: `dynakrag:<operation>` (the controller's pick, or `finish`: compression and answer),
 `arena:base` / `arena:adapter` (a reply, once it holds the model), `r2ag:steer` (the LM steering's decode, once
-it holds the model). Unset, `hold` costs one environment lookup.
+it holds the model), `pairs:answers` (the Pairs tab's answer pairs, an episode's read, once it holds the model).
+Unset, `hold` costs one environment lookup.
 
 The worker has one point, `round:step`: a training round's *first attempt* holds after reporting its first step,
 while its heartbeat keeps the lease, until a cancel is requested (`hold_until`, polling the store). A test that kills

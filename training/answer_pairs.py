@@ -39,6 +39,7 @@ class AnswerPairsReport:
     no_gold: int  # of them, skipped: their question has no gold answer in the store or the data file
     states: int  # states read
     pair_ids: tuple[int, ...]  # the pairs stored (queued)
+    stopped: bool = False  # `stop` was set: the episodes after the last one looked at are left for a rerun
 
 
 class _Gold:
@@ -75,12 +76,15 @@ def make_answer_pairs(store: Store, reader: SpanReader, passages_of: Callable[[o
                       t_max: int, data: str | None = None, states: str = "final", against: str = "random",
                       max_pairs: int = 1, episode_ids: Sequence[int] = (), limit: int | None = None,
                       on_episode: Callable[[int, int], None] | None = None,
-                      hold: Callable[[], AbstractContextManager] = nullcontext) -> AnswerPairsReport:
+                      hold: Callable[[], AbstractContextManager] = nullcontext,
+                      stop: Callable[[], bool] = lambda: False) -> AnswerPairsReport:
     """Answer pairs at the states of the store's finished, non-evaluation episodes (exactly `episode_ids` if given,
     else the `limit` newest, all by default), queued with source "answer"; see the module docstring. `passages_of`
     is the agent's reader passages of a state (`policy.agent.reader_passages` with `policy.reader_passages`);
-    `data` names a data file for questions the store does not hold; `on_episode(done, total)` reports progress;
-    `hold()` is entered around each episode's reads (the studio's model lock, with the base weights active)."""
+    `data` names a data file for questions the store does not hold; `on_episode(done, total)` reports progress
+    (first with done = 0); `hold()` is entered around each episode's reads (the studio's model lock, with the base
+    weights active); `stop()` is asked after each episode: once true, no further one is read (each episode's pairs
+    are stored as it is read, so a stopped run loses none, and a rerun skips what it paired)."""
     if states not in STATES:
         raise ValueError(f"states={states!r}: expected one of {STATES}")
     done_before = {p.metadata.get("episode_db_id") for p in store.list_pairs(source=ANSWER_SOURCE, limit=None)}
@@ -91,7 +95,11 @@ def make_answer_pairs(store: Store, reader: SpanReader, passages_of: Callable[[o
     gold_of, resolve = _Gold(store, data), PassageResolver(data, store)
     looked = already = no_gold = read = 0
     ids: list[int] = []
+    if on_episode is not None:
+        on_episode(0, len(listed))
     for i, listed_episode in enumerate(sorted(listed, key=lambda e: e.id)):
+        if i and stop():  # asked after each episode: a run once started reads one, so a Stop never races its start
+            return AnswerPairsReport(looked, already, no_gold, read, tuple(ids), stopped=True)
         looked += 1
         if listed_episode.id in done_before:
             already += 1

@@ -7,7 +7,8 @@ holds an `evorag eval` run (as if the studio had been restarted since) and a pai
 - Errors: a failed action leaves 'Last error at HH:MM:SS: ...' in its tab after the toast is gone; the next success
   empties it.
 - Deep link: `?episode=N` scrolls the opened trace into view.
-- Answer pairs: "Make answer pairs" reads the stored (non-evaluation) episode and queues pairs with source answer.
+- Answer pairs: "Make answer pairs" reads the stored (non-evaluation) episode and queues pairs with source answer;
+  Stop (while the run is held at its first of two episodes) keeps what was queued, and a second click goes on.
 
 Screenshots go to $EVORAG_SHOTS, else artifacts/screenshots/walk_*.png. Every wait is on page state.
 """
@@ -38,14 +39,15 @@ def studio(session_home, tmp_path_factory):
         run = s.eval_runs()[0].run
         pair = s.add_pair(agent_prompt(), "SEARCH: Ansel Travine", "ANSWER: Paris", source="rollout",
                           stage="discovery")
-        # a finished rollout-like episode (not an evaluation's): what "Make answer pairs" reads
-        s.add_episode(question_id="demo-001", dataset="demo", question="On which river is the birthplace of the "
-                      "chemist Ansel Travine?", policy="lm", stage="refinement", schedule="time-dynamic",
-                      config={"data": str(DEMO), "t_max": 5}, source="rollout",
-                      steps=(Step(1, "SEARCH", "Ansel Travine", ("demo:demo-001:2",)),
-                             Step(2, "SEARCH", "Mirrow", ("demo:demo-001:4",)), Step(3, "ANSWER", "Sable River")))
+        for _ in range(2):  # two finished rollout-like episodes (not an evaluation's): what "Make answer pairs" reads
+            s.add_episode(question_id="demo-001", dataset="demo", question="On which river is the birthplace of the "
+                          "chemist Ansel Travine?", policy="lm", stage="refinement", schedule="time-dynamic",
+                          config={"data": str(DEMO), "t_max": 5}, source="rollout",
+                          steps=(Step(1, "SEARCH", "Ansel Travine", ("demo:demo-001:2",)),
+                                 Step(2, "SEARCH", "Mirrow", ("demo:demo-001:4",)), Step(3, "ANSWER", "Sable River")))
     with serve_studio(session_home, db_url, REPO / "artifacts" / "walk_browser.log",
-                      "--no-worker", "--no-warm", "--set", "policy.threads=1") as (url, _):
+                      "--no-worker", "--no-warm", "--set", "policy.threads=1",
+                      env={"EVORAG_TEST_HOLD": "pairs:answers"}) as (url, _):
         yield url, db_url, run, pair
 
 
@@ -82,21 +84,28 @@ def test_the_pair_prompt_is_shown_as_a_conversation(page, studio):
     shot(page, "walk_02_pair_prompt_demo_open")
 
 
-def test_answer_pairs_are_made_from_the_stored_episodes(page, studio):
-    """"Make answer pairs": the stored rollout episode's answer state read again (the evaluation run's episodes are
-    not); the message says what was queued and the table lists the pairs with source answer."""
+def test_answer_pairs_stop_and_go_on(page, studio):
+    """"Make answer pairs" on the two stored rollout episodes (the evaluation run's are not read), held at its first
+    episode (hold point pairs:answers) until Stop: the run ends after that episode, its pairs queued; a second click
+    reads the other one. The table lists the pairs with source answer."""
     open_pairs(page)
     page.locator("#evo-answer-pairs-box").get_by_text("Answer pairs from the stored episodes").click()
     page.click("#evo-answer-pairs")
-    page.wait_for_function(f"{text_of('evo-answer-pairs-msg')}.includes('answer pair')")
+    page.wait_for_function(f"{text_of('evo-answer-pairs-msg')}.includes('Reading the stored')")  # held at episode 1
+    page.click("#evo-answer-pairs-stop")
+    page.wait_for_function(f"{text_of('evo-answer-pairs-msg')}.includes('Stopped after')")
     msg = page.locator("#evo-answer-pairs-msg").inner_text()
-    assert msg.startswith("Queued ") and "from 1 state of 1 episode " in msg, msg
     with open_store(studio[1]) as s:
         made = s.list_pairs(source="answer", limit=None)
-    assert made and msg.startswith(f"Queued {len(made)} answer pair")
+    assert made and msg.startswith(f"Stopped after 1 episode: {len(made)} answer pair"), msg
     page.wait_for_function(f"{text_of('evo-pairs')}.includes('answer')")
     page.locator("#evo-answer-pairs-box").scroll_into_view_if_needed()
-    shot(page, "walk_06_answer_pairs")
+    shot(page, "walk_06_answer_pairs_stopped")
+    page.click("#evo-answer-pairs")
+    page.wait_for_function(f"{text_of('evo-answer-pairs-msg')}.includes('paired before')")
+    msg = page.locator("#evo-answer-pairs-msg").inner_text()
+    assert "answer pair" in msg and "from 1 state of 2 episodes (1 paired before" in msg, msg
+    shot(page, "walk_07_answer_pairs_again")
 
 
 def test_a_run_stored_before_the_studio_started_is_listed_and_opens(page, studio):

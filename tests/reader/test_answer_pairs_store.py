@@ -67,6 +67,27 @@ def test_stored_episodes_give_answer_pairs_once(tiny_backend, tmp_path):
         assert (again.already, again.no_gold, again.pair_ids) == (2, 1, ())
 
 
+def test_a_stopped_run_keeps_its_pairs_and_a_rerun_goes_on(tiny_backend, tmp_path):
+    """`stop` true from the start: the first episode is read (a started run reads one) and its pairs stay queued,
+    the second is not read; a rerun pairs the second and skips the first."""
+    reader = SpanReader(tiny_backend, AnswerConfig(ranker="lm"))
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        first, second = _episode(store, "q-file"), _episode(store, "q-file")
+        done: list[int] = []  # progress: 0 first, then each episode read
+
+        def make(stop):
+            return make_answer_pairs(store, reader, lambda v: reader_passages(v, 5), t_max=5,
+                                     data=str(_data_file(tmp_path)), on_episode=lambda d, n: done.append(d), stop=stop)
+
+        report = make(lambda: True)  # asked after each episode: the first is read, the second not
+        assert report.stopped and (report.episodes, report.states) == (1, 1) and report.pair_ids
+        assert {store.get_pair(i).metadata["episode_db_id"] for i in report.pair_ids} == {first}
+        assert done == [0, 1]
+        rest = make(lambda: False)
+        assert not rest.stopped and rest.already == 1 and rest.pair_ids
+        assert {store.get_pair(i).metadata["episode_db_id"] for i in rest.pair_ids} == {second}
+
+
 def test_the_cli_queues_answer_pairs_that_a_dpo_round_can_select(tiny_folder, tmp_path):
     home, db = tmp_path / "home", f"sqlite:///{tmp_path / 'store.db'}"
     with open_store(db) as store:

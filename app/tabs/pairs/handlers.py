@@ -2,10 +2,12 @@
 pairs made from the stored episodes (training/answer_pairs.py)."""
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from evorag_core import test_hooks
 from evorag_core.env.scheduler import STAGES
 
 from app.common import views
@@ -88,10 +90,12 @@ def restore_pair(svc: Services, pair_id: int | None) -> str:
 
 
 
-def answer_pairs(svc: Services, states: str = "final", on_episode: Callable[[int, int], None] | None = None) -> str:
+def answer_pairs(svc: Services, states: str = "final", on_episode: Callable[[int, int], None] | None = None,
+                 stop: threading.Event | None = None) -> str:
     """Queue answer pairs (source "answer") from the stored episodes not paired yet, read by the base model's reader
     (`training.answer_pairs.make_answer_pairs`; `states`: "final" or "all"). The model is held one episode at a
-    time, so other sessions' steps go on in between."""
+    time, so other sessions' steps go on in between; `stop` (the tab's Stop) ends the run after the episode being
+    read, keeping the pairs queued so far."""
     from evorag_core.policy.agent import reader_passages
     from evorag_core.reader.answers import Reader
     from training.answer_pairs import make_answer_pairs
@@ -104,14 +108,21 @@ def answer_pairs(svc: Services, states: str = "final", on_episode: Callable[[int
     if reader is None:
         raise ValueError('answer pairs need the span reader: answer.mode = "span" in the config')
 
+    stop = stop if stop is not None else threading.Event()
+
     @contextmanager
     def base_model() -> Iterator[None]:
         with svc.policies.lock:
             svc.policies.use(None)
+            test_hooks.hold("pairs:answers", stop)  # off unless a test names it (evorag_core/test_hooks.py)
             yield
 
     report = make_answer_pairs(svc.store(), reader, lambda v: reader_passages(v, cfg.policy.reader_passages),
-                               t_max=cfg.env.t_max, states=states, on_episode=on_episode, hold=base_model)
+                               t_max=cfg.env.t_max, states=states, on_episode=on_episode, hold=base_model,
+                               stop=stop.is_set)
+    if report.stopped:
+        return (f"Stopped after {_n(report.episodes, 'episode')}: {_n(len(report.pair_ids), 'answer pair')} queued. "
+                "Make answer pairs again to go on (paired episodes are skipped).")
     if not report.episodes:
         return "No stored episode to read: run episodes (Episode tab, or rollouts) first; evaluation runs are not used."
     return (f"Queued {_n(len(report.pair_ids), 'answer pair')} from {_n(report.states, 'state')} of "

@@ -2,6 +2,8 @@
 stored episodes. Layout and wiring only: every event calls `app.tabs.pairs.handlers`."""
 from __future__ import annotations
 
+import threading
+
 import gradio as gr
 
 from evorag_core.env.scheduler import STAGES
@@ -14,6 +16,12 @@ from app.tabs.pairs import handlers
 from app.tabs.pairs.view import prompt_html
 
 __all__ = ["build_tab"]
+
+_stop_flags: dict[str, threading.Event] = {}  # browser session -> its answer-pair run's Stop flag
+
+
+def _session(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or ""
 
 
 def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
@@ -49,6 +57,7 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
             states = gr.Radio([("the answer state", "final"), ("every state", "all")], value="final",
                               label="States read", elem_id="evo-answer-states", scale=2)
             make = gr.Button("Make answer pairs", elem_id="evo-answer-pairs", scale=0, min_width=200)
+            stop = gr.Button("Stop", variant="stop", elem_id="evo-answer-pairs-stop", scale=0, min_width=100)
         made = gr.HTML(elem_id="evo-answer-pairs-msg")
 
     filters = [source, status, annot, stage]
@@ -81,8 +90,23 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
 
     def make_pairs(st, src, sts, ann, stg, request: gr.Request, progress=gr.Progress()):
         roles.require(svc, request, "queue")
-        msg = handlers.answer_pairs(svc, st, lambda done, total: progress((done, total), desc="episodes read"))
-        return (views.message_html(msg, "ok"), *show(src, sts, ann, stg))
+        flag = _stop_flags[_session(request)] = threading.Event()
+        yield (views.message_html("Reading the stored episodes' answer states... Stop ends the run after the episode "
+                                  "being read.", "info"), gr.skip(), gr.skip(), gr.skip())
+        try:
+            msg = handlers.answer_pairs(svc, st, lambda done, total: progress((done, total), desc="episodes read"),
+                                        stop=flag)
+        finally:
+            _stop_flags.pop(_session(request), None)
+        yield (views.message_html(msg, "warn" if flag.is_set() else "ok"), *show(src, sts, ann, stg))
+
+    def stop_pairs(request: gr.Request):
+        flag = _stop_flags.get(_session(request))
+        if flag is None:
+            return views.message_html("Nothing is being read.", "info")
+        flag.set()  # the run ends after the episode being read and says so itself
+        return gr.skip()
 
     on(make.click, make_pairs, [states, *filters], [made, *outs])
+    on(stop.click, stop_pairs, None, made, api_visibility="private", show_progress="hidden")
     return Reload(show, filters, outs)
