@@ -43,8 +43,8 @@ class AnswerPairsReport:
 
 
 class _Gold:
-    """question -> gold answers: the question as registered in the store, else the episode's data file (or
-    `default_data`); each file is loaded once. None where neither knows the question or it has no answer."""
+    """question -> gold answers: the question as registered in the store, else the episode's data file (its config's
+    or the row's `data_path`), else `default_data`; each file is loaded once. None where neither knows the question or it has no answer."""
 
     def __init__(self, store: Store, default_data: str | None):
         self.store, self.default_data = store, default_data
@@ -58,7 +58,8 @@ class _Gold:
         if answers:
             return answers
         config = episode.config or {}
-        for path in dict.fromkeys(p for p in (config.get("data") or config.get("data_path"), self.default_data) if p):
+        own = config.get("data") or config.get("data_path") or episode.data_path
+        for path in dict.fromkeys(p for p in (own, self.default_data) if p):
             answers = self._file(str(path)).get(episode.question_id, ())
             if answers:
                 return answers

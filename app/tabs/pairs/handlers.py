@@ -88,8 +88,6 @@ def restore_pair(svc: Services, pair_id: int | None) -> str:
     return f"Pair #{p.id} is queued again."
 
 
-
-
 def answer_pairs(svc: Services, states: str = "final", on_episode: Callable[[int, int], None] | None = None,
                  stop: threading.Event | None = None) -> str:
     """Queue answer pairs (source "answer") from the stored episodes not paired yet, read by the base model's reader
