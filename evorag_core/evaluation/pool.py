@@ -49,6 +49,20 @@ class EvalSpec:
     corpus_from: tuple[str, ...] = ()  # retrieve from the pooled passages of these files (`--corpus-from`)
 
 
+def _thread_share(spec: EvalSpec, workers: int) -> EvalSpec:
+    """`spec` with each of `workers` processes held to its share of the cores: `policy.threads` (0 = torch's default,
+    every core) above cores // workers is lowered to it. Oversubscribed, two 2-thread workers on 2 cores evaluated
+    the agent at 14 s a question instead of 4.2 (a gate on 200 questions: 93 min instead of 28)."""
+    if workers == 1:
+        return spec
+    share = max(1, (os.cpu_count() or 1) // workers)
+    policy = spec.cfg.policy
+    if 0 < policy.threads <= share and spec.threads <= share:
+        return spec
+    cfg = replace(spec.cfg, policy=replace(policy, threads=min(policy.threads or share, share)))
+    return replace(spec, cfg=cfg, threads=min(spec.threads, share))
+
+
 class EvalWorker:
     """One evaluation worker: the runtime and the method, loaded once; adapters loaded when first named."""
 
@@ -122,7 +136,7 @@ class EvalPool:
 
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.spec, self.workers = spec, workers
+        self.spec, self.workers = _thread_share(spec, workers), workers
         self._index = {q.id: i for i, q in enumerate(load_dataset(Path(spec.data_path)).questions)}
         self._pool: Pool | None = None
 

@@ -77,3 +77,21 @@ def test_corpus_from_retrieves_from_another_files_passages(tiny, tmp_path):
     assert any(not pid.startswith(f"demo:{qid}:") for qid, pids in own for pid in pids)  # pooled, not its own 10
     assert hits(bare, tmp_path / "from.jsonl", "--corpus-from", str(DEMO)) == own
     assert hits(bare, tmp_path / "from2.jsonl", "--corpus-from", str(DEMO), "--workers", "2") == own
+
+
+@pytest.mark.parametrize(("threads", "workers", "cores", "expected"),
+                         [(0, 2, 2, 1), (2, 2, 2, 1), (1, 2, 2, 1), (0, 2, 16, 8), (4, 2, 16, 4), (2, 1, 2, 2)])
+def test_each_worker_keeps_to_its_share_of_the_cores(monkeypatch, tmp_path, threads, workers, cores, expected):
+    """policy.threads (0 = every core) above cores // workers is lowered to it: two 2-thread workers on 2 cores ran
+    3.3x slower; one worker keeps what it was given."""
+    from dataclasses import replace
+
+    from evorag_core.config import Config
+    from evorag_core.evaluation.pool import EvalPool, EvalSpec
+
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    cfg = Config()
+    spec = EvalSpec(replace(cfg, policy=replace(cfg.policy, threads=threads)), str(tmp_path), str(DEMO), threads=2)
+    pool = EvalPool(spec, workers)
+    assert pool.spec.cfg.policy.threads == expected
+    assert pool.spec.threads <= max(1, cores // workers) or workers == 1
