@@ -3,6 +3,7 @@ stored episodes. Layout and wiring only: every event calls `app.tabs.pairs.handl
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import gradio as gr
 
@@ -48,17 +49,6 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
             discard = gr.Button("Discard", variant="stop", elem_id="evo-pair-discard")
             restore = gr.Button("Restore", elem_id="evo-pair-restore")
         edit_msg = gr.HTML()
-    with gr.Accordion("Answer pairs from the stored episodes", open=False, elem_id="evo-answer-pairs-box"):
-        gr.Markdown("At the state each stored episode answered from (evaluation runs aside), the reader's candidate "
-                    "nearest the question's gold answer is preferred over a wrong one. These pairs train the answers: "
-                    "a DPO round with pair source **answer** (Training tab) is the round measured to raise the "
-                    "agent's F1 (docs/answers.md). Episodes paired before are skipped.")
-        with gr.Row():
-            states = gr.Radio([("the answer state", "final"), ("every state", "all")], value="final",
-                              label="States read", elem_id="evo-answer-states", scale=2)
-            make = gr.Button("Make answer pairs", elem_id="evo-answer-pairs", scale=0, min_width=200)
-            stop = gr.Button("Stop", variant="stop", elem_id="evo-answer-pairs-stop", scale=0, min_width=100)
-        made = gr.HTML(elem_id="evo-answer-pairs-msg")
 
     filters = [source, status, annot, stage]
 
@@ -88,6 +78,25 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
     on(restore.click, act(lambda pid, c, r, s: handlers.restore_pair(svc, pid)),
        [pair_dd, chosen, rejected, pair_stage, *filters], [edit_msg, *outs])
 
+    _answer_pairs_box(svc, show, filters, outs)
+    return Reload(show, filters, outs)
+
+
+def _answer_pairs_box(svc: Services, show: Callable[..., tuple], filters: list, outs: list) -> None:
+    """"Answer pairs from the stored episodes": Make answer pairs (progress, a message, the table refreshed) and
+    Stop (`handlers.answer_pairs`)."""
+    with gr.Accordion("Answer pairs from the stored episodes", open=False, elem_id="evo-answer-pairs-box"):
+        gr.Markdown("At the state each stored episode answered from (evaluation runs aside), the reader's candidate "
+                    "nearest the question's gold answer is preferred over a wrong one. These pairs train the answers: "
+                    "a DPO round with pair source **answer** (Training tab) is the round measured to raise the "
+                    "agent's F1 (docs/answers.md). Episodes paired before are skipped.")
+        with gr.Row():
+            states = gr.Radio([("the answer state", "final"), ("every state", "all")], value="final",
+                              label="States read", elem_id="evo-answer-states", scale=2)
+            make = gr.Button("Make answer pairs", elem_id="evo-answer-pairs", scale=0, min_width=200)
+            stop = gr.Button("Stop", variant="stop", elem_id="evo-answer-pairs-stop", scale=0, min_width=100)
+        made = gr.HTML(elem_id="evo-answer-pairs-msg")
+
     def make_pairs(st, src, sts, ann, stg, request: gr.Request, progress=gr.Progress()):
         roles.require(svc, request, "queue")
         flag = _stop_flags[_session(request)] = threading.Event()
@@ -109,4 +118,3 @@ def build_tab(svc: Services, demo: gr.Blocks) -> Reload:
 
     on(make.click, make_pairs, [states, *filters], [made, *outs])
     on(stop.click, stop_pairs, None, made, api_visibility="private", show_progress="hidden")
-    return Reload(show, filters, outs)
