@@ -15,7 +15,7 @@ from evorag_core.runtime import Runtime
 if TYPE_CHECKING:
     from evorag_core.store import Store
 
-__all__ = ["EpisodeSettings", "EpisodeSession", "free_question"]
+__all__ = ["EpisodeSettings", "EpisodeSession", "free_question", "session_key"]
 
 
 @dataclass(frozen=True)
@@ -53,3 +53,8 @@ class EpisodeSession(LiveEpisode):
             question = runtime.dataset.questions[0]
         return cls.open(runtime, question, policy, store, stage=settings.stage, schedule=settings.schedule,
                         preset=settings.preset, free=free)
+
+
+def session_key(request) -> str:
+    """The browser session of an event's `gr.Request` ("" without one): the key of that page's Stop flags."""
+    return getattr(request, "session_hash", None) or ""

@@ -17,6 +17,7 @@ from app.common import views, pickers
 from app.common.services import Services
 from app.common.wiring import on, studio_tab
 from app.tabs.arena import handlers as ha
+from app.common.session import session_key as _session
 
 __all__ = ["build_tab"]
 
@@ -25,10 +26,6 @@ _stop_flags: dict[str, threading.Event] = {}  # browser session -> its running g
 _IDLE_BASE = "Pick a question, then Generate: the base model's reply appears here."
 _IDLE_ADAPTER = "Pick an adapter to see its reply next to the base model's."
 _STOPPED = "No reply: the generation was stopped. Generate to start again."
-
-
-def _session(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or ""
 
 
 def build_tab(svc: Services) -> gr.Tab:
@@ -95,7 +92,6 @@ def build_tab(svc: Services) -> gr.Tab:
                  show_progress="minimal")
     on(c.stop.click, on_stop, busy, status, api_visibility="private", show_progress="hidden")
     return tab
-
 
 
 def _request_column(svc: Services, files: list) -> SimpleNamespace:

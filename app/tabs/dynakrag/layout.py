@@ -24,16 +24,13 @@ from app.common.services import Services
 from app.common.wiring import on, studio_tab
 from app.tabs.dynakrag import handlers as hd
 from app.tabs.dynakrag.view import controller_html, final_html, operations_html, scores_figure, state_html
+from app.common.session import session_key as _session
 
 __all__ = ["build_tab", "render"]
 
 _stop_flags: dict[str, threading.Event] = {}  # browser session -> its running Step / Run's Stop flag
 
 _IDLE = "Pick or type a question, then Step (or Reset to see s₀ first)."
-
-
-def _session(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or ""
 
 
 def render(svc: Services, session: hd.DynaKragSession | None) -> tuple[str, str, Any, str, str]:

@@ -15,14 +15,11 @@ from app.common.services import Services
 from app.common.wiring import Reload, on
 from app.tabs.pairs import handlers
 from app.tabs.pairs.view import prompt_html
+from app.common.session import session_key as _session
 
 __all__ = ["build_tab"]
 
 _stop_flags: dict[str, threading.Event] = {}  # browser session -> its answer-pair run's Stop flag
-
-
-def _session(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or ""
 
 
 def build_tab(svc: Services, demo: gr.Blocks) -> Reload:

@@ -22,14 +22,11 @@ from app.common.views import empty_figure, message_html
 from app.common.wiring import Reload, on
 from app.tabs.r2ag.figure import node_detail_html
 from app.tabs.r2ag.handlers import STEERING_CHOICES, grow_tree, select_node, show_tree, start_tree
+from app.common.session import session_key as _session
 
 __all__ = ["CLICK_JS", "build_tab"]
 
 _stop_flags: dict[str, threading.Event] = {}  # browser session -> its running expansion's Stop flag
-
-
-def _session(request: gr.Request | None) -> str:
-    return getattr(request, "session_hash", None) or ""
 
 
 # plotly's click on a node point -> the hidden textbox #evo-r2ag-clicked ("<node id>@<time>", so that clicking the
