@@ -505,17 +505,25 @@ class StudioConfig(_Checked):
     worker_restart_max_s: float = 60.0  # ... up to this
     max_upload_mb: float = 50.0  # largest data file the studio accepts as an upload
     upload_max_age_hours: float = 168.0  # uploads not used for this long are deleted (at start and on each upload)
+    timer_fast_s: float = 2.0  # an open page polls the server this often while a round or evaluation runs ...
+    timer_slow_s: float = 5.0  # ... and this often while nothing does (app/common/page_timers.py)
 
     RULES: ClassVar[Rules] = {
         "host": TEXT, "port": within(1, 65535), "start_worker": FLAG, "prepare_next": FLAG,
         "worker_restart_s": above(0), "worker_restart_max_s": above(0), "max_upload_mb": above(0),
-        "upload_max_age_hours": above(0),
+        "upload_max_age_hours": above(0), "timer_fast_s": above(0), "timer_slow_s": above(0),
         "data_roots": Allowed("a list of non-empty folder paths",
                               lambda v: isinstance(v, tuple) and all(isinstance(r, str) and r.strip() for r in v)),
         "max_question_chars": POSITIVE,
         "trusted_proxies": Allowed("a list of IP addresses or networks (e.g. 10.0.0.5, 10.0.0.0/24)",
                                    lambda v: isinstance(v, tuple) and all(_is_network(a) for a in v)),
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.timer_slow_s < self.timer_fast_s:
+            raise ConfigError(f"studio.timer_slow_s ({self.timer_slow_s}) must be at least studio.timer_fast_s "
+                              f"({self.timer_fast_s}): the idle rate is the slower one")
 
 
 @dataclass(frozen=True)

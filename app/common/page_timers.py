@@ -9,9 +9,10 @@ and cost the browser ~37 % of a core (bench/results/studio_idle.json). Now:
   stops: one timer, one request per tick;
 - every timer stops while the browser tab is hidden (the page's `visibilitychange`: hidden -> stopped; shown again
   -> the timer of the selected tab, or the header's, resumes, and its next tick brings the page up to date);
-- a timer ticks every SLOW_SECONDS while nothing its tick follows runs, every FAST_SECONDS while something does (a
-  round or an evaluation queued or running, the warm-up, a DynaKrag training round): each tick says whether it is
-  busy and the interval follows (an update only when it changes).
+- a timer ticks every `slow_s` while nothing its tick follows runs, every `fast_s` while something does (a round or
+  an evaluation queued or running, the warm-up, a DynaKrag training round): each tick says whether it is busy and
+  the interval follows (an update only when it changes). The periods are `[studio] timer_fast_s / timer_slow_s`
+  (FAST_SECONDS, SLOW_SECONDS by default).
 
 The page reports visibility by clicking one of two hidden buttons (`#evo-page-hidden`, `#evo-page-shown`) from a
 listener installed once at page load (`VISIBILITY_JS`); the server answers with each timer's `active` state. Which
@@ -28,8 +29,8 @@ from app.common.wiring import on
 
 __all__ = ["FAST_SECONDS", "SLOW_SECONDS", "PageTimers", "Tick", "VISIBILITY_JS", "active_timers", "interval_for"]
 
-FAST_SECONDS = 2.0  # while something the tick follows runs
-SLOW_SECONDS = 5.0  # while nothing does
+FAST_SECONDS = 2.0  # while something the tick follows runs (the default of studio.timer_fast_s)
+SLOW_SECONDS = 5.0  # while nothing does (studio.timer_slow_s)
 
 # installed once per page: a click on the matching hidden button whenever the browser tab is hidden or shown again
 VISIBILITY_JS = """() => {
@@ -46,7 +47,7 @@ VISIBILITY_JS = """() => {
 @dataclass(frozen=True)
 class Tick:
     """What a timer tick refreshes: `fn(request, *inputs)` -> (a value for each of `outputs`, busy), busy meaning
-    that something the tick follows is running (the timer then ticks every FAST_SECONDS)."""
+    that something the tick follows is running (the timer then ticks at the fast rate)."""
 
     fn: Callable[..., tuple[tuple, bool]]
     inputs: list
@@ -60,15 +61,17 @@ def active_timers(owners: list[str | None], tab: str | None, visible: bool) -> l
     return [visible and (owner == tab if owner is not None else tab not in owners) for owner in owners]
 
 
-def interval_for(busy: bool) -> float:
-    return FAST_SECONDS if busy else SLOW_SECONDS
+def interval_for(busy: bool, fast_s: float = FAST_SECONDS, slow_s: float = SLOW_SECONDS) -> float:
+    return fast_s if busy else slow_s
 
 
 @dataclass
 class PageTimers:
     """The page's timers, whose they are and what their ticks refresh; `wire` (once every tab is built) connects the
-    ticks, tab switches and visibility."""
+    ticks, tab switches and visibility. `fast_s` / `slow_s`: the busy and idle periods."""
 
+    fast_s: float = FAST_SECONDS
+    slow_s: float = SLOW_SECONDS
     owners: list[str | None] = field(default_factory=list)
     timers: list[gr.Timer] = field(default_factory=list)
     ticks: list[Tick | None] = field(default_factory=list)
@@ -78,12 +81,12 @@ class PageTimers:
         """The page's own timer (the header's `tick`): ticks while the page is visible and the selected tab has no
         timer of its own."""
         self.shell = tick
-        return self._add(None, gr.Timer(SLOW_SECONDS), None)
+        return self._add(None, gr.Timer(self.slow_s), None)
 
     def for_tab(self, tab_id: str, tick: Tick) -> gr.Timer:
         """A timer of tab `tab_id` (create it inside the tab) whose ticks run `tick` and the header's: ticks only
         while that tab is selected and visible."""
-        return self._add(tab_id, gr.Timer(SLOW_SECONDS, active=False), tick)
+        return self._add(tab_id, gr.Timer(self.slow_s, active=False), tick)
 
     def _add(self, owner: str | None, timer: gr.Timer, tick: Tick | None) -> gr.Timer:
         self.owners.append(owner)
@@ -98,11 +101,11 @@ class PageTimers:
         if self.shell is None:
             raise ValueError("PageTimers.wire: for_shell(tick) was never called")
         for timer, tick in zip(self.timers, self.ticks):
-            self._wire_tick(timer, [self.shell] if tick is None else [self.shell, tick])
+            self._wire_tick(timer, [self.shell] if tick is None else [self.shell, tick], self.fast_s, self.slow_s)
         self._wire_switches(tabs, tab_ids, first_tab)
 
     @staticmethod
-    def _wire_tick(timer: gr.Timer, parts: list[Tick]) -> None:
+    def _wire_tick(timer: gr.Timer, parts: list[Tick], fast_s: float, slow_s: float) -> None:
         """One event per tick: each part's outputs, then the timer's interval (sent only when it changes)."""
         sizes = [len(p.inputs) for p in parts]
 
@@ -115,7 +118,7 @@ class PageTimers:
                 out += got
                 busy = busy or part_busy
                 start += size
-            wanted = interval_for(busy)
+            wanted = interval_for(busy, fast_s, slow_s)
             return (*out, gr.Timer(value=wanted) if interval != wanted else gr.skip())
 
         inputs = [timer, *(b for p in parts for b in p.inputs)]

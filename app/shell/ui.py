@@ -56,7 +56,8 @@ def build_ui(svc: Services) -> gr.Blocks:
                                    elem_id="evo-annotator")
         # every event checks the user's role on the server against the tab its components sit in
         # (app.shell.event_roles.check_roles, at the end; app.common.roles.TAB_ACTIONS)
-        timers = PageTimers()  # each ticks only while what it refreshes can be seen
+        # each ticks only while what it refreshes can be seen
+        timers = PageTimers(fast_s=svc.cfg.studio.timer_fast_s, slow_s=svc.cfg.studio.timer_slow_s)
         with gr.Tabs() as tabs:
             with studio_tab("Episode", id="episode") as tab_episode:
                 episode = episode_tab.build_tab(svc, annotator, demo)

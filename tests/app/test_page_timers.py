@@ -1,5 +1,6 @@
 """`app.common.page_timers`: which of the page's timers tick for a selected tab and visibility, and how fast, as the
-built studio wires them (the browser side is tests/app/test_studio_browser.py::test_timers_tick_only_for_the_selected_tab_of_a_visible_page)."""
+built studio wires them, at the default periods and at the config's (the browser side is
+tests/app/test_page_timers_browser.py)."""
 from __future__ import annotations
 
 import gradio as gr
@@ -9,7 +10,8 @@ from gradio.helpers import special_args
 from app.common.page_timers import FAST_SECONDS, SLOW_SECONDS, active_timers, interval_for
 from app.common.services import Services
 from app.shell.ui import build_ui
-from evorag_core.config import load_config
+from evorag_core.config import apply_overrides, load_config
+from evorag_core.errors import ConfigError
 from tests.paths import DEMO
 
 OWNERS = [None, "training", "dynakrag"]  # the header's timer, the Training tab's, DynaKrag's
@@ -88,3 +90,19 @@ def _tab_of(block) -> str | None:
     while block is not None and not isinstance(block, gr.Tab):
         block = getattr(block, "parent", None)
     return block.id if block is not None else None
+
+
+def test_the_periods_are_the_configs(tmp_path):
+    """`[studio] timer_fast_s / timer_slow_s`: every timer is created at the slow period and hurried to the fast one
+    once a round is queued; an idle period shorter than the busy one is refused."""
+    cfg = apply_overrides(load_config(), {"studio.timer_fast_s": 0.5, "studio.timer_slow_s": 1.5})
+    svc = Services(cfg, tmp_path, data_path=DEMO, db_url=f"sqlite:///{tmp_path / 'studio.db'}")
+    try:
+        ticks = _tick_events(build_ui(svc))
+        assert [t.value for t in ticks] == [1.5, 1.5, 1.5]
+        svc.store().enqueue_round("dpo", {"pairs": 1})
+        assert {_tick(event, 1.5)[-1].value for event in ticks.values()} == {0.5}
+    finally:
+        svc.close()
+    with pytest.raises(ConfigError, match=r"studio.timer_slow_s \(1.0\) must be at least studio.timer_fast_s"):
+        apply_overrides(load_config(), {"studio.timer_slow_s": 1.0})

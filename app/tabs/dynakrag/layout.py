@@ -19,7 +19,7 @@ import gradio as gr
 
 from app.common import roles, views, pickers
 from app.common.dynakrag_view import trace_html
-from app.common.page_timers import FAST_SECONDS, PageTimers, Tick
+from app.common.page_timers import PageTimers, Tick
 from app.common.services import Services
 from app.common.wiring import on, studio_tab
 from app.tabs.dynakrag import handlers as hd
@@ -188,7 +188,7 @@ def _wire_training(svc: Services, c: SimpleNamespace, tab: gr.Tab, timers: PageT
         done = hd.train_controller(svc, path, n)
         html, _ = hd.round_html(svc, done.round_id)
         return (views.message_html(done.message, "warn" if done.capped else "ok"), html, done.round_id,
-                gr.Timer(value=FAST_SECONDS))  # the progress follows at the fast rate
+                gr.Timer(value=svc.cfg.studio.timer_fast_s))  # the progress follows at the fast rate
 
     def on_cancel(rid, request: gr.Request):
         roles.require(svc, request, "train")

@@ -25,7 +25,7 @@ from evorag_core.errors import EvoRagError
 from evorag_core.objectives import OBJECTIVES as REGISTRY
 
 from app.common import pickers, roles, views, training_fields as tf
-from app.common.page_timers import FAST_SECONDS, PageTimers, Tick
+from app.common.page_timers import PageTimers, Tick
 from app.common.services import Services
 from app.common.wiring import on
 from app.tabs.training import handlers, promotion
@@ -221,7 +221,7 @@ def _wire_rounds(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple
         except (ValueError, EvoRagError) as exc:  # refused (nothing available, a bad value or file): said where
             msg = views.message_html(str(exc), "error")  # the user looks
         return (msg, *refresh(shown, history, obj, given["source"], given["stage"], given["data"], picked, log_picked,
-                              picked_adapter), round_id, _hurry(round_id))
+                              picked_adapter), round_id, _hurry(svc, round_id))
 
     def on_cancel(picked, shown, history, obj, src, stg, dat, log_picked, picked_adapter, request: gr.Request):
         roles.require(svc, request, "train")
@@ -237,9 +237,9 @@ def _wire_rounds(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple
     on(c.adapter_dd.input, refresh, c.watched, c.outs, quiet=True, show_progress="hidden", api_visibility="private")
 
 
-def _hurry(round_id: int | None) -> Any:
+def _hurry(svc: Services, round_id: int | None) -> Any:
     """The tab's timer at its fast rate once something was queued (its next tick would say so too, later)."""
-    return gr.Timer(value=FAST_SECONDS) if round_id is not None else gr.skip()
+    return gr.Timer(value=svc.cfg.studio.timer_fast_s) if round_id is not None else gr.skip()
 
 
 def _wire_adapters(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple]) -> None:
@@ -262,7 +262,7 @@ def _wire_adapters(svc: Services, c: SimpleNamespace, refresh: Callable[..., tup
         except (ValueError, KeyError, EvoRagError) as exc:
             msg, kind = str(exc).strip("'\""), "error"
         return (views.message_html(msg, kind), *refresh(shown, history, obj, src, stg, dat, picked, log_picked, name),
-                _hurry(queued))
+                _hurry(svc, queued))
 
     def on_base(shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter, request: gr.Request):
         roles.require(svc, request, "adapters")
