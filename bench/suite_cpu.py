@@ -1,5 +1,6 @@
 """Where a command's CPU time goes, by kind of process: run it (the whole suite: `make test`) while every process on
-the machine is sampled, and write the CPU seconds per kind, the wall time and how busy the cores were.
+the machine is sampled, and write the CPU seconds per kind (and how many processes of each kind started), the wall
+time and how busy the cores were.
 
     python -m bench.suite_cpu --out bench/results/suite_cpu.json -- make test
 
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     me = os.getpid()
     sample(seen, total, me)
     total.clear()  # what ran before the command: counted from here on
+    before = set(seen)  # processes not running now count as started by the command
     cores0, start = psutil.cpu_times(), time.monotonic()
     reaped0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(command)
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     busy = sum(cores1) - sum(cores0)
     busy_frac = 1 - ((cores1.idle + getattr(cores1, "iowait", 0)) - (cores0.idle + getattr(cores0, "iowait", 0))) / busy
     cpu = sum(total.values())
+    started = Counter(kind for key, (kind, _) in seen.items() if key not in before)
     reaped1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     reaped = (reaped1.ru_utime + reaped1.ru_stime) - (reaped0.ru_utime + reaped0.ru_stime)
     report = {
@@ -110,13 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s": round(cpu, 1), "reaped_cpu_s": round(reaped, 1),
         "machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
         "note": args.note, "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "by_kind": {k: {"cpu_s": round(v, 1), "share": round(v / cpu, 3)} for k, v in total.most_common() if v >= 0.05},
+        "by_kind": {k: {"cpu_s": round(v, 1), "share": round(v / cpu, 3), "processes": started[k]}
+                    for k, v in total.most_common() if v >= 0.05},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"{report['minutes']} min, {cpu:.0f} CPU-s, cores busy {busy_frac:.0%}, exit {proc.returncode}")
     for k, v in report["by_kind"].items():
-        print(f"  {v['cpu_s']:8.1f} s  {v['share']:6.1%}  {k}")
+        print(f"  {v['cpu_s']:8.1f} s  {v['share']:6.1%}  {v['processes']:5d} started  {k}")
     return proc.returncode
 
 

@@ -1,5 +1,3 @@
-"""The `evorag` command line: `main` dispatches to one module per subcommand (shared option helpers in `common`).
-The only library package that may import `training` and `app`."""
-from evorag_core.cli.main import main
-
-__all__ = ["main"]
+"""The `evorag` command line: `evorag_core.cli.main.main` dispatches to one module per subcommand (shared option
+helpers in `common`). The only library package that may import `training` and `app`. Nothing is imported here, so
+that `python -m evorag_core.cli.main` runs that module once (no runpy warning about it being imported already)."""

@@ -17,5 +17,6 @@ def test_the_cpu_of_a_child_is_found_under_its_kind(tmp_path):
     report = json.loads(out.read_text())
     assert code == report["exit_code"] == 3
     python = report["by_kind"]["other python (CLIs, benches)"]["cpu_s"]
+    assert report["by_kind"]["other python (CLIs, benches)"]["processes"] >= 1  # the command itself
     assert python >= 2.5 and report["reaped_cpu_s"] >= 2.9 and report["wall_s"] >= 2.9
     assert 0 < report["cores_busy"] <= 1 and report["cpu_s"] >= python
