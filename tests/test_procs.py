@@ -1,6 +1,7 @@
 """`die_with_parent` (evorag_core/procs.py): a busy pool worker set up with it goes away when the process that started
 the pool is killed without cleaning up (SIGKILL), as the rollout executors' and the evaluation pool's workers are
-(without it, the worker runs its task to the end: checked by `DIE=0`)."""
+(without it, the worker runs its task to the end: checked by `DIE=0`); on a spawned pool and on the project's own
+(`pool_context`: a fork server, the worker's kernel parent, between the driver and the worker)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ from tests.paths import REPO
 
 PARENT = """
 import multiprocessing, os, sys, time
-from evorag_core.procs import die_with_parent
+from evorag_core.procs import die_with_parent, pool_child_init, pool_context
 
 
 def busy(marker):
@@ -24,9 +25,13 @@ def busy(marker):
 
 
 if __name__ == "__main__":
-    ctx = multiprocessing.get_context("spawn")
-    setup = die_with_parent if os.environ.get("DIE", "1") == "1" else None
-    pool = ctx.Pool(1, initializer=setup, initargs=(os.getpid(),) if setup else ())
+    die = os.environ.get("DIE", "1") == "1"
+    if os.environ["CTX"] == "spawn":
+        ctx, setup, args = multiprocessing.get_context("spawn"), die_with_parent, (os.getpid(),)
+    else:
+        ctx, setup, args = pool_context(), pool_child_init, (os.getpid(), dict(os.environ))
+        ctx.set_forkserver_preload([])  # the fork server is what is tested here, not the model stack it imports
+    pool = ctx.Pool(1, initializer=setup if die else None, initargs=args if die else ())
     worker = pool.apply(os.getpid)
     marker = sys.argv[1]
     pool.apply_async(busy, (marker,))  # busy: an idle worker would leave anyway, on its task pipe's EOF
@@ -48,13 +53,13 @@ def _alive(pid: int) -> bool:
         return fh.read().split(") ", 1)[1][0] != "Z"
 
 
-def _kill_parent(tmp_path, die: bool) -> int:
+def _kill_parent(tmp_path, die: bool, ctx: str) -> int:
     """Start the parent, SIGKILL it once its worker is busy; the worker's pid."""
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
     marker = tmp_path / f"busy-{int(die)}"
     parent = subprocess.Popen([sys.executable, str(script), str(marker)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO), "DIE": "1" if die else "0"})
+                              env={**os.environ, "PYTHONPATH": str(REPO), "DIE": "1" if die else "0", "CTX": ctx})
     try:
         worker = int(parent.stdout.readline())
         assert _alive(worker)
@@ -72,10 +77,11 @@ def _gone_within(pid: int, seconds: float) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_busy_pool_worker_dies_with_its_killed_parent(tmp_path):
-    worker = _kill_parent(tmp_path, die=True)
+@pytest.mark.parametrize("ctx", ["spawn", "pool_context"])
+def test_a_busy_pool_worker_dies_with_its_killed_parent(tmp_path, ctx):
+    worker = _kill_parent(tmp_path, die=True, ctx=ctx)
     assert _gone_within(worker, 60), "the worker outlived its killed parent"
-    orphan = _kill_parent(tmp_path, die=False)  # the control: without it the orphan keeps working
+    orphan = _kill_parent(tmp_path, die=False, ctx=ctx)  # the control: without it the orphan keeps working
     try:
         assert not _gone_within(orphan, 2)
     finally:

@@ -14,7 +14,6 @@ another torch thread count moves a floating-point tie between two choices.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass, replace
@@ -25,7 +24,7 @@ from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 from evorag_core.methods.base import MethodOptions, QuestionResult
 from evorag_core.pairs.executors import in_order
-from evorag_core.procs import die_with_parent
+from evorag_core.procs import pool_child_init, pool_context
 
 if TYPE_CHECKING:
     from multiprocessing.pool import Pool
@@ -117,9 +116,9 @@ class EvalWorker:
 _WORKER: EvalWorker | None = None
 
 
-def _init(spec: EvalSpec, parent: int | None = None) -> None:
+def _init(spec: EvalSpec, parent: int, environ: dict[str, str]) -> None:
     global _WORKER
-    die_with_parent(parent)  # a killed driver leaves no worker evaluating
+    pool_child_init(parent, environ)  # a killed driver leaves no worker evaluating
     _WORKER = EvalWorker(spec)
 
 
@@ -129,7 +128,7 @@ def _run(job: tuple[str | None, int]) -> tuple[int, QuestionResult]:
 
 
 class EvalPool:
-    """`workers` processes (spawned on first use, kept until `close`) evaluating questions of `spec.data_path`."""
+    """`workers` processes (started on first use, kept until `close`) evaluating questions of `spec.data_path`."""
 
     def __init__(self, spec: EvalSpec, workers: int):
         from evorag_core.data.datasets import load_dataset
@@ -156,8 +155,8 @@ class EvalPool:
 
     def _get(self) -> Pool:
         if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # fork after torch / faiss threads have started is unsafe
-            self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(self.spec, os.getpid()))
+            self._pool = pool_context().Pool(self.workers, initializer=_init,
+                                             initargs=(self.spec, os.getpid(), dict(os.environ)))
         return self._pool
 
     def close(self) -> None:

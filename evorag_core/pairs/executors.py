@@ -8,8 +8,8 @@ depends on the order pairs are offered, so a reorder buffer makes the stored pai
 a fixed seed (sibling sampling is seeded per question and state, `rollout.seed`, not per worker). An episode that
 finished while an earlier one is still running waits in the buffer; Ctrl-C or an error keeps every stored episode.
 
-- `local_results(spec, indices, workers)`: `workers` = 1 runs in this process; more start a process pool (spawn, one
-  worker per process). The default.
+- `local_results(spec, indices, workers)`: `workers` = 1 runs in this process; more start a process pool (`pool_context`:
+  one worker per process). The default.
 - `ray_results(spec, indices, workers, address)`: Ray actors, one `RolloutWorker` each (`ray.remote`), fed by
   `ray.util.ActorPool.map_unordered`. `address` None starts a local Ray instance for this run; "auto" or
   "ray://host:10001" joins a running cluster, whose nodes must have this package installed and read the same home
@@ -18,7 +18,6 @@ finished while an earlier one is still running waits in the buffer; Ctrl-C or an
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -28,9 +27,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVa
 from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 from evorag_core.pairs.branches import EpisodeRollout
-from evorag_core.procs import die_with_parent
 from evorag_core.pairs.persist import SavedRollout, save_rollout
 from evorag_core.pairs.selection import PairSelector, RolloutStats
+from evorag_core.procs import pool_child_init, pool_context
 
 if TYPE_CHECKING:
     from evorag_core.store import Store
@@ -101,9 +100,9 @@ def policy_name(model_id: str, adapter: str | None) -> str:
 _PROCESS_WORKER: RolloutWorker | None = None
 
 
-def _process_init(spec: WorkerSpec, parent: int | None = None) -> None:
+def _process_init(spec: WorkerSpec, parent: int, environ: dict[str, str]) -> None:
     global _PROCESS_WORKER
-    die_with_parent(parent)  # a killed driver leaves no worker rolling out
+    pool_child_init(parent, environ)  # a killed driver leaves no worker rolling out
     _PROCESS_WORKER = RolloutWorker(spec)
 
 
@@ -142,8 +141,8 @@ def local_results(spec: WorkerSpec, indices: Sequence[int], workers: int = 1,
         for i in indices:
             yield worker.rollout(i)
         return
-    ctx = multiprocessing.get_context("spawn")  # fork after torch / faiss threads have started is unsafe
-    with ctx.Pool(min(workers, len(indices)) or 1, initializer=_process_init, initargs=(spec, os.getpid())) as pool:
+    with pool_context().Pool(min(workers, len(indices)) or 1, initializer=_process_init,
+                             initargs=(spec, os.getpid(), dict(os.environ))) as pool:
         yield from pool.imap_unordered(_process_rollout, indices)  # leaving the block terminates the pool
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
+from tests.studio_process import choose, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -70,14 +70,6 @@ def studio(session_home, tmp_path_factory):
                       "--no-worker", "--no-warm", "--set", "annotate.annotators_per_item=2") as (url, _):
         yield url, store, db_url
     store.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
-    with chromium() as b:
-        yield b
 
 
 def _login(browser, url: str, name: str):

@@ -19,7 +19,7 @@ import pytest
 from app.tabs.episode.layout import KEEP_TYPED_JS
 
 from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, choose, chromium, held_event, serve_studio
+from tests.studio_process import choose, held_event, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -45,19 +45,17 @@ def studio(session_home, tmp_path_factory):
 
 
 @pytest.fixture()
-def page(studio):
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
+def page(browser, studio):
     url, _ = studio
-    with chromium() as browser:
-        pg = browser.new_page(viewport={"width": 1500, "height": 1200})
-        pg.set_default_timeout(120_000)  # the first Reset builds the demo's retrieval index
-        pg.goto(url)
-        pg.wait_for_function("document.querySelector('#evo-question input') && "
-                             "document.querySelector('#evo-question input').value.startsWith('demo-001')")
-        pg.wait_for_function(f"{text_of('evo-header-pairs')} !== ''")
-        yield pg
-        shot(pg, "human_last_state")  # what the page showed when the test ended (a failure's state included)
+    pg = browser.new_page(viewport={"width": 1500, "height": 1200})
+    pg.set_default_timeout(120_000)  # the first Reset builds the demo's retrieval index
+    pg.goto(url)
+    pg.wait_for_function("document.querySelector('#evo-question input') && "
+                         "document.querySelector('#evo-question input').value.startsWith('demo-001')")
+    pg.wait_for_function(f"{text_of('evo-header-pairs')} !== ''")
+    yield pg
+    shot(pg, "human_last_state")  # what the page showed when the test ended (a failure's state included)
+    pg.close()
 
 
 def shot(page, name: str) -> None:

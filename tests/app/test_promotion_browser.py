@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import DEMO
-from tests.studio_process import CHROMIUM, choose, chromium, serve_studio, shot
+from tests.studio_process import choose, serve_studio, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,17 +55,15 @@ def studio(session_home, tmp_path_factory):
 
 
 @pytest.fixture()
-def page(studio):
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
-    with chromium() as browser:
-        pg = browser.new_page(viewport={"width": 1500, "height": 2200})
-        pg.set_default_timeout(60_000)
-        pg.goto(studio[0])
-        pg.wait_for_selector("#evo-reset")
-        pg.wait_for_function("document.querySelector('#evo-live-adapter') && !document.querySelector('#evo-warming')",
-                             timeout=300_000)
-        yield pg
+def page(browser, studio):
+    pg = browser.new_page(viewport={"width": 1500, "height": 2200})
+    pg.set_default_timeout(60_000)
+    pg.goto(studio[0])
+    pg.wait_for_selector("#evo-reset")
+    pg.wait_for_function("document.querySelector('#evo-live-adapter') && !document.querySelector('#evo-warming')",
+                         timeout=300_000)
+    yield pg
+    pg.close()
 
 
 def test_the_report_view_a_forced_activation_with_its_reason_and_a_queued_evaluation(page, studio):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import SHOTS
-from tests.studio_process import CHROMIUM, choose, chromium, serve_studio
+from tests.studio_process import choose, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -62,18 +62,16 @@ def studio(session_home, tmp_path_factory):
 
 
 @pytest.fixture()
-def page(studio):
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
+def page(browser, studio):
     url, _, _ = studio
-    with chromium() as browser:
-        pg = browser.new_page(viewport={"width": 1500, "height": 2000})  # the adapter list opens below the fold
-        pg.set_default_timeout(60_000)
-        pg.goto(url)
-        pg.wait_for_selector("#evo-reset")
-        pg.wait_for_function("document.querySelector('#evo-live-adapter') && !document.querySelector('#evo-warming')",
-                             timeout=300_000)
-        yield pg
+    pg = browser.new_page(viewport={"width": 1500, "height": 2000})  # the adapter list opens below the fold
+    pg.set_default_timeout(60_000)
+    pg.goto(url)
+    pg.wait_for_selector("#evo-reset")
+    pg.wait_for_function("document.querySelector('#evo-live-adapter') && !document.querySelector('#evo-warming')",
+                         timeout=300_000)
+    yield pg
+    pg.close()
 
 
 def shot(page, name: str) -> None:

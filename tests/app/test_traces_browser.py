@@ -14,7 +14,7 @@ import pytest
 
 from tests.paths import REPO, SHOTS
 from evorag_core.store import TraceFilter, open_store
-from tests.studio_process import CHROMIUM, store_oracle_run, choose, chromium, demo_page, serve_studio
+from tests.studio_process import CHROMIUM, store_oracle_run, choose, demo_page, serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,14 +47,14 @@ def text_of(css: str) -> str:
     return f"(document.querySelector({css!r}) || {{innerText: ''}}).innerText"
 
 
-def test_find_an_eval_episode_by_filter_open_it_and_open_it_by_deep_link(studio):
+def test_find_an_eval_episode_by_filter_open_it_and_open_it_by_deep_link(browser, studio):
     url, db_url = studio
     with open_store(db_url) as s:
         stored = s.search_traces(TraceFilter(source="eval", text="demo-002"))
         assert stored.total == 1
         target = stored.rows[0]
         assert target.em == 1.0  # the oracle answers demo-002 right
-    with chromium() as browser, demo_page(browser, url, height=1300) as page:
+    with demo_page(browser, url, height=1300) as page:
         page.get_by_role("tab", name="Traces").click()
         page.wait_for_function(f"{text_of('#evo-traces-count')}.includes('of 3')")
         choose(page, "evo-tf-policy", target.policy)
@@ -97,15 +97,14 @@ def test_find_an_eval_episode_by_filter_open_it_and_open_it_by_deep_link(studio)
         assert "Traceback" not in page.content()
 
 
-def test_question_link_selects_the_question_in_the_episode_tab(studio):
+def test_question_link_selects_the_question_in_the_episode_tab(browser, studio):
     url, _ = studio
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1500, "height": 1000})
-        page.set_default_timeout(120_000)
-        page.goto(f"{url}?data={DEMO}&question=demo-003")
-        page.wait_for_function(f"{text_of('#evo-data-info')}.includes('Opened from a link: question demo-003')")
-        assert page.locator("#evo-question input").input_value().startswith("demo-003")
-        page.goto(f"{url}?data={DEMO}&question=no-such-question")
-        page.wait_for_function(f"{text_of('#evo-data-info')}.includes('The link was not opened')")
-        assert "no-such-question" in page.locator("#evo-data-info").inner_text()
-        page.close()
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.set_default_timeout(120_000)
+    page.goto(f"{url}?data={DEMO}&question=demo-003")
+    page.wait_for_function(f"{text_of('#evo-data-info')}.includes('Opened from a link: question demo-003')")
+    assert page.locator("#evo-question input").input_value().startswith("demo-003")
+    page.goto(f"{url}?data={DEMO}&question=no-such-question")
+    page.wait_for_function(f"{text_of('#evo-data-info')}.includes('The link was not opened')")
+    assert "no-such-question" in page.locator("#evo-data-info").inner_text()
+    page.close()

@@ -17,7 +17,7 @@ import pytest
 
 from tests.paths import REPO, SHOTS
 from evorag_core.store import NewPair
-from tests.studio_process import CHROMIUM, chromium, serve_studio
+from tests.studio_process import serve_studio
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -43,16 +43,14 @@ def studio(session_home, tmp_path_factory):
 
 
 @pytest.fixture()
-def page(studio):
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
+def page(browser, studio):
     url, _ = studio
-    with chromium() as browser:
-        pg = browser.new_page(viewport={"width": 1500, "height": 1300})
-        pg.set_default_timeout(60_000)
-        pg.goto(url)
-        pg.wait_for_selector("#evo-reset")
-        yield pg
+    pg = browser.new_page(viewport={"width": 1500, "height": 1300})
+    pg.set_default_timeout(60_000)
+    pg.goto(url)
+    pg.wait_for_selector("#evo-reset")
+    yield pg
+    pg.close()
 
 
 def shot(page, name: str) -> None:
