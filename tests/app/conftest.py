@@ -1,5 +1,6 @@
-"""Fixtures the studio's browser tests share: one headless Chromium per test process (each test opens its own
-pages or contexts; a launch with Playwright's driver costs ~1.5 s of CPU, once per module before)."""
+"""Fixtures the studio's browser tests share: one headless Chromium per test module (each test opens its own pages
+or contexts). Not one per test process: while Playwright's sync API is started, its event loop counts as running in
+the thread, and a later module's `asyncio.run` fails."""
 from __future__ import annotations
 
 import pytest
@@ -7,26 +8,12 @@ import pytest
 from tests.studio_process import CHROMIUM, chromium
 
 
-_STARTED: list = []  # the session's browser, once a test asked for it
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` to run the browser tests")
     with chromium() as b:
-        _STARTED.append(b)
         yield b
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pages_closed_with_their_module():
-    """Whatever a module's tests left open (a failed test's page, a context) closes with the module, as it did when
-    each module had its own browser: no page of a stopped studio goes on polling beside the next module's tests."""
-    yield
-    for b in _STARTED:
-        for context in b.contexts:
-            context.close()
 
 
 @pytest.fixture()
