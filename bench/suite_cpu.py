@@ -11,6 +11,11 @@ sampled every `--every` seconds (psutil); one that starts and ends between two s
 zombie keeps its name only ("exited before sampled"). Processes that ran before the command started count from the
 first sample. `reaped_cpu_s` is what /usr/bin/time would say: the CPU of the descendants that were waited for (a
 browser or server killed without being reaped by its parent is missing there, not in `cpu_s`).
+
+This host's speed moves between runs by more than a change to the suite does (the same test 25-30 % slower on the
+same day), so a run records a reference reading before and after the command: the CPU seconds of a fresh process
+that imports the model stack (`REFERENCE`, what ~130 of the suite's processes each do), the median of three. Runs
+compare by `cpu_s` over the reference, not by minutes alone.
 """
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 import psutil
+
+REFERENCE = "import torch, transformers.modeling_utils, peft, sentence_transformers"
 
 # (kind, a test on the command line); the first that matches names the process
 KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
@@ -75,6 +82,19 @@ def sample(seen: dict[tuple[int, float], list], total: Counter, me: int) -> None
         seen[key][1] = cpu
 
 
+def reference_cpu_s(runs: int = 3) -> float:
+    """Median CPU seconds of a fresh interpreter running `REFERENCE` (the host's speed now); 0.0 for no runs."""
+    if runs < 1:
+        return 0.0
+    readings = []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", REFERENCE], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        readings.append((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime))
+    return round(sorted(readings)[len(readings) // 2], 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
@@ -84,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("bench/results/suite_cpu.json"))
     p.add_argument("--every", type=float, default=1.0, help="seconds between samples (default 1)")
     p.add_argument("--note", default="", help="what else ran on the machine")
+    p.add_argument("--reference-runs", type=int, default=3, help="reference readings before and after (0: none)")
     args = p.parse_args(argv[:cut])
     command = argv[cut + 1:]
+    ref_before = reference_cpu_s(args.reference_runs)
     seen: dict[tuple[int, float], list] = {}
     total: Counter = Counter()
     me = os.getpid()
@@ -107,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     started = Counter(kind for key, (kind, _) in seen.items() if key not in before)
     reaped1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     reaped = (reaped1.ru_utime + reaped1.ru_stime) - (reaped0.ru_utime + reaped0.ru_stime)
+    reference = [ref_before, reference_cpu_s(args.reference_runs)]
     report = {
         "command": " ".join(command), "exit_code": proc.returncode, "wall_s": round(wall, 1),
         "minutes": round(wall / 60, 2), "cores": psutil.cpu_count(), "cores_busy": round(busy_frac, 3),
         "cpu_s": round(cpu, 1), "reaped_cpu_s": round(reaped, 1),
+        "reference_cpu_s": {"before": reference[0], "after": reference[1], "what": REFERENCE},
+        "cpu_over_reference": round(cpu / (sum(reference) / 2), 1) if all(reference) else None,
         "machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
         "note": args.note, "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "by_kind": {k: {"cpu_s": round(v, 1), "share": round(v / cpu, 3), "processes": started[k]}
@@ -118,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"{report['minutes']} min, {cpu:.0f} CPU-s, cores busy {busy_frac:.0%}, exit {proc.returncode}")
+    print(f"{report['minutes']} min, {cpu:.0f} CPU-s, cores busy {busy_frac:.0%}, exit {proc.returncode}; "
+          f"reference {reference[0]} / {reference[1]} CPU-s (before / after): {report['cpu_over_reference']} references")
     for k, v in report["by_kind"].items():
         print(f"  {v['cpu_s']:8.1f} s  {v['share']:6.1%}  {v['processes']:5d} started  {k}")
     return proc.returncode
