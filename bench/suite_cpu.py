@@ -14,8 +14,9 @@ browser or server killed without being reaped by its parent is missing there, no
 
 This host's speed moves between runs by more than a change to the suite does (the same test 25-30 % slower on the
 same day), so a run records a reference reading before and after the command: the CPU seconds of a fresh process
-that imports the model stack (`REFERENCE`, what ~130 of the suite's processes each do), the median of three. Runs
-compare by `cpu_s` over the reference, not by minutes alone.
+that imports the model stack (`REFERENCE`, what ~130 of the suite's processes each do), the median of three. It
+ranged 8.4-13.1 CPU-s within one hour here: a hint of the host's state, too noisy to normalise by; compare two
+commits by running them back to back.
 """
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"{report['minutes']} min, {cpu:.0f} CPU-s, cores busy {busy_frac:.0%}, exit {proc.returncode}; "
-          f"reference {reference[0]} / {reference[1]} CPU-s (before / after): {report['cpu_over_reference']} references")
+          f"reference {reference[0]} / {reference[1]} CPU-s (before / after): "
+          f"{report['cpu_over_reference']} references")
     for k, v in report["by_kind"].items():
         print(f"  {v['cpu_s']:8.1f} s  {v['share']:6.1%}  {v['processes']:5d} started  {k}")
     return proc.returncode

@@ -8,13 +8,14 @@ depends on the order pairs are offered, so a reorder buffer makes the stored pai
 a fixed seed (sibling sampling is seeded per question and state, `rollout.seed`, not per worker). An episode that
 finished while an earlier one is still running waits in the buffer; Ctrl-C or an error keeps every stored episode.
 
-- `local_results(spec, indices, workers)`: `workers` = 1 runs in this process; more start a process pool (`pool_context`:
-  one worker per process). The default.
+- `local_results(spec, indices, workers)`: `workers` = 1 runs in this process; more start a process pool
+  (`procs.pool_context`: forked from a server that imported the model stack; one worker per process). The default.
 - `ray_results(spec, indices, workers, address)`: Ray actors, one `RolloutWorker` each (`ray.remote`), fed by
   `ray.util.ActorPool.map_unordered`. `address` None starts a local Ray instance for this run; "auto" or
   "ray://host:10001" joins a running cluster, whose nodes must have this package installed and read the same home
   folder (models, indexes) and data file paths. A local Ray started here runs its actors at normal priority
-  (`RAY_worker_niceness=0` unless set; Ray's default renices workers to 15). Ray is optional (`pip install 'evorag-studio[ray]'`).
+  (`RAY_worker_niceness=0` unless set; Ray's default renices workers to 15). Ray is optional
+  (`pip install 'evorag-studio[ray]'`).
 """
 from __future__ import annotations
 
