@@ -136,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": round(wall / 60, 2), "cores": psutil.cpu_count(), "cores_busy": round(busy_frac, 3),
         "cpu_s": round(cpu, 1), "reaped_cpu_s": round(reaped, 1),
         "reference_cpu_s": {"before": reference[0], "after": reference[1], "what": REFERENCE},
-        "cpu_over_reference": round(cpu / (sum(reference) / 2), 1) if all(reference) else None,
         "machine": f"{platform.processor() or platform.machine()}, {psutil.cpu_count()} cores",
         "note": args.note, "created": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "by_kind": {k: {"cpu_s": round(v, 1), "share": round(v / cpu, 3), "processes": started[k]}
@@ -145,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"{report['minutes']} min, {cpu:.0f} CPU-s, cores busy {busy_frac:.0%}, exit {proc.returncode}; "
-          f"reference {reference[0]} / {reference[1]} CPU-s (before / after): "
-          f"{report['cpu_over_reference']} references")
+          f"reference {reference[0]} / {reference[1]} CPU-s (before / after)")
     for k, v in report["by_kind"].items():
         print(f"  {v['cpu_s']:8.1f} s  {v['share']:6.1%}  {v['processes']:5d} started  {k}")
     return proc.returncode

@@ -9,8 +9,8 @@ pool process also watches its driver's sentinel pipe (every platform).
 `pool_context()` is how those pools start their processes: from a fork server that imported the model stack once
 (torch, transformers, peft, sentence-transformers, faiss: ~8-10 s of CPU per process), so a pool process starts in
 a fraction of a second instead of importing it again; a second pool in the same process reuses the server. The
-server stays until the process that started it exits (holding those modules, ~0.5 GB, shared copy-on-write with
-its children). Where there is no fork server (Windows) the pools spawn.
+server stays until the process that started it exits (holding those modules: 525 MB resident, 147 MB its own, the
+rest shared copy-on-write with its children). Where there is no fork server (Windows) the pools spawn.
 """
 from __future__ import annotations
 
