@@ -25,6 +25,22 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 and "OMP_NUM_THREAD
         sys.modules["torch"].set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread_after_the_module():
+    """Under xdist a test module leaves torch at one thread: a module that set two (tests/methods/test_dynakrag.py
+    did) ran every later test of its worker on two threads beside the other worker's, its embedded-LM test at 39.5 s
+    against 4.9 s on one. Checked when the module's fixtures are torn down (this one is set up first, so it ends
+    last): the count is put back to one and the module's last test errors, naming it."""
+    yield
+    torch = sys.modules.get("torch")
+    if torch is None or int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2:
+        return
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)
+        pytest.fail(f"this module left torch at {threads} threads (one per process under xdist: restore what you set)")
+
+
 @pytest.fixture(scope="session")
 def benchmarks() -> Path:
     if not BENCHMARKS.is_dir():

@@ -4,7 +4,6 @@ end with the embedded LM (slow)."""
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -402,11 +401,10 @@ def test_eval_method_is_registered():
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    import torch
-
+    """The embedded model at the process's torch thread count (one under xdist, tests/conftest.py). Not two: that
+    setting outlived this module and ran every later test of its worker on two threads beside the other worker."""
     from evorag_core.lm.hf_backend import TransformersBackend
 
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
     return TransformersBackend(PolicyConfig(device="cpu"), tmp_path_factory.mktemp("dynakrag-home"))
 
 
