@@ -121,26 +121,14 @@ def chromium() -> Iterator:
 
 
 class StillBrowser:
-    """A Playwright browser whose new pages and contexts load `STILL_JS` (no CSS animations); the rest as is.
-
-    `new_page` opens its pages in one context that the browser's pages share (a test that needs its own cookies, a
-    login, opens a `new_context`): the studio's ~20 MB of page scripts are then fetched and compiled once per
-    module, not once per page (Playwright's `Browser.new_page` makes a fresh context, with an empty cache, each time).
-    A page's viewport is set on the page."""
+    """A Playwright browser whose new pages and contexts load `STILL_JS` (no CSS animations); the rest as is."""
 
     def __init__(self, browser) -> None:
         self._browser = browser
-        self._shared = None
 
-    def new_page(self, viewport: dict | None = None, **kwargs):
-        if kwargs:  # options of a context (locale, storage, ...): a context of its own
-            context = self.new_context(viewport=viewport, **kwargs)
-            return context.new_page()
-        if self._shared is None:
-            self._shared = self.new_context()
-        page = self._shared.new_page()
-        if viewport:
-            page.set_viewport_size(viewport)
+    def new_page(self, **kwargs):
+        page = self._browser.new_page(**kwargs)
+        page.add_init_script(STILL_JS)
         return page
 
     def new_context(self, **kwargs):
