@@ -18,8 +18,8 @@ import pytest
 
 from app.tabs.episode.layout import KEEP_TYPED_JS
 
-from tests.paths import REPO, SHOTS
-from tests.studio_process import choose, held_event, serve_studio
+from tests.paths import REPO
+from tests.studio_process import choose, held_event, serve_studio, shot, text_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -56,16 +56,6 @@ def page(browser, studio):
     yield pg
     shot(pg, "human_last_state")  # what the page showed when the test ended (a failure's state included)
     pg.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def text_of(elem_id: str) -> str:
-    """JS: the element's text ('' while it is absent)."""
-    return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"
 
 
 def rows(n: int) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import SHOTS
-from tests.studio_process import choose, serve_studio
+from tests.studio_process import choose, serve_studio, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -72,11 +72,6 @@ def page(browser, studio):
                          timeout=300_000)
     yield pg
     pg.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def live(page) -> str:

@@ -12,8 +12,8 @@ import urllib.request
 
 import pytest
 
-from tests.paths import REPO, SHOTS
-from tests.studio_process import CHROMIUM, choose, serve_studio
+from tests.paths import REPO
+from tests.studio_process import CHROMIUM, choose, serve_studio, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -63,11 +63,6 @@ def page(browser, studio):
                          timeout=300_000)
     yield pg
     pg.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def choose_when_listed(page, elem_id: str, text: str, deadline_s: float = 120.0) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.paths import REPO, SHOTS
 from evorag_core.store import NewPair
-from tests.studio_process import serve_studio
+from tests.studio_process import serve_studio, shot, text_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -51,16 +51,6 @@ def page(browser, studio):
     pg.wait_for_selector("#evo-reset")
     yield pg
     pg.close()
-
-
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def text_of(elem_id: str) -> str:
-    """JS: the element's text ('' while it is absent)."""
-    return f"(document.querySelector('#{elem_id}') || {{innerText: ''}}).innerText"
 
 
 def test_launch_more_pairs_than_exist_is_capped_then_cancel_the_running_round(page, studio):
