@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--executor", choices=list(EXECUTORS), default="local",
                    help="local: this process (--workers 1) or a process pool; ray: Ray actors (pip extra [ray])")
     p.add_argument("--workers", type=int, default=1, help="rollout workers, each with its own model and index")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: cores // workers)")
     p.add_argument("--address", default=None,
                    help="Ray cluster to join: auto or ray://HOST:10001 (default: start a local Ray for this run)")
     return p

@@ -24,7 +24,7 @@ from evorag_core.config import Config
 from evorag_core.errors import ConfigError
 from evorag_core.methods.base import MethodOptions, QuestionResult
 from evorag_core.pairs.executors import in_order
-from evorag_core.procs import pool_child_init, pool_context
+from evorag_core.procs import core_share, pool_child_init, pool_context
 
 if TYPE_CHECKING:
     from multiprocessing.pool import Pool
@@ -54,7 +54,7 @@ def _thread_share(spec: EvalSpec, workers: int) -> EvalSpec:
     the agent at 14 s a question instead of 4.2 (a gate on 200 questions: 93 min instead of 28)."""
     if workers == 1:
         return spec
-    share = max(1, (os.cpu_count() or 1) // workers)
+    share = core_share(workers)
     policy = spec.cfg.policy
     if 0 < policy.threads <= share and spec.threads <= share:
         return spec

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
@@ -30,7 +30,7 @@ from evorag_core.errors import ConfigError
 from evorag_core.pairs.branches import EpisodeRollout
 from evorag_core.pairs.persist import SavedRollout, save_rollout
 from evorag_core.pairs.selection import PairSelector, RolloutStats
-from evorag_core.procs import pool_child_init, pool_context
+from evorag_core.procs import core_share, pool_child_init, pool_context
 
 if TYPE_CHECKING:
     from evorag_core.store import Store
@@ -53,7 +53,8 @@ class WorkerSpec:
     corpus_from: tuple[str, ...] = ()  # retrieve from the pooled passages of these files instead of the data's own
     adapter: str | None = None  # LoRA adapter folder to roll out with
     stage: str | None = None
-    threads: int | None = None  # torch threads per worker (None: torch's default; policy.threads wins if set)
+    threads: int | None = None  # torch threads per worker (None: its share of the cores in a pool, else torch's
+    # default; policy.threads wins if set)
 
 
 class RolloutWorker:
@@ -134,14 +135,27 @@ def _fixed_corpus(spec: WorkerSpec):
     return pooled_corpus(spec.corpus_from)
 
 
+def held_to_share(spec: WorkerSpec, workers: int) -> WorkerSpec:
+    """`spec` for each of `workers` pool processes: `threads` unset or above the share of the cores
+    (`procs.core_share`) is set to it, and `policy.threads`, which wins in the worker when set, is lowered to it;
+    one worker keeps what it was given."""
+    if workers <= 1:
+        return spec
+    share = core_share(workers)
+    policy = replace(spec.cfg.policy, threads=min(spec.cfg.policy.threads, share))
+    return replace(spec, cfg=replace(spec.cfg, policy=policy), threads=min(spec.threads or share, share))
+
+
 def local_results(spec: WorkerSpec, indices: Sequence[int], workers: int = 1,
                   worker: RolloutWorker | None = None) -> Iterator[tuple[int, EpisodeRollout]]:
-    """In this process (`workers` = 1; `worker` reuses one already loaded) or a pool of `workers` processes."""
+    """In this process (`workers` = 1; `worker` reuses one already loaded) or a pool of `workers` processes, each
+    held to its share of the cores (`held_to_share`)."""
     if workers <= 1:
         worker = worker or RolloutWorker(spec)
         for i in indices:
             yield worker.rollout(i)
         return
+    spec = held_to_share(spec, workers)
     with pool_context().Pool(min(workers, len(indices)) or 1, initializer=_process_init,
                              initargs=(spec, os.getpid(), dict(os.environ))) as pool:
         yield from pool.imap_unordered(_process_rollout, indices)  # leaving the block terminates the pool
