@@ -138,7 +138,8 @@ def _fixed_corpus(spec: WorkerSpec):
 def held_to_share(spec: WorkerSpec, workers: int) -> WorkerSpec:
     """`spec` for each of `workers` pool processes: `threads` unset or above the share of the cores
     (`procs.core_share`) is set to it, and `policy.threads`, which wins in the worker when set, is lowered to it;
-    one worker keeps what it was given."""
+    one worker keeps what it was given. Unlike the evaluation pool's share, an unset policy.threads stays unset, so
+    that `--threads` (this spec's `threads`), the rollout's own setting, is what a worker runs with."""
     if workers <= 1:
         return spec
     share = core_share(workers)
