@@ -127,8 +127,8 @@ def summarize(out: Path, resamples: int = 10_000) -> dict[str, Any]:
             full = _results(out / "eval" / f"{name.replace(OUTCOME, FULL, 1)}.jsonl")
             rows[name]["vs_full"] = _compare(results, full, resamples) if results and full else None
     n_eval = state["plan"]["eval"][1] - state["plan"]["eval"][0]
-    return {"environment": _environment(), "plan": {k: state["plan"][k] for k in ("data", "train", "eval", "objective", "max_steps", "seed",
-                                                  "eval_t_max")},
+    plan = {k: state["plan"][k] for k in ("data", "train", "eval", "objective", "max_steps", "seed", "eval_t_max")}
+    return {"environment": _environment(), "plan": plan,
             "n_eval": n_eval,
             "rollouts": {k: (state.get("rollouts") or {}).get(k) for k in ("minutes",)},
             "rollout_episodes": len((state.get("rollouts") or {}).get("episode_ids") or []),
@@ -145,7 +145,8 @@ def brief(summary: dict[str, Any]) -> str:
              f"rollout episodes {summary['rollout_episodes']}"]
     for name, row in summary["rows"].items():
         r = row["round"]
-        line = f"{name}: {row['pairs']} pairs, round {r.get('status')} {r.get('steps')} steps, {row['evaluated']} evaluated"
+        line = (f"{name}: {row['pairs']} pairs, round {r.get('status')} {r.get('steps')} steps, "
+                f"{row['evaluated']} evaluated")
         for key in ("vs_base", "vs_full"):
             c = row.get(key)
             if c:

@@ -8,7 +8,10 @@ set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/site
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-RUN_S=${RUN_S:-420}
+# The image holds JAX, which transformers' imports wake: each process would take 75 % of the GPU's memory at start
+# (14 workers: CUDA_ERROR_OUT_OF_MEMORY, seen on the H200). Keep JAX on the CPU and torch alone on the GPU.
+export JAX_PLATFORMS=cpu XLA_PYTHON_CLIENT_PREALLOCATE=false USE_JAX=0 USE_FLAX=0 USE_TF=0
+RUN_S=${RUN_S:-490}
 WORKERS_MAX=${WORKERS_MAX:-14}
 DEVICE=${DEVICE:-cuda} TRAIN=${TRAIN:-0:100} EVAL=${EVAL:-100:300}  # a CPU rehearsal: DEVICE=cpu TRAIN=0:2 EVAL=2:5
 
@@ -16,7 +19,8 @@ probe() {
   mkdir -p /tmp/gpu && cp -r .gpu/w .gpu/c1 /tmp/gpu/  # kept outside the checkout's copy too
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/probe.txt" 2>&1
   nproc >>"$OUT/probe.txt"
-  python3 -m bench.gpu_payload wheels --site /tmp/site >>"$OUT/probe.txt" 2>&1 || echo "WHEELS FAILED" >>"$OUT/probe.txt"
+  python3 -m bench.gpu_payload wheels --site /tmp/site >>"$OUT/probe.txt" 2>&1 \
+    || echo "WHEELS FAILED" >>"$OUT/probe.txt"
   python3 - >>"$OUT/probe.txt" 2>&1 <<'EOF'
 import importlib, importlib.metadata as md
 for name in ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "sentence-transformers",
