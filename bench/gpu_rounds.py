@@ -6,7 +6,7 @@ outcome-only reward against the full one, per seed.
 
     python -m bench.gpu_rounds --data hotpotqa_dev300.jsonl --train 0:100 --eval 100:300 --seeds 0,1 \
         --workers 12 --max-steps 0 --set policy.device=cuda --set train.dtype=bfloat16 --out DIR
-    python -m bench.gpu_rounds --summarize DIR [--json PATH]   # the figures of a finished or interrupted run
+    python -m bench.gpu_rounds --summarize DIR [--json-out PATH] [--brief]   # a finished or interrupted run
 
 It is the ablation pipeline (training/ablation/pipeline.py) with one row per reward and seed: `time-dynamic` is the
 full step-level reward, `no-reward` the outcome-only one; another seed trains on the same rollouts again as
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> None:
     variants = plan_variants(WeightTable.from_config(cfg.weights), seeds)
     plan = AblationPlan(name="gpu-rounds", variants=variants, reference=FULL, data=args.data.resolve(),
                         train=parse_slice(args.train), eval=parse_slice(args.eval), out=args.out.resolve(),
-                        objective="dpo", max_steps=args.max_steps, seed=seeds[0], eval_t_max=args.eval_t_max)
+                        objective=args.objective, max_steps=args.max_steps, seed=seeds[0], eval_t_max=args.eval_t_max)
     started = time.perf_counter()
     ablation = AblationRun(plan, cfg, home_from_args(args), args.workers)
     try:
