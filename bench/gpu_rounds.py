@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> None:
     try:
         ablation.prepare()
         _log(f"rollouts and base evaluation done at {time.perf_counter() - started:.0f} s")
-        for variant in variants:
-            seed = seeds[0] if "@s" not in variant.name else int(variant.name.rsplit("@s", 1)[1])
+        per_seed = len(variants) // len(seeds)  # plan_variants: each seed's rows in turn
+        for i, variant in enumerate(variants):
+            seed = seeds[i // per_seed]
             record = ablation.variant(variant, seed=seed)
             ev = record.get("eval") or {}
             _log(f"{variant.name} (seed {seed}): {record['store']['pairs']} pairs, round "
