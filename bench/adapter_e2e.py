@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="an adapter run, repeated (e.g. one per training seed)")
     p.add_argument("--what", default="", help="what was run, for the JSON")
     p.add_argument("--command", default="", help="the bench.agent command, for the JSON")
+    p.add_argument("--note", default="", help="the machine, what else ran, caveats: for the JSON")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     adapters = {}
@@ -101,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             p.error(f"no run file {path}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    result = {"what": args.what, "command": args.command, "commit": commit.strip(), **report(args.base, adapters)}
+    result = {"what": args.what, "command": args.command, "note": args.note, "summarized_at": commit.strip(),
+              **report(args.base, adapters)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     _print(result)
