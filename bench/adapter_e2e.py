@@ -40,13 +40,18 @@ def seed_mean(arms: dict[str, dict[str, QuestionResult]], base: dict[str, Questi
 
 def full_support(arms: dict[str, dict[str, QuestionResult]], base: dict[str, QuestionResult]) -> dict[str, Any]:
     """EM and F1 on the questions whose base run retrieved every gold passage: the reader's share of the error."""
-    ids = [q for q, r in base.items() if r.support_recall >= 1.0 and all(q in arm for arm in arms.values())]
-    out: dict[str, Any] = {"n": len(ids), "of": len(base),
-                           "base": {m: sum(getattr(base[q], m) for q in ids) / max(len(ids), 1) for m in ("em", "f1")}}
+    def full(r: QuestionResult) -> bool:  # no support recall (a question without gold passages): not counted
+        return r.support_recall is not None and r.support_recall >= 1.0
+
+    ids = [q for q, r in base.items() if full(r) and all(q in arm for arm in arms.values())]
+    out: dict[str, Any] = {"n": len(ids), "of": len(base)}
+    if not ids:
+        return out
+    out["base"] = {m: sum(getattr(base[q], m) for q in ids) / len(ids) for m in ("em", "f1")}
     for name, arm in arms.items():
-        out[name] = {m: sum(getattr(arm[q], m) for q in ids) / max(len(ids), 1) for m in ("em", "f1")}
+        out[name] = {m: sum(getattr(arm[q], m) for q in ids) / len(ids) for m in ("em", "f1")}
         out[name]["f1_vs_base"] = _bootstrap([arm[q].f1 for q in ids], [base[q].f1 for q in ids])
-        out[name]["same_support"] = sum(arm[q].support_recall >= 1.0 for q in ids)
+        out[name]["same_support"] = sum(full(arm[q]) for q in ids)
     return out
 
 
@@ -77,6 +82,9 @@ def _print(result: dict[str, Any]) -> None:
         print(f"seed mean  EM {sm['em']['mean_a']:.4f}  F1 {sm['f1']['mean_a']:.3f}  "
               f"F1 - base {sm['f1']['diff']:+.3f} p {sm['f1']['p_value']:.3g}")
     fs = result["full_support"]
+    if not fs["n"]:
+        print(f"no question of the base run retrieved every gold passage (of {fs['of']})")
+        return
     print(f"every gold passage retrieved ({fs['n']} of {fs['of']}): base F1 {fs['base']['f1']:.3f}  "
           + "  ".join(f"{n} {v['f1']:.3f} (p {v['f1_vs_base']['p_value']:.3g})"
                       for n, v in fs.items() if isinstance(v, dict) and "f1_vs_base" in v))

@@ -10,7 +10,7 @@ import pytest
 from evorag_core.methods.base import QuestionResult
 
 
-def _run(path: Path, f1s: list[float], support: list[float]) -> Path:
+def _run(path: Path, f1s: list[float], support: list[float | None]) -> Path:
     rows = [QuestionResult(question_id=f"q{i}", dataset="hotpotqa", question=f"question {i}", prediction=f"a{f1}",
                            gold=("g",), em=float(f1 == 1.0), f1=f1, steps=3, passages=(), support_recall=s,
                            refused=False).to_dict() for i, (f1, s) in enumerate(zip(f1s, support))]
@@ -38,6 +38,18 @@ def test_report_against_the_base(tmp_path):
     assert full["base"]["f1"] == pytest.approx(0.5)
     assert full["s0"]["f1"] == pytest.approx(2.5 / 3)
     assert full["s1"]["f1"] == pytest.approx(1 / 3)
+
+
+def test_no_full_support_question(tmp_path, capsys):
+    """Runs whose questions have no gold passages (support recall None) or never all of them: no full-support figure."""
+    from bench.adapter_e2e import main
+
+    base = _run(tmp_path / "base.jsonl", [0.0, 1.0], [None, 0.5])
+    s0 = _run(tmp_path / "s0.jsonl", [1.0, 1.0], [None, 0.5])
+    out = tmp_path / "e2e.json"
+    assert main(["--base", str(base), "--adapter", f"s0={s0}", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["full_support"] == {"n": 0, "of": 2}
+    assert "no question of the base run retrieved every gold passage" in capsys.readouterr().out
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):
