@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
+from bench.reader_types import _commit
+from bench.seeds import Answer, combine
 from evorag_core.evaluation.runner import compare_results, load_results, summarize
 from evorag_core.metrics import paired_bootstrap
 from evorag_core.methods.base import QuestionResult
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bootstrap(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
@@ -32,10 +31,13 @@ def _bootstrap(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
 
 
 def seed_mean(arms: dict[str, dict[str, QuestionResult]], base: dict[str, QuestionResult]) -> dict[str, Any]:
-    """The adapters' per-question mean EM and F1 against the base's, on the questions every run answered."""
-    ids = [q for q in base if all(q in arm for arm in arms.values())]
-    return {m: _bootstrap([sum(getattr(arm[q], m) for arm in arms.values()) / len(arms) for q in ids],
-                          [getattr(base[q], m) for q in ids]) for m in ("f1", "em")}
+    """The adapters' per-question mean EM and F1 against the base's, on the questions every run answered, in the base
+    file's order (`bench.seeds.combine`)."""
+    def answers(rows: dict[str, QuestionResult]) -> dict[str, Answer]:
+        return {q: Answer(r.prediction or "", r.em, r.f1) for q, r in rows.items()}
+
+    combined = combine(answers(base), {n: answers(arm) for n, arm in arms.items()}, order=list(base))
+    return {m: combined.seed_mean[m].__dict__ for m in ("f1", "em")}
 
 
 def full_support(arms: dict[str, dict[str, QuestionResult]], base: dict[str, QuestionResult]) -> dict[str, Any]:
@@ -109,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in [args.base, *adapters.values()]:
         if not path.is_file():
             p.error(f"no run file {path}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    result = {"what": args.what, "command": args.command, "note": args.note, "summarized_at": commit.strip(),
+    result = {"what": args.what, "command": args.command, "note": args.note, "summarized_at": _commit(),
               **report(args.base, adapters)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -81,11 +81,14 @@ def base_mismatches(bases: Mapping[str, Mapping[str, Answer]]) -> list[str]:
 
 
 def combine(base: Mapping[str, Answer], seeds: Mapping[str, Mapping[str, Answer]], resamples: int = 10_000,
-            seed: int = 0) -> SeedsResult:
-    """The seeds' adapters against the base on the questions every one of them answered."""
+            seed: int = 0, order: Sequence[str] | None = None) -> SeedsResult:
+    """The seeds' adapters against the base on the questions every one of them answered. The bootstrap resamples
+    positions, so its figures depend on the questions' order: sorted ids, or `order` (e.g. a results file's, to
+    match `evaluation.compare_results` on the same files)."""
     if not seeds:
         raise ValueError("no seed runs to combine")
-    ids = sorted(set(base).intersection(*seeds.values()))
+    shared = set(base).intersection(*seeds.values())
+    ids = [i for i in order if i in shared] if order is not None else sorted(shared)
     if not ids:
         raise ValueError("the base and the seeds share no question")
 
