@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 __all__ = ["PolicyDecision", "LMPolicy", "allowed_actions", "reader_passages"]
 
 _NAMES = tuple(LABELS)  # SEARCH, BACKTRACK, ANSWER, REFUSE
+_LABEL_MEMO = 32  # prompts whose label scores `LMPolicy` keeps
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ class LMPolicy:
             raise ConfigError(f"policy.query_score must be one of {', '.join(QUERY_SCORES)}, got {self.cfg.query_score!r}")
         self.fallback_counts: Counter[str] = Counter()
         self._prepared: tuple[tuple, PolicyDecision] | None = None  # (state key, greedy decision) from prepare()
+        self._label_scores: dict[tuple, list[float]] = {}  # (prompt, adapter, cache epoch) -> the labels' scores
 
     def prompt(self, view: AgentView) -> str:
         chars = self.cfg.passage_chars
@@ -183,18 +185,32 @@ class LMPolicy:
             return None
         return plan_hop(view.question, view.passages, earlier_queries(view), self.cfg.passage_chars)
 
-    def _label_choice(self, view: AgentView, temperature: float, plan: HopPlan | None = None
-                      ) -> tuple[str, dict[str, float], dict[str, float]]:
-        """(prompt, the four labels' log-probs, the distribution over the allowed labels at `temperature`); with a
-        hop plan, `hop_gate` is added to the score of the action it calls for (SEARCH, else ANSWER) in the
-        distribution, never to the recorded log-probs."""
+    def _label_choice(self, view: AgentView, temperature: float, plan: HopPlan | None = None,
+                      also: tuple[str, ...] = ()) -> tuple[str, dict[str, float], dict[str, float], dict[str, float]]:
+        """(prompt, the four labels' log-probs, the distribution over the allowed labels at `temperature`, the
+        log-probs of the completions `also`); with a hop plan, `hop_gate` is added to the score of the action it
+        calls for (SEARCH, else ANSWER) in the distribution, never to the recorded log-probs. `also` (completions
+        known before the label is drawn) is scored in the labels' pass, so it costs no forward of its own. The
+        labels' scores of the last `_LABEL_MEMO` prompts are kept (keyed with the backend's adapter and cache epoch;
+        in-process backends only): a rollout asks for siblings at states its greedy episode already scored."""
         prompt = self.prompt(view)
-        raw = dict(zip(_NAMES, self.backend.score_choices(prompt, [LABELS[n] for n in _NAMES])))
+        epoch = getattr(self.backend, "cache_epoch", None)  # in-process backends: None elsewhere, no memo
+        key = (prompt, getattr(self.backend, "active_adapter", None), epoch)
+        labels = self._label_scores.get(key) if epoch is not None else None
+        wanted = [*(LABELS[n] for n in _NAMES if labels is None), *also]
+        scores = self.backend.score_choices(prompt, wanted) if wanted else []
+        if labels is None:
+            labels, scores = scores[: len(_NAMES)], scores[len(_NAMES):]
+            if epoch is not None:
+                self._label_scores[key] = labels
+            while len(self._label_scores) > _LABEL_MEMO:
+                del self._label_scores[next(iter(self._label_scores))]
+        raw = dict(zip(_NAMES, labels))
         allowed = allowed_actions(view, self.cfg.max_searches) if self.cfg.constrain_actions else _NAMES
         gated = dict(raw)
         if plan is not None:
             gated["SEARCH" if plan.search else "ANSWER"] += self.cfg.hop_gate
-        return prompt, raw, _choice_probs(gated, allowed, temperature)
+        return prompt, raw, _choice_probs(gated, allowed, temperature), dict(zip(also, scores))
 
     def _reader_prompt(self, view: AgentView) -> str:
         return reader_prompt(self.backend, view.question, reader_passages(view, self.cfg.reader_passages),
@@ -215,11 +231,14 @@ class LMPolicy:
     def _decide(self, view: AgentView, k: int, temperature: float, seed: int | None, *, count: bool = True
                 ) -> list[PolicyDecision]:
         plan = self.plan(view)
-        prompt, raw, probs = self._label_choice(view, temperature, plan)
-        seed = seed if seed is not None else secrets.randbits(62)
-        names = _draw(probs, k, temperature, seed)
         first = self.cfg.first_query == "question" and temperature <= 0 and not view.chain and not view.dropped
         planned = temperature <= 0 and plan is not None and plan.search  # the greedy query is the plan's: no decode
+        # a greedy SEARCH's query known before the label is drawn: its completion is scored with the labels
+        known = view.question.strip() if first else " ".join(plan.query.split()) if planned else ""
+        also = (completion_text("SEARCH", known),) if known else ()
+        prompt, raw, probs, scored = self._label_choice(view, temperature, plan, also)
+        seed = seed if seed is not None else secrets.randbits(62)
+        names = _draw(probs, k, temperature, seed)
         wanted = [i for i, name in enumerate(names)
                   if name in ARGUMENT_ACTIONS and not ((first or planned) and name == "SEARCH")]
         generations: dict[int, Generation] = {}
@@ -249,8 +268,11 @@ class LMPolicy:
             outs = self.backend.generate_batch(prompts, limits, stop=("\n",), temperature=temperature, seed=seed + 1)
             generations.update(zip(wanted, outs))
         queries = self._grounded(view, prompt, generations, names, temperature, seed + 3, plan)
-        decisions = [self._decision(view, prompt, name, raw, probs, generations.get(i), replies.get(i), queries.get(i),
-                                    sources.get(i), refusals.get(i), plan) for i, name in enumerate(names)]
+        drafts = [self._draft(view, name, generations.get(i), replies.get(i), queries.get(i), refusals.get(i))
+                  for i, name in enumerate(names)]
+        argument_lps = self._argument_logprobs(prompt, drafts, raw, scored)
+        decisions = [self._decision(prompt, draft, lp, raw, probs, replies.get(i), queries.get(i), sources.get(i),
+                                    refusals.get(i), plan) for i, (draft, lp) in enumerate(zip(drafts, argument_lps))]
         if count:
             self._count_fallbacks(decisions)
         return decisions
@@ -284,10 +306,10 @@ class LMPolicy:
         passages = reader_passages(view, self.cfg.reader_passages)
         return ArenaGenerator(self.backend, cfg).sample(view.question, passages, n, temperature, seed=seed)
 
-    def _decision(self, view, prompt, name, raw, probs, generated: Generation | None,
-                  reply: ArenaOutput | None = None, query: tuple[str, dict[str, Any]] | None = None,
-                  source: str | None = None, refusal: SpanAnswer | None = None,
-                  plan: HopPlan | None = None) -> PolicyDecision:
+    def _draft(self, view: AgentView, name: str, generated: Generation | None, reply: ArenaOutput | None = None,
+               query: tuple[str, dict[str, Any]] | None = None, refusal: SpanAnswer | None = None) -> _Draft:
+        """A row's action and completion text (no LM call): its argument from the grounded query, the generation or
+        the ARENA reply, with the fallbacks of the module docstring."""
         fallback = None
         argument = ""
         if query is not None:  # grounded: the chosen candidate; its log-prob is the generation's only if it is that text
@@ -309,32 +331,62 @@ class LMPolicy:
                 if not argument:
                     withheld_span = refusal is not None and refusal.reason == "low_confidence"
                     name, generated, fallback = "REFUSE", None, "low_confidence" if withheld_span else "empty_answer"
-        completion = completion_text(name, argument)
-        action_lp = raw[name]
         # a reader- or ARENA-generated answer's token log-probs belong to another prompt: re-score it under the agent's
         own = generated if not (name == "ANSWER" and self.cfg.answer_with != "policy") else None
-        argument_lp = self._argument_logprob(prompt, name, completion, action_lp, own, fallback)
-        action = _action(name, argument)
+        return _Draft(name, argument, completion_text(name, argument), fallback, own)
+
+    def _argument_logprobs(self, prompt: str, drafts: list[_Draft], raw: dict[str, float],
+                           scored: dict[str, float]) -> list[float]:
+        """Each row's argument log-prob under the agent prompt: 0 without an argument; the sum of the generated
+        tokens' log-probs when they are exactly the completion's tail under the boundary rule; the completion's
+        log-prob scored with the labels (`scored`) minus the label's; else the completion re-scored, every such
+        row of the decision in one scoring pass."""
+        out: list[float | None] = []
+        tokenizer = getattr(self.backend, "tokenizer", None)
+        for d in drafts:
+            if d.name not in ARGUMENT_ACTIONS:
+                out.append(0.0)
+            elif d.generated is not None and d.fallback is None and tokenizer is not None and (
+                    encode_pair(tokenizer, "", d.completion)[1]
+                    == encode_pair(tokenizer, "", LABELS[d.name])[1] + list(d.generated.token_ids)):
+                out.append(d.generated.logprob)
+            elif d.completion in scored:
+                out.append(scored[d.completion] - raw[d.name])
+            else:
+                out.append(None)
+        missing = list(dict.fromkeys(d.completion for d, lp in zip(drafts, out) if lp is None))
+        if missing:
+            full = dict(zip(missing, self.backend.sequence_logprobs([(prompt, c) for c in missing])))
+            out = [full[d.completion] - raw[d.name] if lp is None else lp for d, lp in zip(drafts, out)]
+        return out
+
+    def _decision(self, prompt: str, draft: _Draft, argument_lp: float, raw: dict[str, float],
+                  probs: dict[str, float], reply: ArenaOutput | None = None,
+                  query: tuple[str, dict[str, Any]] | None = None, source: str | None = None,
+                  refusal: SpanAnswer | None = None, plan: HopPlan | None = None) -> PolicyDecision:
+        name = draft.name
+        action_lp = raw[name]
         withheld = None
-        if fallback == "low_confidence":  # the reader's best span and its probability, for the studio
+        if draft.fallback == "low_confidence":  # the reader's best span and its probability, for the studio
             withheld = {"span": refusal.withheld, "confidence": refusal.confidence}
-        return PolicyDecision(action, action_lp, argument_lp, action_lp + argument_lp, prompt, completion,
-                              fallback, dict(probs), reply.details() if reply is not None else None,
+        return PolicyDecision(_action(name, draft.argument), action_lp, argument_lp, action_lp + argument_lp, prompt,
+                              draft.completion, draft.fallback, dict(probs),
+                              reply.details() if reply is not None else None,
                               query[1] if query is not None else None, source if name == "ANSWER" else None,
                               withheld, plan.details() if plan is not None else None)
 
-    def _argument_logprob(self, prompt, name, completion, action_lp, generated, fallback) -> float:
-        """Sum of the generated tokens' log-probs when they are exactly the completion's tail under the boundary
-        rule (the usual case); otherwise (cleaned-up or replaced text) the completion is re-scored."""
-        if name not in ARGUMENT_ACTIONS:
-            return 0.0
-        tokenizer = getattr(self.backend, "tokenizer", None)
-        if generated is not None and fallback is None and tokenizer is not None:
-            label_ids = encode_pair(tokenizer, "", LABELS[name])[1]
-            full_ids = encode_pair(tokenizer, "", completion)[1]
-            if full_ids == label_ids + list(generated.token_ids):
-                return generated.logprob
-        return self.backend.sequence_logprob(prompt, completion) - action_lp
+
+@dataclass(frozen=True)
+class _Draft:
+    """One row of a decision before its argument's log-prob: the action name (REFUSE when an answer came out
+    empty), its argument and completion text, the fallback, and the generation whose tokens are the argument's
+    own (None when the completion must be scored)."""
+
+    name: str
+    argument: str
+    completion: str
+    fallback: str | None
+    generated: Generation | None
 
 
 def reader_passages(view: AgentView, limit: int) -> list[Passage]:

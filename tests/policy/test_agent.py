@@ -15,7 +15,7 @@ from evorag_core.errors import ConfigError
 from evorag_core.policy.llm_judge import LLMSufficiencyJudge
 from evorag_core.policy.agent import LMPolicy, allowed_actions
 from evorag_core.policy.agent import reader_passages
-from evorag_core.policy.prompts import render_passage, render_user
+from evorag_core.policy.prompts import LABELS, render_passage, render_user
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.types import Passage
 
@@ -164,6 +164,39 @@ def test_prepare_computes_the_next_greedy_decision_without_changing_it(backend):
         work = _work(backend)
         policy.act(asked)
         assert _work(backend) > work
+
+
+@pytest.mark.slow
+def test_argument_logprobs_take_no_scoring_pass_of_their_own(backend, monkeypatch):
+    """The greedy first search (the question) is scored in the labels' pass: one scoring call, no re-score. K = 4
+    siblings re-score their arguments in at most one pass. Siblings at a state whose greedy decision was just made
+    reuse its label scores, until the adapter changes. Every log-prob still equals sequence_logprob's."""
+    backend.activate(None)
+    calls: list[tuple[str, tuple[str, ...]]] = []  # ("score", choices) / ("rescore", completions)
+    score, rescore = backend.score_choices, backend.sequence_logprobs
+    labels = tuple(LABELS.values())
+    spy = lambda p, c: calls.append(("score", tuple(c))) or score(p, c)  # noqa: E731
+    monkeypatch.setattr(backend, "score_choices", spy)
+    monkeypatch.setattr(backend, "sequence_logprobs",
+                        lambda pairs: calls.append(("rescore", tuple(c for _, c in pairs))) or rescore(pairs))
+    policy = LMPolicy(backend, PolicyConfig(max_query_tokens=12, max_answer_tokens=8))
+    opening = policy.act(AgentView(QUESTION, (), (), 1, 6))
+    assert opening.action == Search(QUESTION) and calls == [("score", (*labels, opening.completion))]
+    view = AgentView(QUESTION, (Hop("Eiffel Tower designer", (P1, P2)),), (), 2, 6)
+    policy.act(view)
+    calls.clear()
+    siblings = policy.candidates(view, k=4, temperature=1.5, seed=3)
+    assert all(c[:4] != labels for _, c in calls), "the labels were scored again at a state already scored"
+    assert len([c for c in calls if c[0] == "rescore"]) <= 1
+    monkeypatch.setattr(backend, "score_choices", score)
+    monkeypatch.setattr(backend, "sequence_logprobs", rescore)
+    for d in [opening, *siblings]:
+        assert d.logprob == pytest.approx(backend.sequence_logprob(d.prompt, d.completion), abs=5e-3)
+    calls.clear()
+    monkeypatch.setattr(backend, "score_choices", spy)
+    backend.reset_cache()  # as an adapter switch does: the memo no longer applies
+    policy.candidates(view, k=2, temperature=1.5, seed=3)
+    assert calls and calls[0] == ("score", labels)
 
 
 def test_warm_up_caches_the_prompt_heads_every_episode_shares(backend):
