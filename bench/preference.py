@@ -78,6 +78,10 @@ def run_rollouts(args: argparse.Namespace, db: str) -> dict:
         log.close()
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if proc.returncode not in (0, 130) or not lines:
+            for other, _ in procs:  # no worker outlives the run it belongs to
+                if other.poll() is None:
+                    other.terminate()
+                    other.wait()
             raise SystemExit(f"rollout worker failed (exit {proc.returncode}); see the logs in {args.home}")
         outs.append(json.loads(lines[-1]))
     minutes = (time.perf_counter() - wall) / 60

@@ -10,6 +10,7 @@ READ COMMITTED transactions; a bare `postgresql://` URL gets the psycopg (3) dri
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_
         try:
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _journal_wal(cursor, busy_timeout_s)
             cursor.execute("PRAGMA synchronous = NORMAL")
         finally:
             cursor.close()
@@ -55,6 +56,23 @@ def make_engine(url: str | URL, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "begin", _on_begin)
     return engine
+
+
+def _journal_wal(cursor: sqlite3.Cursor, timeout_s: float) -> None:
+    """`PRAGMA journal_mode = WAL`, retried until `timeout_s`. Switching a fresh database to WAL needs it to itself,
+    and SQLite answers "database is locked" at once, without the busy handler, while another connection holds a lock
+    there: two processes opening one fresh database together (the first migrating it) failed so in 6 rounds of 20."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)  # another connection holds the file: wait for its transaction to end
+        delay = min(2 * delay, 0.25)
 
 
 def _on_begin(conn: Connection) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import queue as queue_module
 import shutil
+import sqlite3
 import threading
 import time
 from datetime import timedelta
@@ -35,6 +36,7 @@ from evorag_core.store import (
     open_store,
 )
 from evorag_core.store.base import utcnow
+from evorag_core.store import engine as engine_module
 from evorag_core.store.engine import make_engine, safe_url
 from evorag_core.store.migrate import upgrade
 from evorag_core.store.schema import metadata, pairs
@@ -299,6 +301,36 @@ def test_eight_writer_processes_lose_nothing(url: str) -> None:
     assert sorted(results) == [("ok", w) for w in range(WRITERS)]
     with open_store(url) as s:
         _assert_all_pairs_written(s)
+
+
+def test_opening_waits_for_another_connection_holding_a_fresh_database(tmp_path: Path, monkeypatch) -> None:
+    """Another connection holds a write lock on a fresh database (as a second process migrating it does) when the store
+    opens: switching the file to WAL waits for the lock instead of failing at once with "database is locked" (rollout
+    workers started together on a fresh --db failed so). The lock is released once the opener is seen waiting."""
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other (a)")
+    waiting = threading.Event()
+    real_sleep = engine_module.time.sleep
+    monkeypatch.setattr(engine_module.time, "sleep", lambda s: (waiting.set(), real_sleep(s)))
+    outcome: list[Any] = []
+
+    def opener() -> None:
+        try:
+            with open_store(f"sqlite:///{path}") as s, s.engine.connect() as conn:
+                outcome.append((current_revisions(conn), conn.exec_driver_sql("PRAGMA journal_mode").scalar()))
+        except BaseException as exc:  # reported below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=opener)
+    thread.start()
+    while not waiting.is_set() and thread.is_alive():
+        waiting.wait(0.05)
+    holder.execute("COMMIT")
+    holder.close()
+    thread.join(timeout=120)
+    assert outcome == [(head_revisions(), "wal")]
 
 
 # --- claim / release under competing workers --------------------------------------------------------------------
