@@ -191,10 +191,11 @@ class LMPolicy:
         log-probs of the completions `also`); with a hop plan, `hop_gate` is added to the score of the action it
         calls for (SEARCH, else ANSWER) in the distribution, never to the recorded log-probs. `also` (completions
         known before the label is drawn) is scored in the labels' pass, so it costs no forward of its own. The
-        labels' scores of the last `_LABEL_MEMO` prompts are kept (keyed with the backend's adapter and cache epoch;
-        in-process backends only): a rollout asks for siblings at states its greedy episode already scored."""
+        labels' scores of the last `_LABEL_MEMO` prompts are kept, keyed with the backend's adapter and cache epoch
+        (as `prepare` keys its decision; none without an epoch): a rollout asks for siblings at states its greedy
+        episode already scored."""
         prompt = self.prompt(view)
-        epoch = getattr(self.backend, "cache_epoch", None)  # in-process backends: None elsewhere, no memo
+        epoch = getattr(self.backend, "cache_epoch", None)  # None: the backend does not count weight changes
         key = (prompt, getattr(self.backend, "active_adapter", None), epoch)
         labels = self._label_scores.get(key) if epoch is not None else None
         wanted = [*(LABELS[n] for n in _NAMES if labels is None), *also]
