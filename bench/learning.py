@@ -6,6 +6,7 @@ SmolLM2-135M policy on CPU, and the adapters against the base policy on a disjoi
                              [--dtype float32] [--grad-ckpt] [--passage-chars 120] [--answer-chars 0] [--t-max 5]
                              [--siblings 4] [--max-states 3] [--heldout 0.25] [--pair-filter all|ans-better|reader]
                              [--ranker learned|lm] [--ranker-path FILE] [--reader-dumps JSONL[,JSONL]]
+                             [--passage-order retrieval|reversed]
                              [--pair-against top|random] [--no-rollouts] [--no-agent-eval]
                              [--seed 0] [--objectives dpo,grpo,ppo] [--corpus per-question|pooled] [--rollouts-from DB]
                              [--home DIR] [--out bench/results/learning.json]
@@ -56,6 +57,7 @@ from typing import Any
 
 from bench.adapter_eval import evaluate_adapter, parse_slice as _slice, run_processes, summarize_against, write_slice
 from bench.record import settings
+from evorag_core.config import PASSAGE_ORDERS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,6 +75,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "reward.stage": args.stage, "train.max_length": args.max_length, "train.batch_size": args.batch,
         "train.epochs": args.epochs, "train.lr": args.lr, "train.dtype": args.dtype,
         "train.gradient_checkpointing": args.grad_ckpt, "train.lease_seconds": 600, "answer.ranker": args.ranker,
+        "answer.passage_order": args.passage_order,
         **({"answer.ranker_path": str(Path(args.ranker_path).resolve())} if args.ranker_path else {}),
     }
 
@@ -619,6 +622,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ranker-path", default="",
                     help="with --ranker learned: a refitted weight file (e.g. bench/results/ranker_dev.json, fitted "
                          "without the HotpotQA evaluation questions); default the packaged one")
+    ap.add_argument("--passage-order", choices=PASSAGE_ORDERS, default="retrieval",
+                    help="answer.passage_order of every reader prompt: the answer pairs' and the reader's evaluation")
     ap.add_argument("--seed", type=int, default=0, help="the rounds' training seed (LoRA init, pair order)")
     ap.add_argument("--objectives", default=",".join(OBJECTIVES))
     ap.add_argument("--model", default="embedded", help="policy model (a folder for smoke runs; default embedded)")
