@@ -89,9 +89,9 @@ def cascade_attention_forward(module, query: torch.Tensor, key: torch.Tensor, va
     layer = cache.layers[module.layer_idx] if cache is not None else None
     prefix_k = getattr(layer, "prefix_keys", None)
     if prefix_k is None:  # no shared prefix here: the model's usual attention
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from evorag_core.lm.gqa_attention import grouped_sdpa_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        return grouped_sdpa_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     prefix_v = layer.prefix_values
     n, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]

@@ -15,6 +15,9 @@
   Prompt forwards (prefill) of more than `half_decode_rows` tokens run the block linears through bf16 copies when
   `policy.prefill_dtype` resolves to "bfloat16" (the default "auto" does on CPUs with AVX512-BF16 or AMX;
   1.3-1.5x faster here). Continuations scored on top of a prompt, and every forward with gradients, stay fp32.
+- On the CPU, masked forwards of several tokens (continuations scored in one row, padded batches) attend with the
+  grouped keys as they are (`gqa_attention.py`) instead of transformers' copy of the cached keys to every head:
+  4-5x faster for a few tokens over a long prompt.
 All computation runs under `torch.inference_mode()`; log-probs are float32.
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ from evorag_core.errors import ConfigError, GenerationInterrupted
 from evorag_core.lm.base import grouped_sequence_logprobs, Generation, encode_pair
 from evorag_core.lm.half_decode import bf16_prefill, enable_half_decode, half_decode, resolve_prefill_dtype
 from evorag_core.lm.cascade import shared_prefix_attention, supports_cascade
+from evorag_core.lm.gqa_attention import use_grouped_sdpa
 from evorag_core.lm.kv_cache import (PrefixCache, PrefixPool, SharedPrefixLayer, cache_kwargs, common_prefix_length, fork_cache,
                        growing_cache, shared_prefix_cache)
 from evorag_core.lm.loading import load_model
@@ -91,6 +95,8 @@ class TransformersBackend:
         self.cache_epoch = 0  # +1 at every reset_cache (adapter loads and switches included)
         # siblings share the prompt's cache through cascade attention (policy/cascade.py): CPU, supported models
         self.shared_prefix = self.device == "cpu" and supports_cascade(model)
+        # masked forwards of several tokens attend with grouped keys instead of copying them (gqa_attention.py)
+        self.grouped_sdpa = use_grouped_sdpa(model)
         self._num_layers = model.config.get_text_config().num_hidden_layers
         self._pool = PrefixPool(self._num_layers, slots=_PREFIX_SLOTS)
         self._prefix = PrefixCache(growing_cache(self._num_layers))  # the pool's entry of the current call
