@@ -175,7 +175,8 @@ class Heartbeat:
             return
         self._step_logged_at = now
         of = f"/{total}" if total else ""
-        log.info("round %s step %s%s: %s%s", self.round_id, step, of, ", ".join(values) or "no loss reported", speed)
+        what = ", ".join(values) or str(entry.get("phase") or "no loss reported")  # an evaluation: its side
+        log.info("round %s step %s%s: %s%s", self.round_id, step, of, what, speed)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -64,6 +64,23 @@ def test_a_failed_rounds_lines_are_stored_from_claim_to_traceback(world, monkeyp
     assert len(lines) == 8 and [x.seq for x in lines] == list(range(1, 9))
 
 
+def test_an_evaluations_step_lines_name_the_side_it_is_answering(world, monkeypatch):
+    """An evaluation job reports questions as steps, with no loss: its step lines say which side they belong to."""
+    monkeypatch.setattr("training.worker.STEP_LOG_EVERY_S", 3600.0)
+    home, _, store, cfg = world
+    rid = store.enqueue_round("dpo", {"pairs": 8})
+
+    def run(job, st, on_progress):
+        for step in (1, 2):
+            on_progress({"phase": "evaluate base", "step": step, "total": 2, "elapsed_s": 1.5 * step})
+        raise TrainingError("stop here")
+
+    process_one(store, cfg, home, "w", WorkerOptions(lease_s=5), run)
+    text = messages(store, rid)
+    assert f"round {rid} step 1/2: evaluate base (1.5 s/step)" in text
+    assert f"round {rid} step 2/2: evaluate base (1.5 s/step)" in text
+
+
 def test_a_cancelled_rounds_lines_end_with_the_cancel(world):
     """Cancelled after step 3 of 100: the log says the cancel was requested and where the round stopped."""
     home, _, store, cfg = world
