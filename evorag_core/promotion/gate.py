@@ -66,20 +66,28 @@ def evaluate_candidate(store: Store, cfg: Config, home: Path, name: str, *, agai
     sides = (Side(candidate, base_id), Side(other, base_id))
     started, done = time.perf_counter(), [0]
 
-    def each(total: int, label: str) -> Callable[[Any, list[Any]], None]:
+    def progress(label: str) -> None:
+        if on_progress is not None:
+            on_progress({"phase": f"evaluate {label}", "step": done[0], "total": total,
+                         "elapsed_s": round(time.perf_counter() - started, 1)})
+
+    def each(label: str) -> Callable[[Any, list[Any]], None]:
         def report(_result: Any, _results: list[Any]) -> None:
             done[0] += 1
-            if on_progress is not None:
-                on_progress({"phase": f"evaluate {label}", "step": done[0], "total": total,
-                             "elapsed_s": round(time.perf_counter() - started, 1)})
+            progress(label)
         return report
 
     from evorag_core.data.datasets import load_dataset
     from evorag_core.promotion.evaluate import slice_questions
 
-    total = 2 * len(slice_questions(cfg, load_dataset(data)))
-    results = [evaluate_side(store, cfg, home, side, on_result=each(total, side.label), workers=workers)
-               for side in sides]
+    n = len(slice_questions(cfg, load_dataset(data)))
+    total = 2 * n
+    results = []
+    for i, side in enumerate(sides):
+        results.append(evaluate_side(store, cfg, home, side, on_result=each(side.label), workers=workers))
+        if done[0] < (i + 1) * n:  # questions read from the cache report no result: they are done too
+            done[0] = (i + 1) * n
+            progress(side.label)
     comparison = compare_results(results[0].results, results[1].results, resamples=cfg.promotion.resamples)
     decision = decide(comparison, cfg.promotion)
     report = build_report(cfg, str(data), results[0], results[1], comparison, decision)

@@ -171,6 +171,8 @@ def test_an_evaluation_job_reads_as_evaluating_its_side_and_counts_questions(svc
     html = th.training_view(svc, now=store.get_round(rid).heartbeat_at).progress
     assert "running · evaluating r1-dpo" in html and "question 5/20" in html and "ETA 30 s (2 s/step)" in html
     assert 'data-phase="evaluate"' in html and 'data-phase="train"' not in html
+    view = th.training_view(svc)
+    assert not view.loss_visible and not view.kl_visible  # an evaluation trains nothing
     store.finish_round(rid, metrics={"evaluated": "r1-dpo", "verdict": "not shown better: F1 +0.010", "activated": False},
                        worker_id="w")
     assert "r1-dpo: not shown better: F1 +0.010" in th.training_view(svc).rounds

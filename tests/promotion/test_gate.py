@@ -57,7 +57,8 @@ def test_a_round_queues_its_evaluation_and_an_adapter_not_shown_better_stays_sta
     job 2 (objective evaluate); the worker runs it: a report of r1-dpo against the base model (none is live), with
     both sides' summaries on the 8 questions, the paired difference and the rule's verdict; the adapter is not live.
     Activating it without a reason is refused (the base model stays live); with one it is live, logged "forced"
-    with the reason and the report. The evaluation cached both sides: evaluating again reads no model."""
+    with the reason and the report. The evaluation cached both sides: evaluating again reads no model, and its
+    progress still ends at every question of both sides."""
     cfg, home, store, base_id = world
     store.add_pairs([NewPair(PROMPT.format(f"who founded town {i}"), f"ANSWER: nobody {i}", f"SEARCH: town {i} founder")
                      for i in range(6)])
@@ -88,8 +89,11 @@ def test_a_round_queues_its_evaluation_and_an_adapter_not_shown_better_stays_sta
     assert (why.adapter, why.kind, why.reason, why.who, why.promotion_id) == (
         "r1-dpo", "forced", "a demo for the reading group", "ada", report.id)
 
-    again = evaluate_candidate(store, cfg, home, "r1-dpo", against="base")
+    seen = []
+    again = evaluate_candidate(store, cfg, home, "r1-dpo", against="base", on_progress=seen.append)
     assert again.report["candidate"]["cached"] == again.report["against"]["cached"] == 8
+    assert [(e["phase"], e["step"], e["total"]) for e in seen] == [("evaluate r1-dpo", 8, 16),
+                                                                    ("evaluate base", 16, 16)]
     assert again.report["comparison"]["f1"] == r["comparison"]["f1"]
 
 

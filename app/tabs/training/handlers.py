@@ -186,6 +186,8 @@ def training_view(svc: Services, now: datetime | None = None, history: ChartHist
         kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
         known = OBJECTIVES_ALL.get(newest.objective)
         loss_visible = bool(points) or known is None or known.logs_loss
+        if newest.objective == EVALUATE_JOB:  # an evaluation trains nothing: no loss or KL panel to wait for
+            kl_visible = loss_visible = False
         charts, charts_key = _charts(newest, step_rows)
     charts = charts + tuple((_figure(("slot",), lambda: views.empty_figure("")), False)
                             for _ in range(MAX_CHARTS - len(charts)))
