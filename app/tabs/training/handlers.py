@@ -183,11 +183,7 @@ def training_view(svc: Services, now: datetime | None = None, history: ChartHist
         kl = _figure(("kl", newest.objective, kl_key), lambda: round_progress.integer_steps(
             views.kl_figure(kl_rows, f"Round #{newest.id} ({newest.objective}) KL to the reference"),
             kl_rows[-1]["step"] if kl_rows else None))
-        kl_visible = _logs_kl(newest.objective) or bool(kl_rows)  # DPO's reference term is inside its loss
-        known = OBJECTIVES_ALL.get(newest.objective)
-        loss_visible = bool(points) or known is None or known.logs_loss
-        if newest.objective == EVALUATE_JOB:  # an evaluation trains nothing: no loss or KL panel to wait for
-            kl_visible = loss_visible = False
+        loss_visible, kl_visible = _panels(newest.objective, bool(points), bool(kl_rows))
         charts, charts_key = _charts(newest, step_rows)
     charts = charts + tuple((_figure(("slot",), lambda: views.empty_figure("")), False)
                             for _ in range(MAX_CHARTS - len(charts)))
@@ -424,6 +420,16 @@ def header_status(svc: Services) -> str:
     return '<div class="evo-header-status">' + " · ".join(parts) + "</div>"
 
 
+
+
+def _panels(objective: str, has_loss: bool, has_kl: bool) -> tuple[bool, bool]:
+    """Whether the newest round's (loss, KL) panels show: the loss unless its objective logs none (DynaKrag) and none
+    came; the KL for objectives that log one (not DPO: its reference term is inside its loss) or when one came; neither
+    for an evaluation, which trains nothing."""
+    if objective == EVALUATE_JOB:
+        return False, False
+    known = OBJECTIVES_ALL.get(objective)
+    return has_loss or known is None or known.logs_loss, _logs_kl(objective) or has_kl
 
 
 def _logs_kl(objective: str) -> bool:
