@@ -2,11 +2,12 @@
 
 transformers' "sdpa" attention expands a grouped-query model's keys and values to every query head (`repeat_kv`, a
 copy) whenever a forward has more than one query token and an attention mask, unless the device is one it trusts
-with SDPA's own grouped-query path (CUDA, XPU and MPS only, and CUDA only without a mask). On the CPU that copy of
-the whole cached prompt is most of such a forward: continuations scored on top of a ~900-token prompt (one row,
-block mask) took 457 ms for 2 tokens against 69 ms with `enable_gqa`, 503 against 106 ms for 4, 629 against 152 ms
-for 16, with the same log-probs (SmolLM2-135M, one thread; PyTorch's CPU SDPA kernel takes grouped keys as they
-are). Those forwards are the policy's label scores, its argument log-probs and the reader's span scores.
+with SDPA's own grouped-query path (CUDA, XPU and MPS only, and CUDA only without a mask). PyTorch's CPU SDPA
+kernel takes grouped keys as they are, so the copy is not needed: scoring 2-16 tokens in one row over a cached
+~900-token prompt (block mask, no gradients, one thread, SmolLM2-135M) is 1.07-1.18x faster without it, with the
+same log-probs (`bench/masked_forward.py`). Those forwards are the policy's label scores, its argument log-probs and
+the reader's span scores. (A first micro-benchmark, run with autograd recording, showed 4-7x; every scoring path
+runs in inference mode, where the figure is the one above.)
 
 `use_grouped_sdpa(model)` switches a CPU model's "sdpa" attention to `GROUPED_SDPA`: forwards without gradients
 with several query tokens and a mask call SDPA with `enable_gqa=True`; every other forward (training, one query
