@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import cache
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 __all__ = ["GROUPED_SDPA", "grouped_sdpa_forward", "use_grouped_sdpa"]
 
@@ -50,8 +51,6 @@ def grouped_sdpa_forward(module, query: torch.Tensor, key: torch.Tensor, value: 
                          attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                          **kwargs) -> tuple[torch.Tensor, None]:
     """transformers attention function: query [b, heads, q, d], key/value [b, kv_heads, k, d] (not repeated)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     grouped = getattr(module, "num_key_value_groups", 1) > 1
     if (not grouped or attention_mask is None or query.shape[2] == 1 or torch.is_grad_enabled()
             or query.device.type != "cpu"
