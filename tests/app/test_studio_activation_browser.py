@@ -79,15 +79,19 @@ def live(page) -> str:
 
 
 def test_a_garbled_adapter_is_refused_in_the_page_and_the_previous_stays_live(page, studio):
-    """Activate 'good' -> live. Zero the last 16 bytes of 'garbled's weights, Activate it -> an error toast says
-    why (sha256) and that 'good' stays live; the header, the store's active row and the next LM episode keep
-    'good'."""
+    """Activate 'good' -> live, and the button reads "Live", greyed out. Zero the last 16 bytes of 'garbled's
+    weights, Activate it -> an error message says why (sha256) and that 'good' stays live; the header, the store's
+    active row and the next LM episode keep 'good'."""
     _, store, folders = studio
     page.get_by_role("tab", name="Training").click()
     choose(page, "evo-adapter-pick", "good")
     page.click("#evo-activate")
     page.wait_for_function("document.querySelector('#evo-live-adapter').innerText === 'good'")
     assert store.active_adapter().name == "good"
+    # the picked adapter is the live one: the button says so and cannot be pressed
+    page.wait_for_function("document.querySelector('#evo-activate').disabled")
+    assert page.locator("#evo-activate").inner_text() == "Live"
+    shot(page, "activation_live")
 
     weights = folders["garbled"] / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-16] + b"\x00" * 16)

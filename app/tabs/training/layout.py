@@ -85,7 +85,7 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab, timers: PageTi
     _adapters_section(svc, c)
     c.source, c.stage, c.data = c.fields["source"], c.fields["stage"], c.fields["data"]
     c.outs = [c.progress, c.loss, c.kl_plot, *c.metric_plots, c.rounds, c.adapters, c.adapter_dd, c.live, c.names_state,
-              c.policy_dd, c.cancel_dd, c.cancel, c.available, c.log_box, c.log_pick, c.report, c.curve]
+              c.policy_dd, c.cancel_dd, c.cancel, c.available, c.log_box, c.log_pick, c.report, c.curve, c.activate]
     c.watched = [c.names_state, c.history, c.objective, c.source, c.stage, c.data, c.cancel_dd, c.log_pick,
                  c.adapter_dd]
     c.field_list = [c.fields[k] for k in tf.FIELD_KEYS]
@@ -176,7 +176,8 @@ def _refresher(svc: Services) -> Callable[..., tuple[tuple, bool]]:
                  "kl": (view.kl_key, view.kl_visible), "charts": (view.charts_key, tuple(v for _, v in view.charts)),
                  "rounds": view.rounds, "adapters": view.adapters, "live": live_html, "names": view.adapter_names,
                  "cancellable": view.cancellable, "available": handlers.availability_text(svc, obj, src, stg, dat),
-                 "log": log_key, "log_choices": view.log_choices, "report": report_html, "curve": view.curve_key}
+                 "log": log_key, "log_choices": view.log_choices, "report": report_html, "curve": view.curve_key,
+                 "activate": picked_adapter == view.live}
 
         def send(key: str, value: Any) -> Any:
             return value if shown.get(key, object()) != fresh[key] else gr.skip()
@@ -199,12 +200,20 @@ def _refresher(svc: Services) -> Callable[..., tuple[tuple, bool]]:
         log_pick_out = (gr.Dropdown(choices=view.log_choices) if shown.get("log_choices") != view.log_choices
                         else gr.skip())
         curve_out = view.curve if shown.get("curve") != fresh["curve"] else gr.skip()
+        activate_out = _activate_button(fresh["activate"]) if shown.get("activate") != fresh["activate"] else gr.skip()
         return (send("progress", view.progress), loss_out, kl_out, *chart_outs, send("rounds", view.rounds),
                 send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
                 send("available", fresh["available"]), log_out, log_pick_out, send("report", report_html),
-                curve_out), bool(ids)
+                curve_out, activate_out), bool(ids)
 
     return refresh
+
+
+def _activate_button(picked_is_live: bool) -> gr.Button:
+    """Activate, greyed out as "Live" while the picked adapter is the live one (there is nothing to activate)."""
+    if picked_is_live:
+        return gr.Button(value="Live", variant="secondary", interactive=False)
+    return gr.Button(value="Activate", variant="primary", interactive=True)
 
 
 def _wire_rounds(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple]) -> None:
