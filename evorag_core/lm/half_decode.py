@@ -104,7 +104,7 @@ class HalfDecodeLinear(nn.Linear):
     active: bool
     bf16_weight: torch.Tensor | None
     bf16_version: int
-    prefill_copy: bool  # may prefill through a bf16 copy (enable_half_decode(prefill_bf16=True); not the LM head)
+    prefill_copy: bool  # may run many-row inputs through a bf16 copy (enable_half_decode(prefill_bf16=True))
     prefill_active: bool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
