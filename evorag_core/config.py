@@ -286,7 +286,7 @@ POLICY_BACKENDS: tuple[str, ...] = ("transformers", "vllm", "openai")
 # PolicyConfig.answer_with: who writes the LM agent's ANSWER text - the reader prompt over the chain's passages,
 # the agent prompt's own continuation, or ARENA's cited reply
 ANSWERERS: tuple[str, ...] = ("reader", "policy", "arena")
-# PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt and scoring forwards (fp32 CPU model);
+# PolicyConfig.prefill_dtype: the precision of the transformers backend's prompt forwards on an fp32 CPU model;
 # "auto" = bfloat16 where the CPU has native bf16 matrix instructions (AVX512-BF16 / AMX), else float32
 PREFILL_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 # TrainConfig.dtype: "auto" = bfloat16 where the device multiplies bf16 natively (CUDA >= sm80, CPU AVX512-BF16 / AMX),
@@ -334,7 +334,7 @@ class PolicyConfig(_Checked):
     # (and the greedy query is the plan's), to ANSWER's once it holds every hop; 0 = off (the LM alone decides)
     hop_gate: float = 4.0
     half_decode_rows: int = 4  # fp32 CPU models: inputs of <= this many rows use fp16 weight copies (0 = off)
-    prefill_dtype: str = "auto"  # fp32 CPU models: bf16 copies for prompt and scoring forwards? one of PREFILL_DTYPES
+    prefill_dtype: str = "auto"  # fp32 CPU models: bf16 weight copies for prompt forwards? one of PREFILL_DTYPES
     shared_prefix_siblings: bool = True  # CPU: batched siblings share the prompt's KV cache (cascade attention)
     # backend = "openai" (lm/openai_backend.py, docs/serving.md): an OpenAI-compatible completions server
     base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (vLLM, SGLang, llama.cpp's server)

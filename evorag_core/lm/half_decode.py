@@ -22,12 +22,12 @@ trained in the same process (an optimizer step, a LoRA merge) never decodes with
 Prefill with bf16 copies (`enable_half_decode(..., prefill_bf16=True)`, used by the backend when
 `policy.prefill_dtype` resolves to "bfloat16"; the default "auto" does where the CPU has AVX512-BF16 or AMX, see
 `resolve_prefill_dtype`). A prompt's forward is compute-bound, and with native bf16 instructions oneDNN's bf16 matrix
-products beat fp32 ones. Inside `bf16_prefill(model)` the linears take inputs of more than `max_rows` rows through a
-bf16 copy of their weight and return fp32; norms, attention and the KV cache stay fp32. The backend uses it for the
-prompt and for continuations scored over a cached prompt (one row per scored token). The LM head sees many rows
-only there; after its bf16 product each row's `exact_top` largest logits are recomputed in fp32, as in decoding.
-Scoring through the copies made rollouts 1.11x faster on an AMX Xeon (2 workers, 48 HotpotQA questions: 51.96 ->
-57.57 pairs/min, the same 391 pairs; `bench/results/rollout_throughput_bf16_scoring.json`). Measured on this machine (Zen 4, 2 threads), an 800-token prompt: 528 tokens/s
+products beat fp32 ones. Inside `bf16_prefill(model)` the block linears (not the LM head, whose
+logits stay fp32) take inputs of more than `max_rows` rows through a bf16 copy of their weight and return fp32; norms,
+attention and the KV cache stay fp32. (Continuations scored over the prompt stay fp32: through the copies rollouts
+were 1.11x faster, but a continuation's score then depended on how many tokens shared its forward and drifted ~0.1
+nat over 16 tokens from the decode path's log-prob; `rollout_throughput_bf16_scoring.json`.) Measured on this
+machine (Zen 4, 2 threads), an 800-token prompt: 528 tokens/s
 fp32, 805 with the bf16 copies (957 with the whole model in bf16, which also rounds the attention, the cache and the
 logits). bf16 keeps 8 significant bits, so the prompt's keys/values move by ~2^-9 relative and the action labels'
 scores by up to ~0.07 nat (tested): near-tie decisions can flip. On the first 50 HotpotQA questions (per-question
@@ -104,7 +104,7 @@ class HalfDecodeLinear(nn.Linear):
     active: bool
     bf16_weight: torch.Tensor | None
     bf16_version: int
-    prefill_copy: bool  # may run many-row inputs through a bf16 copy (enable_half_decode(prefill_bf16=True))
+    prefill_copy: bool  # may prefill through a bf16 copy (enable_half_decode(prefill_bf16=True); not the LM head)
     prefill_active: bool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -119,8 +119,6 @@ class HalfDecodeLinear(nn.Linear):
                 return out if self.bias is None else out + self.bias
             if self.prefill_active and not small:
                 out = F.linear(x.to(torch.bfloat16), self._copy("bf16", torch.bfloat16)).to(x.dtype)
-                if self.exact_top > 0:
-                    out = self._exact_top_outputs(x, out)
                 return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
@@ -163,7 +161,7 @@ def enable_half_decode(model: nn.Module, max_rows: int = DEFAULT_MAX_ROWS, exact
         module.exact_top = exact_top if module is head else 0
         module.active = False
         module.bf16_weight, module.bf16_version = None, -1
-        module.prefill_copy, module.prefill_active = prefill_bf16, False
+        module.prefill_copy, module.prefill_active = prefill_bf16 and module is not head, False
         converted += 1
     return converted
 

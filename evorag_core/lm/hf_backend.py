@@ -12,10 +12,9 @@
   (`GenerationInterrupted`; the cache of the interrupted call is dropped), so the studio's Stop ends a decode at once.
 - Decode steps of an fp32 model on the CPU read fp16 copies of the weights (`half_decode.py`,
   `policy.half_decode_rows`): a batch-1 step streams every weight once, and half the bytes make it ~3x faster here.
-  Prompt forwards (prefill) of more than `half_decode_rows` tokens, and continuations scored on top of a prompt,
-  run the linears through bf16 copies when `policy.prefill_dtype` resolves to "bfloat16" (the default "auto" does on
-  CPUs with AVX512-BF16 or AMX; prefill 1.3-1.5x faster here); the LM head's largest logits are recomputed in fp32.
-  Every forward with gradients stays fp32.
+  Prompt forwards (prefill) of more than `half_decode_rows` tokens run the block linears through bf16 copies when
+  `policy.prefill_dtype` resolves to "bfloat16" (the default "auto" does on CPUs with AVX512-BF16 or AMX;
+  1.3-1.5x faster here). Continuations scored on top of a prompt, and every forward with gradients, stay fp32.
 - On the CPU, masked forwards of several tokens (continuations scored in one row, padded batches) attend with the
   grouped keys as they are (`gqa_attention.py`) instead of transformers' copy of the cached keys to every head
   (1.07-1.18x for 2-16 tokens over a ~900-token prompt).
@@ -206,7 +205,7 @@ class TransformersBackend:
             positions.extend(range(prompt_len, prompt_len + len(f)))
             offset += len(f)
         device = self.model.device
-        with self._dropping_cache_on_error(), self._prompt_precision():
+        with self._dropping_cache_on_error():
             logits = self._forward(
                 torch.tensor([ids]),
                 self._prefix.cache,
