@@ -66,6 +66,12 @@ def evaluate_candidate(store: Store, cfg: Config, home: Path, name: str, *, agai
     sides = (Side(candidate, base_id), Side(other, base_id))
     started, done = time.perf_counter(), [0]
 
+    from evorag_core.data.datasets import load_dataset
+    from evorag_core.promotion.evaluate import slice_questions
+
+    n = len(slice_questions(cfg, load_dataset(data)))  # questions per side
+    total = 2 * n
+
     def progress(label: str) -> None:
         if on_progress is not None:
             on_progress({"phase": f"evaluate {label}", "step": done[0], "total": total,
@@ -77,11 +83,6 @@ def evaluate_candidate(store: Store, cfg: Config, home: Path, name: str, *, agai
             progress(label)
         return report
 
-    from evorag_core.data.datasets import load_dataset
-    from evorag_core.promotion.evaluate import slice_questions
-
-    n = len(slice_questions(cfg, load_dataset(data)))
-    total = 2 * n
     results = []
     for i, side in enumerate(sides):
         results.append(evaluate_side(store, cfg, home, side, on_result=each(side.label), workers=workers))
