@@ -23,8 +23,8 @@ Prefill with bf16 copies (`enable_half_decode(..., prefill_bf16=True)`, used by 
 `policy.prefill_dtype` resolves to "bfloat16"; the default "auto" does where the CPU has AVX512-BF16 or AMX, see
 `resolve_prefill_dtype`). A prompt's forward is compute-bound, and with native bf16 instructions oneDNN's bf16
 matrix products beat fp32 ones. Inside `bf16_prefill(model)` the block linears (not the LM head, whose logits stay
-fp32) take inputs of more than `max_rows` rows through a bf16 copy of their weight and return fp32; norms, attention
-and the KV cache stay fp32. (Continuations scored over the prompt stay fp32: through the copies rollouts were 1.11x
+fp32) take inputs of more than `max_rows` rows through a bf16 copy of their weight and return fp32; norms and the
+KV cache stay fp32. (The backend also runs the prompt's attention in bf16 then: `gqa_attention.bf16_prompt_attention`.) (Continuations scored over the prompt stay fp32: through the copies rollouts were 1.11x
 faster, but a continuation's score then depended on how many tokens shared its forward and drifted ~0.1 nat over 16
 tokens from the decode path's log-prob; `rollout_throughput_bf16_scoring.json`.) Measured on this machine (Zen 4, 2
 threads), an 800-token prompt: 528 tokens/s fp32, 805 with the bf16 copies (957 with the whole model in bf16, which

@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers.integrations.sdpa_attention as hf_sdpa
 
-from evorag_core.lm.gqa_attention import GROUPED_SDPA, use_grouped_sdpa
+from evorag_core.lm.gqa_attention import GROUPED_SDPA, bf16_prompt_attention, use_grouped_sdpa
 from evorag_core.lm.kv_cache import cache_kwargs, growing_cache
 
 
@@ -81,6 +81,37 @@ def test_only_grouped_sdpa_models_are_switched(kv_heads, attn):
     model = _tiny_llama(kv_heads, attn)
     assert not use_grouped_sdpa(model)
     assert model.config._attn_implementation == attn
+
+
+def test_bf16_prompt_attention_is_causal_close_and_only_for_gradient_free_prompts():
+    """Inside `bf16_prompt_attention` a mask-less prompt and a block-masked one attend in bf16: logits close to fp32,
+    not equal, and still causal (changing the last tokens leaves every earlier position's logits bit for bit).
+    One-token decode steps, forwards with gradients and everything after the block stay exact fp32."""
+    model = _tiny_llama()
+    assert use_grouped_sdpa(model)
+    ids = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(5))
+    changed = ids.clone()
+    changed[0, 9:] = (changed[0, 9:] + 1) % 50
+    prompt, conts = ids[:, :8], [[4, 9, 11], [7], [20, 21]]
+    with torch.inference_mode():
+        want, want_block = model(ids).logits, _block_scored(model, prompt, conts)
+        cache = growing_cache(2)
+        model(ids[:, :11], **cache_kwargs(model, cache), use_cache=True)
+        want_step = model(ids[:, 11:], **cache_kwargs(model, cache), use_cache=True).logits
+        cache = growing_cache(2)
+        model(ids[:, :11], **cache_kwargs(model, cache), use_cache=True)
+        with bf16_prompt_attention():
+            got_step = model(ids[:, 11:], **cache_kwargs(model, cache), use_cache=True).logits
+            got, got_changed, got_block = model(ids).logits, model(changed).logits, _block_scored(model, prompt, conts)
+        after = model(ids).logits
+    for fast, exact in ((got, want), (got_block, want_block)):
+        assert not torch.equal(fast, exact)
+        torch.testing.assert_close(fast, exact, atol=3e-2, rtol=3e-2)
+    assert torch.equal(got[:, :9], got_changed[:, :9]) and not torch.equal(got[:, 9:], got_changed[:, 9:])
+    assert torch.equal(after, want) and torch.equal(got_step, want_step)
+    with bf16_prompt_attention():
+        trained = model(ids).logits
+    assert torch.equal(trained.detach(), want)
 
 
 @pytest.mark.slow
