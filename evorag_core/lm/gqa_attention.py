@@ -94,7 +94,8 @@ def _bf16_attention(module, query, key, value, attention_mask, scaling, grouped,
     mask = attention_mask
     if mask is not None and mask.is_floating_point():
         mask = mask.clamp(min=torch.finfo(torch.bfloat16).min).to(torch.bfloat16)
-    causal = mask is None and kwargs.get("is_causal", getattr(module, "is_causal", True))
+    causal = kwargs.get("is_causal")
+    causal = mask is None and (getattr(module, "is_causal", True) if causal is None else causal)
     out = torch.nn.functional.scaled_dot_product_attention(
         *half, attn_mask=mask, is_causal=bool(causal), scale=scaling, enable_gqa=grouped
     )

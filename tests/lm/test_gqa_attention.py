@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers.integrations.sdpa_attention as hf_sdpa
 
-from evorag_core.lm.gqa_attention import GROUPED_SDPA, bf16_prompt_attention, use_grouped_sdpa
+from evorag_core.lm.gqa_attention import GROUPED_SDPA, bf16_prompt_attention, grouped_sdpa_forward, use_grouped_sdpa
 from evorag_core.lm.kv_cache import cache_kwargs, growing_cache
 
 
@@ -112,6 +112,12 @@ def test_bf16_prompt_attention_is_causal_close_and_only_for_gradient_free_prompt
     with bf16_prompt_attention():
         trained = model(ids).logits
     assert torch.equal(trained.detach(), want)
+    # transformers may pass is_causal=None: still causal (the module's flag), as in its own sdpa
+    q, kv = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 6, 8)
+    with torch.inference_mode(), bf16_prompt_attention():
+        unset = grouped_sdpa_forward(model.model.layers[0].self_attn, q, kv, kv, None, is_causal=None)[0]
+        causal = grouped_sdpa_forward(model.model.layers[0].self_attn, q, kv, kv, None)[0]
+    assert torch.equal(unset, causal)
 
 
 @pytest.mark.slow
