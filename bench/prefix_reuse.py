@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     replays = [replay(prompts, slots, copy) for slots, copy in POLICIES]
     base = next(r for r in replays if r.slots == 3 and r.copy_min is None)
     result = {
-        "what": __doc__.split("\n\n")[0], "machine": cpu_model(), "rollout_args": cli[: cli.index("--db")] + cli[cli.index("--db") + 2:],
+        "what": __doc__.split("\n\n")[0], "machine": cpu_model(),
+        "rollout_args": cli[: cli.index("--db")] + cli[cli.index("--db") + 2:],
         "prefills": len(prompts), "prompt_tokens": sum(map(len, prompts)), "tokens_run": ran,
         "prefill_seconds": round(prefill_s, 1), "rollout_seconds": round(total_s, 1),
         "unbounded_tokens_run": unbounded_tokens(prompts), "kv_bytes_per_token": per_token,

@@ -21,17 +21,18 @@ trained in the same process (an optimizer step, a LoRA merge) never decodes with
 
 Prefill with bf16 copies (`enable_half_decode(..., prefill_bf16=True)`, used by the backend when
 `policy.prefill_dtype` resolves to "bfloat16"; the default "auto" does where the CPU has AVX512-BF16 or AMX, see
-`resolve_prefill_dtype`). A prompt's forward is compute-bound, and with native bf16 instructions oneDNN's bf16
-matrix products beat fp32 ones. Inside `bf16_prefill(model)` the block linears (not the LM head, whose logits stay
-fp32) take inputs of more than `max_rows` rows through a bf16 copy of their weight and return fp32; norms and the
-KV cache stay fp32. (The backend also runs the prompt's attention in bf16 then: `gqa_attention.bf16_prompt_attention`.) (Continuations scored over the prompt stay fp32: through the copies rollouts were 1.11x
-faster, but a continuation's score then depended on how many tokens shared its forward and drifted ~0.1 nat over 16
-tokens from the decode path's log-prob; `rollout_throughput_bf16_scoring.json`.) Measured on this machine (Zen 4, 2
-threads), an 800-token prompt: 528 tokens/s fp32, 805 with the bf16 copies (957 with the whole model in bf16, which
-also rounds the attention, the cache and the logits). bf16 keeps 8 significant bits, so the prompt's keys/values
-move by ~2^-9 relative and the action labels' scores by up to ~0.07 nat (tested): near-tie decisions can flip. On
-the first 50 HotpotQA questions (per-question corpora) the agent made 45 of 50 predictions identical to fp32
-prefill's, F1 0.0707 both (the whole-bf16 model: 38 of 50, F1 0.0627).
+`resolve_prefill_dtype`). A prompt's forward is compute-bound, and with native bf16 instructions oneDNN's bf16 matrix
+products beat fp32 ones. Inside `bf16_prefill(model)` the block linears (not the LM head, whose logits stay fp32)
+take inputs of more than `max_rows` rows through a bf16 copy of their weight and return fp32; norms and the KV cache
+stay fp32 (the backend then also runs the prompt's attention in bf16: `gqa_attention.bf16_prompt_attention`).
+(Continuations scored over the prompt stay fp32: through the copies rollouts were 1.11x faster, but a continuation's
+score then depended on how many tokens shared its forward and drifted ~0.1 nat over 16 tokens from the decode path's
+log-prob; `rollout_throughput_bf16_scoring.json`.) Measured on a 2-core AMD Zen 4 (2 threads), an 800-token prompt:
+528 tokens/s fp32, 805 with the bf16 copies (957 with the whole model in bf16, which also rounds the attention, the
+cache and the logits). bf16 keeps 8 significant bits, so the prompt's keys/values move by ~2^-9 relative and the
+action labels' scores by up to ~0.07 nat (tested): near-tie decisions can flip. On the first 50 HotpotQA questions
+(per-question corpora) the agent made 45 of 50 predictions identical to fp32 prefill's, F1 0.0707 both (the
+whole-bf16 model: 38 of 50, F1 0.0627).
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@
   Prompt forwards (prefill) of more than `half_decode_rows` tokens run the block linears through bf16 copies when
   `policy.prefill_dtype` resolves to "bfloat16" (the default "auto" does on CPUs with AVX512-BF16 or AMX;
   1.3-1.5x faster here), and attend over bf16 copies of their queries/keys/values (`gqa_attention.py`; 1.4x
-  faster again for 300 tokens over 900 cached on an AMX Xeon); the KV cache and the logits stay fp32. Continuations scored on top of a prompt, and every forward with gradients, stay fp32.
+  faster again for 300 tokens over 900 cached on an AMX Xeon); the KV cache and the logits stay fp32.
+  Continuations scored on top of a prompt, and every forward with gradients, stay fp32.
 - On the CPU, masked forwards of several tokens (continuations scored in one row, padded batches) attend with the
   grouped keys as they are (`gqa_attention.py`) instead of transformers' copy of the cached keys to every head
   (1.07-1.18x for 2-16 tokens over a ~900-token prompt).
