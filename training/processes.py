@@ -128,6 +128,17 @@ class Processes:
 
             PartialState().wait_for_everyone()
 
+    def close(self) -> None:
+        """End this process's part in the launch: destroy the process group. A process that exits with it alive can
+        abort at exit (SIGABRT, "terminate called without an active exception": gloo's threads still hold tensors
+        while the interpreter is torn down), failing a launch whose rounds all succeeded."""
+        if not self.several:
+            return
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
 
 SINGLE = Processes()
 

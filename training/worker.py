@@ -477,6 +477,7 @@ def run_worker(cfg: Config, home: Path, db_url: str, opts: WorkerOptions) -> int
         log.info("worker stopped")
         return 0
     finally:
+        processes.close()
         signal.signal(signal.SIGTERM, previous[0])
         signal.signal(signal.SIGINT, previous[1])
 

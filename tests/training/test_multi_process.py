@@ -255,3 +255,23 @@ def test_shards_cover_a_minibatch_once():
     assert Processes(1, 4).shard([7]) == []  # a short minibatch leaves a process nothing to do
     assert SINGLE.shard(rows) == rows and SINGLE.broadcast("x") == "x" and SINGLE.sum_values({"a": 1.5}) == {"a": 1.5}
     assert SINGLE.on_main(lambda a, b: a + b, 2, b=3) == 5 and SINGLE.gather([1]) == [1]
+
+
+def test_close_destroys_the_process_group_and_is_a_no_op_alone(tmp_path):
+    """A launched worker ends with `Processes.close()`: its process group is destroyed (a gloo group alive at exit can
+    abort the interpreter with SIGABRT after every round succeeded, as the r2ag two-process test once did in a full
+    suite). Alone (`SINGLE`) nothing happens; closing twice is fine."""
+    import torch.distributed as dist
+
+    from training.processes import SINGLE, Processes
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        SINGLE.close()
+        assert dist.is_initialized()
+        Processes(0, 2).close()
+        assert not dist.is_initialized()
+        Processes(0, 2).close()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
