@@ -6,12 +6,16 @@ plotly figure.
                                    [--threads 1] [--model embedded] [--set KEY=VALUE ...] [--home DIR]
                                    [--out bench/results/learning_curve.json]
     python -m bench.learning_curve --from-store --home DIR --out OUT.json   # the curve of rounds already run
+    python -m bench.learning_curve --source answer --pairs 100000 --max-steps 0 --lr 1e-3 ...  # reader rounds
 
 Each round is what the studio and the CLI do, each step in its own `evorag` process on one store under --home:
 1. rollouts of the live model (the live adapter, else the base model) on the round's share of the --train questions
    (`evorag rollout --adapter LIVE`; the training questions are cut into --rounds consecutive chunks, so every round
    rolls out questions no earlier round saw, with the model the earlier rounds made);
-2. a round (`evorag train --objective OBJ`, reference = the live adapter) run by `evorag worker --drain`;
+2. a round (`evorag train --objective OBJ`, reference = the live adapter) run by `evorag worker --drain`; with
+   `--source answer` the round trains on answer pairs instead (`evorag pairs answers --states all` over the round's
+   episodes, then `train --source answer`: the reader round of docs/answers.md), rolled out with 2 siblings at 1
+   state a question (its states are what it needs);
 3. the gate: the worker queues the new adapter's evaluation against the live model on the --eval slice (the
    `[promotion]` settings: method, metric F1, alpha 0.05, paired bootstrap) and, draining the queue, runs it next;
    a passing adapter goes live (`promotion.auto`), a failing one stays staged and the next round starts from the
@@ -171,11 +175,17 @@ def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[
     t = time.perf_counter()
     rollout = ["rollout", "--data", str(args.data), "--offset", str(chunk[0]), "--limit", str(chunk[1]),
                "--workers", str(args.workers), "--threads", str(args.threads), "--json"]
+    if args.source == "answer":
+        rollout += ["--siblings", "2", "--max-states", "1"]
     _cli(args, log, *rollout, *(["--adapter", live.path] if live else []), threads=args.threads)
+    if args.source == "answer":  # every reader state of the stored episodes, one pair each
+        _cli(args, log, "pairs", "answers", "--data", str(args.data), "--states", "all", "--json",
+             threads=args.threads)
     minutes["rollouts"] = round((time.perf_counter() - t) / 60, 2)
     with _store(args) as store:
         known = {j.id for j in store.list_rounds(limit=10_000)}
-    _cli(args, log, "train", "--objective", args.objective, "--pairs", str(args.pairs), "--max-steps",
+    source = ["--source", "answer"] if args.source == "answer" else []
+    _cli(args, log, "train", "--objective", args.objective, *source, "--pairs", str(args.pairs), "--max-steps",
          str(args.max_steps), "--json", threads=1)
     # one worker runs the round and then the evaluation job the round queued (the gate), then exits
     _cli(args, log, "worker", "--drain", threads=args.workers * args.threads)
@@ -197,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval", default="100:200", help="START:STOP of the gate's held-out questions")
     ap.add_argument("--method", choices=["agent", "fixed-k"], default="agent")
     ap.add_argument("--objective", choices=["dpo", "grpo", "ppo"], default="dpo")
+    ap.add_argument("--source", choices=["rollout", "answer"], default="rollout",
+                    help="DPO on the rollouts' step pairs, or on answer pairs of their reader states")
     ap.add_argument("--pairs", type=int, default=64)
     ap.add_argument("--max-steps", type=int, default=24)
     ap.add_argument("--lr", default="5e-5")
@@ -227,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     for row, done in zip(rows[1:], state["rounds"]):
         row["minutes"] = done["minutes"]
         row["train_questions"] = done["questions"]
-    title = f"Held-out learning curve: {args.objective.upper()} rounds, gate on {args.method} {args.eval}"
+    kind = f"{args.objective.upper()} rounds" + (" on answer pairs" if args.source == "answer" else "")
+    title = f"Held-out learning curve: {kind}, gate on {args.method} {args.eval}"
     from bench.figures import save_figure
     from bench.record import settings, write_json
 

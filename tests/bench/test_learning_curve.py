@@ -58,10 +58,10 @@ def test_the_curve_starts_at_the_base_and_the_live_model_moves_only_on_a_pass():
     assert list(live[0].y) == [0.30, 0.40, 0.40]  # F1 panel: the live model's score after each round
 
 
-def _run(tiny: Path, home: Path, out: Path) -> str:
+def _run(tiny: Path, home: Path, out: Path, *more: str) -> str:
     argv = [sys.executable, "-m", "bench.learning_curve", "--data", str(DEMO), "--train", "0:4", "--rounds", "2",
             "--eval", "40:46", "--method", "fixed-k", "--pairs", "8", "--max-steps", "2", "--lr", "2e-2",
-            "--workers", "1", "--model", str(tiny), "--home", str(home), "--out", str(out)]
+            "--workers", "1", "--model", str(tiny), "--home", str(home), "--out", str(out), *more]
     for s in ("promotion.min_n=3", "train.max_length=160", "train.epochs=1", "train.batch_size=2",
               "policy.passage_chars=160", "policy.max_query_tokens=6", "policy.max_answer_tokens=4",
               "rollout.t_max=3", "rollout.siblings=2", "rollout.max_states=1", "env.t_max=3"):
@@ -103,3 +103,23 @@ def test_two_rounds_of_the_loop_give_a_curve_read_from_the_gate_reports(tiny, tm
     with open_store(f"sqlite:///{home / 'evorag.db'}") as store:
         assert len(store.list_promotions()) == 2
         assert len(store.list_episodes(limit=1000)) == episodes
+
+
+@pytest.mark.slow
+def test_rounds_on_answer_pairs_train_on_the_reader_states_of_their_own_episodes(tiny, tmp_path):
+    """--source answer: each round queues answer pairs of its own rollouts' reader states and trains on answer
+    pairs alone; the first round's come from the first chunk's episodes, the second round's add the second chunk's
+    (with --max-steps a round claims only the pairs it trains on: the first chunk's others stay queued for it)."""
+    home, out = tmp_path / "home", tmp_path / "curve.json"
+    _run(tiny, home, out, "--source", "answer", "--pairs", "1000", "--train", "0:6")
+    rows = json.loads(out.read_text())["curve"]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    with open_store(f"sqlite:///{home / 'evorag.db'}") as store:
+        rounds = sorted((j for j in store.list_rounds(limit=100) if j.objective != "evaluate"), key=lambda j: j.id)
+        assert [j.config.get("source") for j in rounds] == ["answer", "answer"]
+        pairs = [p for p in store.list_pairs(limit=None) if p.round_id is not None]  # the pairs rounds trained on
+        assert pairs and all(p.source == "answer" for p in pairs)
+        by_round = {j.id: {p.metadata.get("episode_db_id") for p in pairs if p.round_id == j.id} for j in rounds}
+    first, second = (by_round[j.id] for j in rounds)
+    assert first and second - first
+    assert max(first) < min(second - first)  # the second chunk's episodes were stored after the first round
