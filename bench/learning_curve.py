@@ -185,8 +185,9 @@ def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[
     with _store(args) as store:
         known = {j.id for j in store.list_rounds(limit=10_000)}
     source = ["--source", "answer"] if args.source == "answer" else []
-    _cli(args, log, "train", "--objective", args.objective, *source, "--pairs", str(args.pairs), "--max-steps",
-         str(args.max_steps), "--json", threads=1)
+    steps = ["--max-steps", str(args.max_steps)] if args.max_steps > 0 else []  # 0: every claimed pair, epochs
+    _cli(args, log, "train", "--objective", args.objective, *source, "--pairs", str(args.pairs), *steps, "--json",
+         threads=1)
     # one worker runs the round and then the evaluation job the round queued (the gate), then exits
     _cli(args, log, "worker", "--drain", threads=args.workers * args.threads)
     with _store(args) as store:
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", choices=["rollout", "answer"], default="rollout",
                     help="DPO on the rollouts' step pairs, or on answer pairs of their reader states")
     ap.add_argument("--pairs", type=int, default=64)
-    ap.add_argument("--max-steps", type=int, default=24)
+    ap.add_argument("--max-steps", type=int, default=24, help="a round's optimiser steps (0: epochs over every pair)")
     ap.add_argument("--lr", default="5e-5")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)

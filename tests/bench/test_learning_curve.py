@@ -108,10 +108,10 @@ def test_two_rounds_of_the_loop_give_a_curve_read_from_the_gate_reports(tiny, tm
 @pytest.mark.slow
 def test_rounds_on_answer_pairs_train_on_the_reader_states_of_their_own_episodes(tiny, tmp_path):
     """--source answer: each round queues answer pairs of its own rollouts' reader states and trains on answer
-    pairs alone; the first round's come from the first chunk's episodes, the second round's add the second chunk's
-    (with --max-steps a round claims only the pairs it trains on: the first chunk's others stay queued for it)."""
+    pairs alone, every one of them (--max-steps 0: one epoch over all): the first round's pairs come from the first
+    chunk's episodes, the second round's from the second chunk's only."""
     home, out = tmp_path / "home", tmp_path / "curve.json"
-    _run(tiny, home, out, "--source", "answer", "--pairs", "1000", "--train", "0:6")
+    _run(tiny, home, out, "--source", "answer", "--pairs", "1000", "--train", "0:6", "--max-steps", "0")
     rows = json.loads(out.read_text())["curve"]
     assert [r["round"] for r in rows] == [0, 1, 2]
     with open_store(f"sqlite:///{home / 'evorag.db'}") as store:
@@ -120,6 +120,7 @@ def test_rounds_on_answer_pairs_train_on_the_reader_states_of_their_own_episodes
         pairs = [p for p in store.list_pairs(limit=None) if p.round_id is not None]  # the pairs rounds trained on
         assert pairs and all(p.source == "answer" for p in pairs)
         by_round = {j.id: {p.metadata.get("episode_db_id") for p in pairs if p.round_id == j.id} for j in rounds}
+        queued = [p for p in store.list_pairs(source="answer", limit=None) if p.round_id is None]
     first, second = (by_round[j.id] for j in rounds)
-    assert first and second - first
-    assert max(first) < min(second - first)  # the second chunk's episodes were stored after the first round
+    assert first and second and max(first) < min(second)  # the second chunk's episodes, stored after round 1
+    assert not queued  # every answer pair was trained on
