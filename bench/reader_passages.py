@@ -22,9 +22,9 @@ import gzip
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tqdm import tqdm
 
@@ -37,6 +37,11 @@ from evorag_core.env.episode import EpisodeRecord
 from evorag_core.env.replay import step_views
 from evorag_core.metrics import exact_match, f1_score, mean, paired_bootstrap
 from evorag_core.policy.agent import reader_passages
+
+if TYPE_CHECKING:
+    from evorag_core.config import Config
+    from evorag_core.reader.answers import Reader
+    from evorag_core.types import Passage, Question
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,22 +56,32 @@ def _span(text: str) -> tuple[int, int]:
     return int(a), int(b)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@dataclass(frozen=True)
+class RunContext:
+    """What re-reading a run's episodes needs (`run_context`)."""
+
+    cfg: "Config"  # the run's overrides (`--set`) and the given ranker
+    questions: "list[Question]"  # the data file's questions
+    rows: list[dict[str, Any]]  # the run's rows within `--questions`
+    lookup: "Callable[[str], Passage]"  # pid (or an alias of it) -> the pooled corpus's passage
+    canonical: Callable[[Iterable[str]], list[str]]  # pids -> their pooled-corpus pids, in order, without repeats
+    reader: "Reader"  # on the embedded backend, as the runs read
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments `run_context` reads: --runs, --data, --questions, --ranker-path, --threads, --set."""
     p.add_argument("--runs", type=Path, required=True, help="a bench.agent run file of the agent (.jsonl or .jsonl.gz)")
     p.add_argument("--data", type=Path, required=True, help="the data file the runs came from (its pooled corpus)")
-    p.add_argument("--limits", default="5,3", help="reader_passages limits, the runs' own first")
     p.add_argument("--questions", default="", help="A:B, the questions' positions in the data file (default: all)")
     p.add_argument("--ranker-path", default=str(ROOT / "bench" / "results" / "ranker_dev.json"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config overrides, as the runs had them (e.g. policy.model=PATH)")
-    p.add_argument("--before", type=Path, default=None, help="an earlier report: each limit paired with its answers")
-    p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args(argv)
-    limits = [int(x) for x in args.limits.split(",")]
-    before = json.loads(args.before.read_text()) if args.before else None
 
+
+def run_context(args: argparse.Namespace) -> RunContext:
+    """The context of a re-read from the parsed arguments --runs, --data, --questions, --ranker-path, --threads and
+    --set: the data file's questions and its pooled corpus (what the runs searched), the run's rows, the reader."""
     import torch
 
     from evorag_core.lm.hf_backend import TransformersBackend
@@ -79,13 +94,29 @@ def main(argv: list[str] | None = None) -> int:
     order = {q.id: i for i, q in enumerate(questions)}
     corpus = pool_passages(p for q in questions for p in q.passages)
     table = {ps.pid: ps for ps in corpus.passages}
-    lookup = lambda pid: table[corpus.aliases.get(pid, pid)]  # noqa: E731
-    canonical = lambda pids: {corpus.aliases.get(x, x) for x in pids}  # noqa: E731
-    gold = {q.id: (q.answers, canonical(q.gold_pids)) for q in questions}
     lo, hi = _span(args.questions) if args.questions else (0, len(questions))
-    rows = [r for r in _rows(args.runs) if lo <= order.get(r["question_id"], -1) < hi]
     backend = TransformersBackend(cfg.policy, home_dir())
-    reader = Reader(backend, cfg.answer, cfg.policy.passage_chars, cfg.policy.max_answer_tokens)
+    return RunContext(
+        cfg, questions, [r for r in _rows(args.runs) if lo <= order.get(r["question_id"], -1) < hi],
+        lambda pid: table[corpus.aliases.get(pid, pid)],
+        lambda pids: list(dict.fromkeys(corpus.aliases.get(x, x) for x in pids)),
+        Reader(backend, cfg.answer, cfg.policy.passage_chars, cfg.policy.max_answer_tokens))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_arguments(p)
+    p.add_argument("--limits", default="5,3", help="reader_passages limits, the runs' own first")
+    p.add_argument("--before", type=Path, default=None, help="an earlier report: each limit paired with its answers")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    limits = [int(x) for x in args.limits.split(",")]
+    before = json.loads(args.before.read_text()) if args.before else None
+
+    ctx = run_context(args)
+    rows, reader, lookup = ctx.rows, ctx.reader, ctx.lookup
+    canonical = lambda pids: set(ctx.canonical(pids))  # noqa: E731
+    gold = {q.id: (q.answers, canonical(q.gold_pids)) for q in ctx.questions}
 
     preds: dict[int, list[str]] = {k: [] for k in limits}
     all_retrieved: list[bool] = []

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from bench.reader_passages import _rows, _span
+from bench.reader_passages import add_run_arguments, run_context
 from bench.reader_types import _commit
 from bench.record import settings, write_json
 from evorag_core.env.state import AgentView, Hop
@@ -38,7 +38,6 @@ from evorag_core.types import Passage
 
 __all__ = ["QuestionBounds", "oracle_view", "summarize", "main"]
 
-ROOT = Path(__file__).resolve().parents[1]
 BOUNDS = ("oracle_stop", "oracle_evidence", "oracle_search", "gold_only")
 
 
@@ -96,44 +95,19 @@ def summarize(rows: Sequence[QuestionBounds]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=Path, required=True, help="a bench.agent run file of the agent (.jsonl or .jsonl.gz)")
-    p.add_argument("--data", type=Path, required=True, help="the data file the runs came from (its pooled corpus)")
-    p.add_argument("--questions", default="", help="A:B, the questions' positions in the data file (default: all)")
-    p.add_argument("--ranker-path", default=str(ROOT / "bench" / "results" / "ranker_dev.json"))
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="config overrides, as the runs had them")
+    add_run_arguments(p)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
-    import torch
-
-    from evorag_core.config import home_dir, load_config
-    from evorag_core.data.corpus import pool_passages
-    from evorag_core.data.datasets import load_dataset
     from evorag_core.env.actions import action_name
     from evorag_core.env.episode import EpisodeRecord
     from evorag_core.env.replay import step_views
-    from evorag_core.lm.hf_backend import TransformersBackend
     from evorag_core.metrics import f1_score
     from evorag_core.policy.agent import reader_passages
-    from evorag_core.reader.answers import Reader
 
-    torch.set_num_threads(args.threads)
-    cfg = load_config(None, {"answer.ranker_path": args.ranker_path, "policy.device": "cpu",
-                             **dict(kv.split("=", 1) for kv in args.overrides)})
-    questions = load_dataset(args.data).questions
-    order = {q.id: i for i, q in enumerate(questions)}
-    corpus = pool_passages(p for q in questions for p in q.passages)
-    table = {ps.pid: ps for ps in corpus.passages}
-    lookup = lambda pid: table[corpus.aliases.get(pid, pid)]  # noqa: E731
-    canonical = lambda pids: [corpus.aliases.get(x, x) for x in pids]  # noqa: E731
-    by_id = {q.id: q for q in questions}
-    lo, hi = _span(args.questions) if args.questions else (0, len(questions))
-    runs = [r for r in _rows(args.runs) if lo <= order.get(r["question_id"], -1) < hi]
-    backend = TransformersBackend(cfg.policy, home_dir())
-    reader = Reader(backend, cfg.answer, cfg.policy.passage_chars, cfg.policy.max_answer_tokens)
-    limit = cfg.policy.reader_passages
+    ctx = run_context(args)
+    reader, lookup, limit = ctx.reader, ctx.lookup, ctx.cfg.policy.reader_passages
+    by_id = {q.id: q for q in ctx.questions}
 
     def read(view: AgentView) -> str:
         return reader.read(view.question, reader_passages(view, limit))[0].text
@@ -141,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[QuestionBounds] = []
     answered = reproduced = 0
     start = time.perf_counter()
-    for run in tqdm(runs, desc="states", unit="q"):
+    for run in tqdm(ctx.rows, desc="states", unit="q"):
         q = by_id[run["question_id"]]
         record = EpisodeRecord.from_dict(run["extras"]["episode"])
-        gold = list(dict.fromkeys(canonical(q.gold_pids)))
+        gold = ctx.canonical(q.gold_pids)
         views = step_views(record, lookup) if record.steps else []
         searched = [v for v in views if v.chain]  # the states after 1, 2, ... searches
         texts = [read(v) for v in searched]

@@ -7,31 +7,16 @@ import json
 import pytest
 
 from bench import reader_passages
-from evorag_core.cli.main import main as cli_main
 from tests.paths import DEMO
-
-SETS = {"policy.device": "cpu", "policy.threads": 1, "env.t_max": 4, "policy.max_query_tokens": 6,
-        "policy.max_answer_tokens": 4, "policy.passage_chars": 160, "env.corpus": "pooled",
-        "policy.hop_gate": 100}  # the planner decides: the random tiny model would search to the end
 
 
 @pytest.mark.slow
-def test_the_runs_own_limit_reproduces_every_recorded_answer(tiny, tmp_path):
-    sets = {**SETS, "policy.model": str(tiny)}
-    run = tmp_path / "agent.jsonl"
-    argv = ["eval", "--method", "agent", "--data", str(DEMO), "--home", str(tmp_path / "home"), "--limit", "6",
-            "--out", str(run), "--no-store", "--no-progress", "--json"]
-    for key, value in sets.items():
-        argv += ["--set", f"{key}={value}"]
-    assert cli_main(argv) == 0
-    rows = [json.loads(line) for line in run.read_text().splitlines()]
-    answered = [r for r in rows if r["extras"]["episode"]["steps"][-1]["action"] == "ANSWER"]
-    assert answered, "the tiny agent answered no demo question: nothing to re-read"
-
+def test_the_runs_own_limit_reproduces_every_recorded_answer(tiny_agent_run, tmp_path):
+    run, rows, answered = tiny_agent_run.path, tiny_agent_run.rows, tiny_agent_run.answered
     out = tmp_path / "out.json"
     argv = ["--runs", str(run), "--data", str(DEMO), "--limits", "5,1", "--ranker-path", "", "--threads", "1",
             "--out", str(out)]
-    for key, value in sets.items():
+    for key, value in tiny_agent_run.sets.items():
         argv += ["--set", f"{key}={value}"]
     assert reader_passages.main(argv) == 0
     report = json.loads(out.read_text())

@@ -8,7 +8,6 @@ import pytest
 
 from bench import search_headroom
 from bench.search_headroom import QuestionBounds, oracle_view, summarize
-from evorag_core.cli.main import main as cli_main
 from evorag_core.env.state import AgentView, Hop
 from evorag_core.policy.agent import reader_passages
 from evorag_core.types import Passage
@@ -48,23 +47,11 @@ def test_the_oracle_hop_is_read_as_a_further_search():
 
 
 @pytest.mark.slow
-def test_a_real_run_is_reproduced_and_bounded(tiny, tmp_path):
-    sets = {"policy.device": "cpu", "policy.threads": 1, "env.t_max": 4, "policy.max_query_tokens": 6,
-            "policy.max_answer_tokens": 4, "policy.passage_chars": 160, "env.corpus": "pooled",
-            "policy.hop_gate": 100, "policy.model": str(tiny)}  # the planner decides the tiny model's searches
-    run = tmp_path / "agent.jsonl"
-    argv = ["eval", "--method", "agent", "--data", str(DEMO), "--home", str(tmp_path / "home"), "--limit", "6",
-            "--out", str(run), "--no-store", "--no-progress", "--json"]
-    for key, value in sets.items():
-        argv += ["--set", f"{key}={value}"]
-    assert cli_main(argv) == 0
-    rows = [json.loads(line) for line in run.read_text().splitlines()]
-    answered = [r for r in rows if r["extras"]["episode"]["steps"][-1]["action"] == "ANSWER"]
-    assert answered, "the tiny agent answered no demo question: nothing to re-read"
-
+def test_a_real_run_is_reproduced_and_bounded(tiny_agent_run, tmp_path):
+    run, rows, answered = tiny_agent_run.path, tiny_agent_run.rows, tiny_agent_run.answered
     out = tmp_path / "out.json"
     argv = ["--runs", str(run), "--data", str(DEMO), "--ranker-path", "", "--threads", "1", "--out", str(out)]
-    for key, value in sets.items():
+    for key, value in tiny_agent_run.sets.items():
         argv += ["--set", f"{key}={value}"]
     assert search_headroom.main(argv) == 0
     report = json.loads(out.read_text())
