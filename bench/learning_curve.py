@@ -122,6 +122,7 @@ def figure(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
                                  showlegend=i == 1), row=i, col=1)
     fig.add_trace(go.Scatter(x=x, y=[r["steps"] for r in rows], mode="lines+markers", marker=dict(color=colour),
                              name="steps", showlegend=False), row=3, col=1)
+    fig.update_yaxes(rangemode="tozero", row=3, col=1)  # a few hundredths of a step must not look like a trend
     fig.update_layout(title=title, xaxis3_title="round (0: base)", xaxis3=dict(dtick=1))
     return fig
 
