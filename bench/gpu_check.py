@@ -486,7 +486,8 @@ def train_and_swap(args, cfg: Config, home: Path, runtime: Runtime, backend, sto
 
             attempt(f"accelerate_{objective}", launched)
         if any(r["status"] != "succeeded" for r in report["accelerate_rounds"]):
-            errors["accelerate"] = "an accelerate round did not succeed (see accelerate_rounds)"
+            why = "an accelerate round did not succeed (see accelerate_rounds)"
+            report.setdefault("errors", {})["accelerate"] = why  # the dict main's `errors` names
 
 
 if __name__ == "__main__":
