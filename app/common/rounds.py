@@ -4,11 +4,10 @@ and against the round's own config classes before anything is queued."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 from evorag_core.errors import EvoRagError
-from evorag_core.objectives import OBJECTIVES as OBJECTIVES_ALL, STUDIO_OBJECTIVES
+from evorag_core.objectives import STUDIO_OBJECTIVES
 
 from app.common import training_fields as tf
 from app.common.handlers import none_if_all
