@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from evorag_core.pairs.reader_pairs import ANSWER_SOURCE, episode_reader_pairs
 
-from training.rollout_data import PassageResolver, replay_episode
+from training.rollout_data import PassageResolver, episode_data_file, replay_episode
 
 if TYPE_CHECKING:
     from evorag_core.reader.span import SpanReader
@@ -43,8 +43,9 @@ class AnswerPairsReport:
 
 
 class _Gold:
-    """question -> gold answers: the question as registered in the store, else the episode's data file (its config's
-    or the row's `data_path`), else `default_data`; each file is loaded once. None where neither knows the question or it has no answer."""
+    """question -> gold answers: the question as registered in the store, else the episode's data file
+    (`episode_data_file`), else `default_data`; each file is loaded once. None where neither knows the question or it
+    has no answer."""
 
     def __init__(self, store: Store, default_data: str | None):
         self.store, self.default_data = store, default_data
@@ -57,9 +58,7 @@ class _Gold:
             answers = ()
         if answers:
             return answers
-        config = episode.config or {}
-        own = config.get("data") or config.get("data_path") or episode.data_path
-        for path in dict.fromkeys(p for p in (own, self.default_data) if p):
+        for path in dict.fromkeys(p for p in (episode_data_file(episode), self.default_data) if p):
             answers = self._file(str(path)).get(episode.question_id, ())
             if answers:
                 return answers

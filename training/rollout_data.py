@@ -5,7 +5,7 @@ strings, or {pid, title, text} objects), its signals and weights, and the siblin
 (action, argument, log-prob, branch return). Replaying the steps the way `RagEnv` does (SEARCH appends a hop,
 BACKTRACK drops the last one and remembers its query) gives the `AgentView` the policy saw before each step; the
 policy's own renderer (`LMPolicy.prompt`) turns it into the prompt, so training reads the text the action was
-sampled after. Passage ids are resolved through the episode's data file (`episode.config["data"]`), the job's
+sampled after. Passage ids are resolved through the episode's data file (`episode_data_file`), the job's
 `data`, or the question registered in the store (`PassageResolver`).
 
 - GRPO reads `CandidateGroup`s: one state, its sibling completions and their branch returns (r̃ per candidate).
@@ -35,6 +35,7 @@ __all__ = [
     "Replay",
     "CandidateGroup",
     "PassageResolver",
+    "episode_data_file",
     "load_episodes",
     "replay_episode",
     "candidate_groups",
@@ -75,7 +76,7 @@ class CandidateGroup:
 
 class PassageResolver:
     """pid -> Passage. {pid, title, text} objects need nothing; pid strings are looked up in the episode's data file
-    (`config["data"]`), then in `default_data` (the job's `data`), then in the question as registered in the store
+    (`episode_data_file`), then in `default_data` (the job's `data`), then in the question as registered in the store
     (`Store.get_question`); data files are loaded once each."""
 
     def __init__(self, default_data: str | None = None, store: Store | None = None):
@@ -98,7 +99,7 @@ class PassageResolver:
         )
 
     def _sources(self, episode: Episode) -> Iterator[tuple[str, dict[str, Passage]]]:
-        for path in dict.fromkeys(p for p in (_data_file(episode), self.default_data) if p):
+        for path in dict.fromkeys(p for p in (episode_data_file(episode), self.default_data) if p):
             yield str(path), self._file(str(path))
         if self.store is not None:
             key = f"store:{episode.dataset}/{episode.question_id}"
@@ -146,9 +147,11 @@ def load_episodes(store: Store, *, ids: Sequence[int] = (), limit: int = 32, sta
     return [store.get_episode(e.id) for e in sorted(found[:limit], key=lambda e: e.id)]
 
 
-def _data_file(episode: Episode) -> str | None:
+def episode_data_file(episode: Episode) -> str | None:
+    """The data file an episode's question came from: its config's `data` (studio episodes) or the row's
+    `data_path` (rollouts, evaluations); None where neither was recorded."""
     config = episode.config or {}
-    return config.get("data") or config.get("data_path")
+    return config.get("data") or config.get("data_path") or getattr(episode, "data_path", None)
 
 
 def replay_episode(episode: Episode, resolve: PassageResolver, t_max: int) -> Replay:

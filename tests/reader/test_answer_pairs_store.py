@@ -67,6 +67,34 @@ def test_stored_episodes_give_answer_pairs_once(tiny_backend, tmp_path):
         assert (again.already, again.no_gold, again.pair_ids) == (2, 1, ())
 
 
+def test_episodes_of_several_data_files_are_paired_in_one_run_without_data(tiny_backend, tmp_path):
+    """Rollouts store a step's passages as pid strings (from the data file's pooled corpus: here another question's
+    passages) and their data file in the row (`data_path`): one run with no `data` reads the episodes of two files,
+    each question's gold and passages from its own file."""
+    reader = SpanReader(tiny_backend, AnswerConfig(ranker="lm"))
+    files = {}
+    for name in ("a", "b"):
+        files[name] = path = tmp_path / f"{name}.jsonl"
+        rows = [{"id": f"q-{name}", "dataset": "demo", "question": QUESTIONS[0], "answers": ["Sable River"],
+                 "passages": []},
+                {"id": f"other-{name}", "dataset": "demo", "question": "Where?", "answers": ["x"],
+                 "passages": [dict(_obj(p), gold=False) for p in PASSAGES]}]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        ids = []
+        for name, path in files.items():
+            steps = (Step(1, "SEARCH", "Ansel Travine", (TRAVINE.pid,)), Step(2, "SEARCH", "Mirrow", (MIRROW.pid,)),
+                     Step(3, "ANSWER", "Sable River"))
+            ids.append(store.add_episode(question_id=f"q-{name}", dataset="demo", question=QUESTIONS[0], policy="lm",
+                                         stage="refinement", schedule="time-dynamic", steps=steps, source="rollout",
+                                         config={"t_max": 5}, data_path=str(path)))
+        report = make_answer_pairs(store, reader, lambda v: reader_passages(v, 5), t_max=5)
+        assert (report.episodes, report.no_gold, report.states) == (2, 0, 2)
+        pairs = [store.get_pair(i) for i in report.pair_ids]
+        assert {p.metadata["episode_db_id"] for p in pairs} == set(ids)
+        assert all(p.metadata["passages"] == [MIRROW.pid, TRAVINE.pid] for p in pairs)
+
+
 def test_a_stopped_run_keeps_its_pairs_and_a_rerun_goes_on(tiny_backend, tmp_path):
     """`stop` true from the start: the first episode is read (a started run reads one) and its pairs stay queued,
     the second is not read; a rerun pairs the second and skips the first."""
