@@ -1,13 +1,16 @@
 """`evorag train`: queue a training round for the worker (and follow it), or run the two-stage curriculum.
 
-    evorag train --objective dpo|grpo|ppo|arena-grpo|r2ag-grpo [--pairs N] [--epochs E] [--lr LR] [--kl k2|k3] [--wait]
+    evorag train --objective dpo|grpo|ppo|arena-grpo|r2ag-grpo [--pairs N] [--epochs E] [--lr LR] [--kl k2|k3]
+                 [--seed S] [--set train.KEY=VALUE ...] [--wait]
     evorag train --objective dynakrag [--data FILE]       (fitted in this process; the studio queues it instead)
     evorag train --curriculum [--rounds N] [--train-questions M] [--dev D] [--single-stage STAGE] [--state FILE]
                  [--corpus-from FILE ...]
 
 A queued round runs in `evorag worker` (a separate process); `--wait` follows it to the end with a progress bar on
 stderr and exits 0 when it succeeded, 1 when it failed or was cancelled. A round whose worker died is queued again
-until it has had train.max_attempts attempts (default 2).
+until it has had train.max_attempts attempts (default 2). The round's job carries the flags' values and every
+`--set train.KEY=VALUE` given here (but the queue's and the worker's own: lease_seconds, max_attempts); the worker's
+config gives the rest.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--kl", choices=["k2", "k3"], default=None, help="GRPO's KL estimator")
     p.add_argument("--beta", type=float, default=None, help="DPO's beta")
+    p.add_argument("--seed", type=int, default=None, help="the round's training seed (default [train] seed)")
     p.add_argument("--reference", default=None,
                    help="previous (default: the live adapter, else the base model) | base | active | <adapter name>")
     p.add_argument("--source", choices=PAIR_SOURCES, default=None, help="DPO: only pairs of this source")
@@ -94,8 +98,9 @@ def main(args: argparse.Namespace) -> int:
     objective = cfg.train.objective
     config = job_config(
         objective, pairs=args.pairs, episodes=args.episodes, epochs=args.epochs, lr=args.lr, kl=args.kl,
-        beta=args.beta, reference=args.reference, source=args.source, stage=args.stage, holdout=args.holdout,
-        max_steps=args.max_steps, base_model=args.model, data=str(args.data) if args.data else None,
+        beta=args.beta, seed=args.seed, reference=args.reference, source=args.source, stage=args.stage,
+        holdout=args.holdout, max_steps=args.max_steps, base_model=args.model,
+        data=str(args.data) if args.data else None, train=_train_sets(args, cfg) or None,
     )
     _check_job(objective, config, cfg, home)
     with open_store(db_url_from_args(args, home)) as store:
@@ -172,6 +177,17 @@ def _check(value: int | None, what: str) -> None:
 
 
 _TRAIN_FLAGS = {"lr": "train.lr", "beta": "train.beta"}  # flags that set a [train] value for the round
+# [train] keys that are not the round's to carry: its objective (the job's own), and the queue's and the worker's
+_NOT_CARRIED = ("objective", "lease_seconds", "max_attempts")
+
+
+def _train_sets(args: argparse.Namespace, cfg: Config) -> dict[str, Any]:
+    """The [train] values this command's `--set train.KEY=VALUE` gave, as the config parsed them: the round's job
+    carries them (`train: {...}`), so the worker trains with them whatever its own config says (before, they were
+    read here and dropped: a round queued with `--set train.seed=1` trained at the worker's seed)."""
+    keys = (item.partition("=")[0].strip() for item in args.overrides)
+    named = dict.fromkeys(k.removeprefix("train.") for k in keys if k.startswith("train."))
+    return {k: getattr(cfg.train, k) for k in named if k not in _NOT_CARRIED}
 
 
 def _check_train_flags(args: argparse.Namespace, cfg: Config) -> None:

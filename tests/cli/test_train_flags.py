@@ -44,3 +44,22 @@ def test_good_training_numbers_queue_the_round_with_them(tmp_path, db, capsys):
     with open_store(db) as store:
         (queued,) = store.list_rounds()
     assert (queued.config["lr"], queued.config["beta"], queued.config["holdout"]) == (1e-4, 0.2, 0.25)
+
+
+def test_seed_and_set_train_values_travel_with_the_round(tmp_path, db, capsys):
+    """`--seed 1 --set train.batch_size=2 --set train.grad_accum=2`: the round's job carries them, and the worker's
+    reading of it (over a config with other values) trains with them; the worker's own lease is not the round's.
+    Before, `--set train.*` was read here and dropped: a round queued as seed 1 trained at the worker's seed 0."""
+    from evorag_core.config import load_config
+    from training.job import RoundJob
+
+    code = cli_main(["train", "--objective", "dpo", "--seed", "1", "--set", "train.batch_size=2", "--set",
+                     "train.grad_accum=2", "--set", "train.lease_seconds=30", "--home", str(tmp_path), "--db", db])
+    assert code == 0, capsys.readouterr().err
+    with open_store(db) as store:
+        (queued,) = store.list_rounds()
+    assert queued.config["seed"] == 1 and queued.config["train"] == {"batch_size": 2, "grad_accum": 2}
+    worker_cfg = load_config(None, {"train.seed": "7", "train.batch_size": "8", "train.grad_accum": "4"})
+    job = RoundJob.from_config(queued.id, queued.objective, queued.config, worker_cfg, tmp_path)
+    assert (job.train.seed, job.train.batch_size, job.train.grad_accum) == (1, 2, 2)
+    assert job.train.lease_seconds == worker_cfg.train.lease_seconds
