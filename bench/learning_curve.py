@@ -167,6 +167,15 @@ def _reports(args: argparse.Namespace) -> list[dict[str, Any]]:
              "report": p.report} for p in rows]
 
 
+def _live_model(live: Any) -> list[str]:
+    """`evorag rollout` arguments that roll out with the live adapter in its role (adapters/role.py)."""
+    if live is None:
+        return []
+    if live.role == "reader":
+        return ["--set", f"answer.adapter={live.path}"]
+    return ["--adapter", live.path]
+
+
 def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[str, Any]:
     """Round r: rollouts of the live model on its chunk, a round, its evaluation; minutes per phase."""
     log = args.home / "logs" / f"learning_curve_round{r}.log"
@@ -178,7 +187,7 @@ def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[
                "--workers", str(args.workers), "--threads", str(args.threads), "--json"]
     if args.source == "answer":
         rollout += ["--siblings", "2", "--max-states", "1"]
-    _cli(args, log, *rollout, *(["--adapter", live.path] if live else []), threads=args.threads)
+    _cli(args, log, *rollout, *_live_model(live), threads=args.threads)
     if args.source == "answer":  # every reader state of the stored episodes, one pair each
         _cli(args, log, "pairs", "answers", "--data", str(args.data), "--states", "all", "--json",
              threads=args.threads)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from evorag_core.adapters.registry import register_verified
+from evorag_core.adapters.role import role_for_source
 from evorag_core.lm.loading import base_model_id
 from evorag_core.errors import AdapterError, ConfigError, TrainingError
 
@@ -116,6 +117,7 @@ def register(store: Store, job: RoundJob, path: Path, checksum: str, base_id: st
     job.processes.on_main(
         register_verified, store, job.adapter_name, path, base_model_id=base_id, checksum=checksum,
         round_id=job.round_id, objective=job.objective, metrics=scalar_metrics(metrics),
+        role=role_for_source(job.source),
     )
     return AdapterRef(job.adapter_name, Path(path), job.round_id, job.objective, base_id, checksum, dict(metrics))
 

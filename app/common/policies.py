@@ -4,7 +4,8 @@ without a LoRA adapter. `PolicyProvider` loads the language model once per proce
 Policy choices (the dropdown's values):
   "oracle"      the upper bound that reads gold passages (an environment check)
   "script"      replays a JSON list of actions typed in the page
-  "lm:live"     the LM with whatever adapter is active when the episode starts (base model if none)
+  "lm:live"     the LM with whatever adapter is active when the episode starts (base model if none), in its role:
+                a reader adapter (adapters/role.py) reads the answers, the decisions run on the base model
   "lm:base"     the LM without adapter
   "lm:<name>"   the LM with the named adapter
 """
@@ -121,27 +122,44 @@ class PolicyProvider:
         return adapter_lookup(choice[3:])
 
     def _lm(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None) -> LivePolicy:
+        """The LM policy with `choice`'s adapter in its role (adapters/role.py): a policy adapter runs every LM call;
+        a reader adapter only the answer read (`answer.adapter`), the decisions on the base model."""
+        from evorag_core.adapters.role import READER, applied
+
         adapter = self._adapter_for(choice, adapter_lookup)
         name = adapter.name if adapter is not None else None
         backend = self._get_backend()
-        if adapter is not None:
-            self._ensure_adapter(backend, adapter)
-        lm = self._lm_policy(backend)
-        label = f"LM {self._model_name()}" + (f" + adapter {name}" if name else " (base)")
+        reader = adapter is not None and getattr(adapter, "role", None) == READER
+        if reader:
+            from evorag_core.adapters.registry import verify_registered
+
+            verify_registered(adapter, backend.model_id)  # the registry's checksum; the reader loads the folder
+            with self._lock:
+                lm = self._lm_policy(backend, applied(self.cfg, adapter.path, READER)[0].answer)
+                self._loaded_adapters[adapter.name] = adapter.path  # loaded (as the reader's): pending_load says so
+        else:
+            if adapter is not None:
+                self._ensure_adapter(backend, adapter)
+            lm = self._lm_policy(backend)
+        on_policy = None if reader else name  # the adapter the decisions run with
+        label = f"LM {self._model_name()}" + (f" + {'reader ' if reader else ''}adapter {name}" if name else " (base)")
         return LivePolicy(
-            choice, label, _LockedPolicy(lm, self, name), adapter=name,
-            sample=lambda view, k, temperature, seed: self._sample(lm, name, view, k, temperature, seed),
+            choice, label, _LockedPolicy(lm, self, on_policy), adapter=name,
+            sample=lambda view, k, temperature, seed: self._sample(lm, on_policy, view, k, temperature, seed),
         )
 
     def backend_for(self, choice: str, adapter_lookup: Callable[[str | None], Any] | None = None
                     ) -> tuple[TransformersBackend, str | None]:
         """(the shared backend, the adapter name or None for the base model) for an LM choice ("lm:base",
         "lm:live" or "lm:<name>"), the model and the adapter loaded; the caller runs it under `lock` after
-        `use(name)` (ARENA's generator, which is not an episode policy)."""
+        `use(name)` (ARENA's generator, which is not an episode policy; a reader adapter is not a generator's, so
+        it generates on the base model)."""
         if not choice.startswith("lm:"):
             raise ValueError(f"{choice!r} is not a language-model choice ({BASE}, {LIVE} or lm:<adapter>)")
         adapter = self._adapter_for(choice, adapter_lookup)
         backend = self._get_backend()
+        if adapter is not None and getattr(adapter, "role", None) == "reader":
+            adapter = None
         if adapter is not None:
             self._ensure_adapter(backend, adapter)
         return backend, adapter.name if adapter is not None else None
@@ -170,10 +188,10 @@ class PolicyProvider:
                 self._backend = TransformersBackend(self.cfg.policy, self.home)
             return self._backend
 
-    def _lm_policy(self, backend: TransformersBackend) -> LMPolicy:
+    def _lm_policy(self, backend: TransformersBackend, answer: Any = None) -> LMPolicy:
         from evorag_core.policy.agent import LMPolicy
 
-        return LMPolicy(backend, self.cfg.policy, self.cfg.answer)
+        return LMPolicy(backend, self.cfg.policy, answer if answer is not None else self.cfg.answer)
 
     def _ensure_adapter(self, backend: TransformersBackend, adapter: Any) -> None:
         """Load the store's adapter row onto the backend unless it is loaded from the same folder already,

@@ -53,12 +53,13 @@ def verify_registered(adapter: Adapter, base_model_id: str, model: nn.Module | N
 
 def register_verified(store: Store, name: str, path: Path | str, *, base_model_id: str, checksum: str,
                       round_id: int | None = None, objective: str | None = None,
-                      metrics: Mapping[str, Any] | None = None) -> Adapter:
+                      metrics: Mapping[str, Any] | None = None, role: str = "policy") -> Adapter:
     """Verify the folder (`verify_folder` against `checksum`), then record it in the store as adapter `name`
-    (inactive); returns its row. AdapterError, and nothing recorded, if it is corrupt, non-finite or foreign."""
+    (inactive, in `role`: adapters/role.py); returns its row. AdapterError, and nothing recorded, if it is corrupt,
+    non-finite or foreign."""
     verify_folder(name, path, base_model_id, checksum)
     return store.register_adapter(name, str(path), base_model=base_model_id, round_id=round_id,
-                                  objective=objective, checksum=checksum, metrics=metrics)
+                                  objective=objective, checksum=checksum, metrics=metrics, role=role)
 
 
 def activate(store: Store, name: str, base_model_id: str, *, kind: str = "activated", reason: str | None = None,
@@ -89,8 +90,9 @@ def activate(store: Store, name: str, base_model_id: str, *, kind: str = "activa
 
 
 def adapter_json(adapter: Adapter) -> dict[str, Any]:
-    """The CLI's JSON form: {name, round, objective, path, active, created, metrics}."""
+    """The CLI's JSON form: {name, round, objective, role, path, active, created, metrics}."""
     return {
-        "name": adapter.name, "round": adapter.round_id, "objective": adapter.objective, "path": adapter.path,
+        "name": adapter.name, "round": adapter.round_id, "objective": adapter.objective, "role": adapter.role,
+        "path": adapter.path,
         "active": bool(adapter.active), "created": adapter.created_at.isoformat(), "metrics": dict(adapter.metrics),
     }

@@ -16,11 +16,12 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 @dataclass(frozen=True)
 class AdapterSource:
     """Where an adapter argument points: the name to load it under, its folder and, for a registered name, the
-    registry's checksum of its weights (None for a folder given by path: its own metadata is checked)."""
+    registry's checksum of its weights (None for a folder given by path: its own metadata is checked) and role."""
 
     name: str
     folder: Path
     checksum: str | None = None
+    role: str = "policy"  # the registry's role (adapters/role.py); a folder given by path is the policy's
 
 
 def resolve_adapter(spec: str, home: Path) -> AdapterSource:
@@ -45,4 +46,4 @@ def resolve_adapter(spec: str, home: Path) -> AdapterSource:
         raise AdapterError(f"no adapter named {spec!r} in the store (registered: {known})") from None
     finally:
         store.close()
-    return AdapterSource(row.name, Path(row.path), row.checksum or None)
+    return AdapterSource(row.name, Path(row.path), row.checksum or None, row.role)

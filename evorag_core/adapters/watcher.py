@@ -10,6 +10,9 @@ had, and the refusal is remembered (and logged once) until the active row change
 (adapters/served.py); it then serves no call until the adapter it had is proved again (the next `activate`, e.g.
 `PinnedPolicy.act`'s).
 
+A live reader adapter (role "reader", adapters/role.py) is not the policy's: the backend's policy runs the base model,
+and `reader` names the adapter the answers are read with (`PinnedPolicy` hands it to its LMPolicy's reader).
+
 Episodes in flight finish on the adapter they started with: `PinnedPolicy.begin()` polls the watcher and pins the
 adapter live at that moment, and every decision of the episode re-activates the pinned adapter first (under a lock
 shared by the episodes that use the same backend), whatever became active meanwhile.
@@ -59,6 +62,8 @@ class AdapterWatcher:
         self.refused: dict[tuple[str, str], str] = {}  # (name, path) -> reason
         self.lock = threading.RLock()
         self._loaded: dict[str, str] = {}  # name -> path injected by this watcher
+        self.reader: str | None = None  # a live reader adapter's name on the backend (None: none live)
+        self.reader_row: tuple[str, str] | None = None  # (name, path) of the live reader adapter loaded
         self._last_poll: float | None = None
 
     def poll(self, *, force: bool = False) -> str | None:
@@ -71,23 +76,38 @@ class AdapterWatcher:
             row = self.store.active_adapter()
             if row is None:
                 self._switch(None)
+                self.reader = self.reader_row = None
+            elif row.role == "reader":
+                self._follow_reader(row)
             elif row.name != self.current or self._loaded.get(row.name, row.path) != row.path:
                 self._follow(row)
+                if self.current == row.name:  # followed (a refused one keeps what ran before, a reader too)
+                    self.reader = self.reader_row = None
             return self.current
+
+    def _follow_reader(self, row: Adapter) -> None:
+        """A live reader adapter (adapters/role.py): the policy runs the base model, the answers are read with it
+        (`reader`: the name it is loaded under, its own); refused like a policy adapter, keeping what ran before."""
+        key = (row.name, str(row.path))
+        if key in self.refused or self.reader_row == key:
+            return
+        try:
+            self._load(row)
+        except AdapterError as exc:
+            self.refused[key] = str(exc)
+            log.error("active reader adapter %s refused, keeping %s: %s", row.name, self.current or "the base model",
+                      exc)
+            return
+        self._switch(None)
+        self.reader, self.reader_row = row.name, key
+        log.info("hot swap: reader adapter %s is live (%s); the policy runs the base model", row.name, row.path)
 
     def _follow(self, row: Adapter) -> None:
         key = (row.name, str(row.path))
         if key in self.refused:
             return
         try:
-            if self._loaded.get(row.name) != str(row.path):
-                from evorag_core.adapters.load import load_verified
-
-                self._loaded.pop(row.name, None)
-                load_verified(self.backend, row.name, row.path, row.checksum)  # verify, unload the old copy, load
-                self._loaded[row.name] = str(row.path)
-            else:
-                self.verify(row, self.backend.model_id)
+            self._load(row)
             self._switch(row.name)  # a served backend proves here that the server serves it (adapters/served.py)
         except AdapterError as exc:
             self.refused[key] = str(exc)
@@ -95,10 +115,25 @@ class AdapterWatcher:
             return
         log.info("hot swap: adapter %s is live (%s)", row.name, row.path)
 
+    def _load(self, row: Adapter) -> None:
+        """Put the row's adapter on the backend under its name (not activated): loaded through the one load path
+        unless this watcher loaded it from the same folder before, then verified again (AdapterError if refused)."""
+        if self._loaded.get(row.name) != str(row.path):
+            from evorag_core.adapters.load import load_verified
+
+            self._loaded.pop(row.name, None)
+            load_verified(self.backend, row.name, row.path, row.checksum)  # verify, unload the old copy, load
+            self._loaded[row.name] = str(row.path)
+        else:
+            self.verify(row, self.backend.model_id)
+
     def _switch(self, name: str | None) -> None:
         if name != self.current:
             self.backend.activate(name)
             self.current = name
+
+
+_UNSET = object()
 
 
 class PinnedPolicy:
@@ -110,6 +145,7 @@ class PinnedPolicy:
         self.lm = lm
         self.watcher = watcher
         self.adapter: str | None = None
+        self._reader_adapter: Any = _UNSET  # the reader's own adapter before any live reader adapter replaced it
 
     @property
     def label(self) -> str:
@@ -117,6 +153,11 @@ class PinnedPolicy:
 
     def begin(self, question: Question) -> None:
         self.adapter = self.watcher.poll()
+        reader = getattr(self.lm, "reader", None)
+        if reader is not None:  # a live reader adapter reads this episode's answers; else the configured one
+            if self._reader_adapter is _UNSET:
+                self._reader_adapter = reader.adapter
+            reader.adapter = self.watcher.reader if self.watcher.reader is not None else self._reader_adapter
 
     def act(self, view: AgentView) -> tuple[Action, Mapping[str, Any]]:
         with self.watcher.lock:

@@ -154,7 +154,8 @@ def _list(store: Store, as_json: bool) -> int:
     if not rows:
         print("no adapters registered yet: a finished training round registers one")
         return 0
-    print(f"{'':2}{'name':<20} {'round':>5} {'objective':<9} {'created':<20} {'held-out F1':>11} {'Δ':>7} {'p':>7} "
+    print(f"{'':2}{'name':<20} {'round':>5} {'objective':<9} {'role':<6} {'created':<20} {'held-out F1':>11} {'Δ':>7} "
+          f"{'p':>7} "
           f"{'verdict':<17} metrics")
     for r in rows:
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -164,7 +165,7 @@ def _list(store: Store, as_json: bool) -> int:
         diff = f"{h['diff']:+.3f}" if h["diff"] is not None else "-"
         p = f"{h['p']:.3g}" if h["p"] is not None else "-"
         print(f"{'* ' if r['active'] else '  '}{r['name']:<20} {r['round'] or '':>5} {r['objective'] or '':<9} "
-              f"{r['created'][:19]:<20} {f1:>11} {diff:>7} {p:>7} {h['state']:<17} {shown}")
+              f"{r['role']:<6} {r['created'][:19]:<20} {f1:>11} {diff:>7} {p:>7} {h['state']:<17} {shown}")
     return 0
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from evorag_core.evaluation.runner import REFUSAL_KEYS, SUMMARY_KEYS, Progress, evaluate, extra_metric_keys
 from evorag_core.methods.registry import METHODS, MethodOptions, build_method
-from evorag_core.cli.common import add_answerer, add_common, config_from_args, print_json, runtime_from_args
+from evorag_core.cli.common import (add_answerer, add_common, config_from_args, home_from_args, print_json,
+                                    runtime_from_args)
 from evorag_core.errors import ConfigError
 
 __all__ = ["add_parser", "main"]
@@ -20,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--k", type=int, default=None, help="passages per SEARCH")
     p.add_argument("--stage", choices=["discovery", "refinement"], default=None)
     p.add_argument("--script", type=Path, default=None, help="for --method script")
-    p.add_argument("--adapter", default=None, help="LoRA adapter (store name or folder) for LM methods")
+    p.add_argument("--adapter", default=None,
+                   help="LoRA adapter (store name or folder) for LM methods, in its role: a registered reader adapter "
+                        "reads the answers only (answer.adapter), the policy then runs the base model")
     add_answerer(p)
     p.add_argument("--rank-with-rm", dest="rank_with_rm", type=Path, default=None, metavar="FOLDER",
                    help="--method agent: best-of-K by this saved preference model (K = policy.siblings)")
@@ -53,25 +56,28 @@ def _recorder(args: argparse.Namespace, cfg, rt, method):
                         adapter=str(args.adapter) if args.adapter else None)
 
 
-def _pool(args: argparse.Namespace, cfg, rt):
+def _pool(args: argparse.Namespace, cfg, rt, adapter: str | None):
     from evorag_core.evaluation.pool import EvalPool, EvalSpec
     from evorag_core.methods.base import MethodOptions
 
-    options = MethodOptions(adapter=args.adapter, script=args.script, rank_with_rm=args.rank_with_rm)
+    options = MethodOptions(adapter=adapter, script=args.script, rank_with_rm=args.rank_with_rm)
     spec = EvalSpec(cfg, str(rt.home), str(args.data), threads=cfg.policy.threads or 1, method=args.method,
                     options=options, corpus_from=tuple(str(f) for f in args.corpus_from))
     return EvalPool(spec, args.workers)
 
 
 def main(args: argparse.Namespace) -> int:
+    from evorag_core.adapters.role import applied_spec
+
     cfg = config_from_args(args, {"env.corpus": args.corpus, "env.top_k": args.k, "reward.stage": args.stage})
+    cfg, adapter = applied_spec(cfg, args.adapter, home_from_args(args))  # the policy's adapter, or the reader's
     rt = runtime_from_args(args, cfg)
-    method = build_method(args.method, rt, MethodOptions(adapter=args.adapter, script=args.script,
+    method = build_method(args.method, rt, MethodOptions(adapter=adapter, script=args.script,
                                                           rank_with_rm=args.rank_with_rm))
     questions = rt.dataset.questions[: args.limit] if args.limit else rt.dataset.questions
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
-    pool = _pool(args, cfg, rt) if args.workers > 1 else None
+    pool = _pool(args, cfg, rt, adapter) if args.workers > 1 else None
     recorder = _recorder(args, cfg, rt, method)
     try:
         with Progress(len(questions), desc=f"eval {args.method}", disable=not args.progress) as show:

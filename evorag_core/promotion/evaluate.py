@@ -1,6 +1,7 @@
 """One side of a promotion comparison: an adapter (or the base model) evaluated greedily on the `[promotion]` slice.
 
-Results go to `<home>/promotion/<key>.jsonl`, where the key hashes what decides them: the adapter's weights (the
+An adapter runs in its role (`adapters.role`: the policy's, or the reader's only). Results go to
+`<home>/promotion/<key>.jsonl`, where the key hashes what decides them: the adapter's weights and role (the
 registry's sha256; the base model's id for the base), the data file's bytes, the slice, and every setting an
 episode reads (env, retrieval, policy, answer, reward, weights, judge). So the live adapter, evaluated when it was a
 candidate, is not evaluated again, and a killed evaluation resumes where it stopped (`evaluate(..., resume=True)`).
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from evorag_core.adapters.role import POLICY, applied
 from evorag_core.checksum import sha256_file
 from evorag_core.config import REPO_ROOT, Config
 from evorag_core.errors import ConfigError
@@ -46,9 +48,18 @@ class Side:
 
     @property
     def weights_key(self) -> str:
+        """What the side's weights are: the base model, or an adapter's checksum in its role (a reader adapter's
+        answers differ from the same weights as the policy's, so the role is part of the cache key)."""
         if self.adapter is None:
             return f"base:{self.base_model_id}"
-        return f"adapter:{self.adapter.checksum or self.adapter.path}"
+        weights = self.adapter.checksum or self.adapter.path
+        return f"adapter:{weights}" if self.adapter.role == POLICY else f"{self.adapter.role}:{weights}"
+
+    def applied(self, cfg: Config) -> tuple[Config, str | None]:
+        """The config and the policy's adapter folder that run this side (`adapters.role.applied`)."""
+        if self.adapter is None:
+            return cfg, None
+        return applied(cfg, self.adapter.path, self.adapter.role)
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ def _method(cfg: Config, home: Path, runtime: Any, side: Side) -> Any:
     if side.adapter is None:
         return build_method(cfg.promotion.method, runtime, MethodOptions())
     verify_registered(side.adapter, side.base_model_id)  # the registry's checksum, before any weight is read
-    return build_method(cfg.promotion.method, runtime, MethodOptions(adapter=side.adapter.path))
+    return build_method(cfg.promotion.method, runtime, MethodOptions(adapter=side.applied(cfg)[1]))
 
 
 def evaluate_side(store: Store, cfg: Config, home: Path, side: Side, *, on_result: OnResult | None = None,
@@ -134,12 +145,12 @@ def evaluate_side(store: Store, cfg: Config, home: Path, side: Side, *, on_resul
         from evorag_core.evaluation.pool import EvalPool, EvalSpec
         from evorag_core.methods.registry import MethodOptions
 
-        folder = side.adapter.path if side.adapter is not None else None
+        run_cfg, folder = side.applied(cfg)
         if side.adapter is not None:
             from evorag_core.adapters.registry import verify_registered
 
             verify_registered(side.adapter, side.base_model_id)
-        spec = EvalSpec(cfg, str(home), str(data), method=cfg.promotion.method,
+        spec = EvalSpec(run_cfg, str(home), str(data), method=cfg.promotion.method,
                         options=MethodOptions(adapter=folder))  # env.corpus_from: the Runtime pools it
         with EvalPool(spec, workers) as pool:
             _, results = evaluate(_Named(side.label), questions, out_path=out, resume=True, on_result=each,
@@ -147,7 +158,7 @@ def evaluate_side(store: Store, cfg: Config, home: Path, side: Side, *, on_resul
     else:
         from evorag_core.runtime import Runtime
 
-        method = _method(cfg, home, Runtime(cfg, Path(home), dataset), side)
+        method = _method(cfg, home, Runtime(side.applied(cfg)[0], Path(home), dataset), side)
         _, results = evaluate(method, questions, out_path=out, resume=True, on_result=each)
     log.info("promotion: %s evaluated on %d questions of %s (%d from an earlier evaluation)", side.label,
              len(results), data.name, cached)

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from evorag_core.errors import StoreError
 from evorag_core.store.base import StoreBase, check_choice, utcnow
-from evorag_core.store.records import ACTIVATION_KINDS, Adapter
+from evorag_core.store.records import ACTIVATION_KINDS, ADAPTER_ROLES, Adapter
 from evorag_core.store.schema import activations, adapters
 
 __all__ = ["AdapterOps"]
@@ -29,12 +29,14 @@ class AdapterOps(StoreBase):
         objective: str | None = None,
         checksum: str | None = None,
         metrics: Mapping[str, Any] | None = None,
+        role: str = "policy",
     ) -> Adapter:
         """Record a saved adapter (name must be new), inactive: `evorag_core.adapters.registry.activate` verifies it and makes it
-        the active one."""
+        the active one. `role`: what it is applied to when live (evorag_core/adapters/role.py)."""
+        check_choice("role", role, ADAPTER_ROLES)
         row = {"name": name, "path": str(path), "base_model": base_model, "round_id": round_id,
                "objective": objective, "checksum": checksum, "metrics": dict(metrics or {}),
-               "active": False, "created_at": utcnow()}
+               "active": False, "created_at": utcnow(), "role": role}
         try:
             with self._write() as conn:
                 conn.execute(adapters.insert().values(**row))

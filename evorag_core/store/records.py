@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 __all__ = [
+    "ADAPTER_ROLES",
     "PAIR_SOURCES",
     "PAIR_STATUSES",
     "STEP_ACTORS",
@@ -268,6 +269,10 @@ class Adapter:
     metrics: dict[str, Any]
     active: bool
     created_at: datetime
+    role: str = "policy"  # what it is applied to: "policy" (every LM call) or "reader" (the answer read only)
+
+
+ADAPTER_ROLES = ("policy", "reader")  # evorag_core/adapters/role.py says what each is applied to
 
 
 # promoted: its evaluation passed and promotion.auto activated it; activated: an admin activated it (no failed

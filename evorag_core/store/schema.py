@@ -254,6 +254,7 @@ adapters = Table(
     Column("metrics", JSON, nullable=False),
     Column("active", Boolean, nullable=False),
     _created(),
+    Column("role", String(20), nullable=False, server_default="policy"),  # migration 0008: adapters/role.py
 )
 # At most one active adapter, enforced by the database itself (partial unique index).
 Index(

@@ -1,10 +1,12 @@
 """Gated promotion in a real browser (Training tab, Adapters panel): `evorag studio` as a subprocess (the tiny
 2-layer Llama, no worker), its store shared with the test. Adapter "alpha" has a real promotion report (the agent
-on 6 demo questions against the base model, evaluated here with the studio's settings); "bravo" has none.
+on 6 demo questions against the base model, evaluated here with the studio's settings); "bravo", a reader adapter
+(role "reader": it reads the answers only), has none.
 
 The report view shows both sides, the verdict and the changed questions with links to their traces; Activate of
 an adapter that did not pass is refused in the tab until a reason is typed, and then the header says it was forced
-and why; Evaluate queues bravo's evaluation, which the table shows as evaluating. Screenshots under
+and why; Evaluate queues bravo's evaluation, which the table shows as evaluating; bravo then goes live, and the
+header says it reads only. Screenshots under
 artifacts/screenshots/promotion_*.png.
 """
 from __future__ import annotations
@@ -43,9 +45,10 @@ def studio(session_home, tmp_path_factory):
     tiny = build_tiny_model(work / "tiny", texts)
     db_url = f"sqlite:///{work / 'studio.db'}"
     store = open_store(db_url)
-    for seed, name in enumerate(("alpha", "bravo")):
+    for seed, (name, role) in enumerate((("alpha", "policy"), ("bravo", "reader"))):
         folder = random_adapter(tiny, work / "adapters" / name, seed, base_id=str(tiny), scale=2.0)
-        register_verified(store, name, folder, base_model_id=str(tiny), checksum=read_adapter_meta(folder)["sha256"])
+        register_verified(store, name, folder, base_model_id=str(tiny), checksum=read_adapter_meta(folder)["sha256"],
+                          role=role)
     cfg = apply_overrides(load_config(), {**SETTINGS, "policy.model": str(tiny)})
     report = evaluate_candidate(store, cfg, work / "home", "alpha")
     args = ["--model", str(tiny), "--no-worker"] + [a for k, v in SETTINGS.items() for a in ("--set", f"{k}={v}")]
@@ -75,7 +78,8 @@ def test_the_report_view_a_forced_activation_with_its_reason_and_a_queued_evalua
     alpha_row = table.locator("tr", has_text="alpha").inner_text()
     assert f"{report.report['candidate']['summary']['f1']:.4g}" in alpha_row and "vs base" in alpha_row
     assert ("not passed" if report.passed is False else "no verdict") in alpha_row
-    assert "not evaluated" in table.locator("tr", has_text="bravo").inner_text()
+    bravo_row = table.locator("tr", has_text="bravo").inner_text()
+    assert "not evaluated" in bravo_row and "\treader\t" in bravo_row and "\tpolicy\t" in alpha_row
 
     choose(page, "evo-adapter-pick", "alpha")
     page.wait_for_selector('#evo-report[data-adapter="alpha"]')
@@ -115,5 +119,10 @@ def test_the_report_view_a_forced_activation_with_its_reason_and_a_queued_evalua
     [job] = [r for r in store.list_rounds(status="queued") if r.objective == "evaluate"]
     assert job.config["adapter"] == "bravo" and job.config["against"] == "live"
     page.wait_for_function(f"document.querySelector('#evo-adapters').innerText.includes('evaluating (#{job.id})')")
-    assert f"evaluate bravo vs live" in page.locator("#evo-rounds").inner_text()
+    assert "evaluate bravo vs live" in page.locator("#evo-rounds").inner_text()
     shot(page, "promotion_queued")
+
+    page.click("#evo-activate")  # bravo has no failed report: it goes live, in its role (the reader's)
+    page.wait_for_function("document.querySelector('#evo-live-adapter').innerText === 'bravo (reader only)'")
+    assert store.active_adapter().name == "bravo" and store.last_activation().kind == "activated"
+    shot(page, "promotion_reader_live")

@@ -88,7 +88,7 @@ def test_a_0004_database_gains_the_round_logs_table(url: str) -> None:
     finally:
         engine.dispose()
     with open_store(url) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0007",)
+        assert current_revisions(conn) == ("0008",)
         (old,) = s.list_rounds()
         assert s.round_log(old.id) == []
         assert s.add_round_logs(old.id, [NewLogLine("INFO", "added after the upgrade")]) == 1

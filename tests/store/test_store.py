@@ -95,10 +95,10 @@ def _run_processes(target: Callable[..., Any], args: list[tuple[Any, ...]], limi
 
 
 def test_migration_creates_the_schema_of_the_models(url: str) -> None:
-    """A fresh database ends at head 0007 and the hand-written migrations match schema.py exactly."""
+    """A fresh database ends at head 0008 and the hand-written migrations match schema.py exactly."""
     with open_store(url) as s, s.engine.connect() as conn:
-        assert head_revisions() == ("0007",)
-        assert current_revisions(conn) == ("0007",)
+        assert head_revisions() == ("0008",)
+        assert current_revisions(conn) == ("0008",)
         assert TABLES <= set(inspect(conn).get_table_names())
         assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
 
@@ -119,7 +119,7 @@ def test_reopening_is_idempotent(url: str) -> None:
         pair_id = s.add_pair("p", "a", "b")
     for _ in range(2):
         with open_store(url) as s, s.engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0007"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0008"]
             assert s.get_pair(pair_id).prompt == "p"
             assert s.count_pairs() == {(): 1}
 
@@ -137,7 +137,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0099"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
@@ -187,7 +187,7 @@ def test_a_failing_migration_leaves_the_database_as_it_was(url: str, tmp_path: P
     with pytest.raises(StoreError, match="no_such_table"):
         open_store(url, script_location=broken)
     with open_store(url) as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0007",)
+        assert current_revisions(conn) == ("0008",)
         assert "half_done" not in inspect(conn).get_table_names()
         assert "note" not in {c["name"] for c in inspect(conn).get_columns("pairs")}
 
@@ -210,7 +210,7 @@ def test_upgrade_from_an_existing_empty_database(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
     with open_store(f"sqlite:///{path}") as s, s.engine.connect() as conn:
-        assert current_revisions(conn) == ("0007",)
+        assert current_revisions(conn) == ("0008",)
 
 
 def test_a_0001_database_with_a_running_round_gains_the_cancel_request_column(url: str) -> None:
@@ -252,6 +252,31 @@ def test_a_0002_database_with_steps_gains_the_step_actor_columns(url: str) -> No
         with pytest.raises(ValueError, match="step actor"):
             s.add_step(1, Step(3, "REFUSE", actor="robot"))
         assert len(s.get_episode(1).steps) == 2
+
+def test_a_0007_database_gains_adapter_roles_from_its_rounds_sources(url: str) -> None:
+    """0008 adds adapters.role: an adapter of a round on answer pairs (config source "answer") becomes a reader, every
+    other one (a round on all pairs, one without a round) stays a policy adapter; an unknown role is refused."""
+    engine = make_engine(url)
+    try:
+        assert upgrade(engine, revision="0007") == ("0007",)
+        with engine.begin() as conn:
+            for config in ('{"objective": "dpo", "source": "answer"}', '{"objective": "dpo"}'):
+                conn.execute(text("INSERT INTO rounds (objective, config, status, created_at, attempts, max_attempts) "
+                                  "VALUES ('dpo', :c, 'succeeded', '2026-01-01 00:00:00', 1, 1)"), {"c": config})
+            for name, round_id in (("reads", 1), ("decides", 2), ("imported", None)):
+                conn.execute(text("INSERT INTO adapters (name, path, base_model, round_id, metrics, active, created_at) "
+                                  "VALUES (:n, '/a', 'm', :r, '{}', false, '2026-01-01 00:00:00')"),
+                             {"n": name, "r": round_id})
+    finally:
+        engine.dispose()
+    with open_store(url) as s:
+        assert {a.name: a.role for a in s.list_adapters()} == {"reads": "reader", "decides": "policy",
+                                                                "imported": "policy"}
+        assert s.register_adapter("new", "/b", base_model="m", role="reader").role == "reader"
+        with pytest.raises(ValueError, match="role"):
+            s.register_adapter("odd", "/c", base_model="m", role="judge")
+        assert [a.name for a in s.list_adapters()] == ["reads", "decides", "imported", "new"]
+
 
 # --- concurrent writers ---------------------------------------------------------------------------------------
 

@@ -209,11 +209,12 @@ def training_view(svc: Services, now: datetime | None = None, history: ChartHist
     adapters = store.list_adapters()
     keys = _key_metrics([a.metrics for a in adapters])
     reports, pending = store.latest_promotions(), promotion.evaluating(store)
-    adapter_rows = [[("● " if a.active else "") + a.name, a.objective or "", a.round_id or "",
+    adapter_rows = [[("● " if a.active else "") + a.name, a.objective or "", a.role, a.round_id or "",
                      *promotion.heldout_cells(a, reports.get(a.name), pending),
                      *[(a.metrics or {}).get(k, "") for k in keys], a.created_at.strftime("%Y-%m-%d %H:%M")]
                     for a in adapters]
-    adapters_html = views.table_html(["adapter", "objective", "round", *promotion.HELDOUT_HEADERS, *keys, "created"],
+    adapters_html = views.table_html(["adapter", "objective", "role", "round", *promotion.HELDOUT_HEADERS, *keys,
+                                      "created"],
                                      adapter_rows, table_id="evo-adapters",
                                      empty="No adapters yet: a finished round registers one.")
     live = next((a.name for a in adapters if a.active), "base model")
@@ -403,6 +404,8 @@ def header_status(svc: Services) -> str:
     else:
         active = store.active_adapter()
         name = active.name if active is not None else "base model"
+        if active is not None and active.role != "policy":
+            name += f" ({active.role} only)"  # adapters/role.py: the decisions run on the base model
         why = store.last_activation()
         reason = promotion.live_reason(why, store.get_promotion(why.promotion_id) if why and why.promotion_id else None)
         parts.append(f'live adapter: <b title="{views.esc(reason)}" id="evo-live-adapter">{views.esc(name)}</b>'
