@@ -70,6 +70,17 @@ def shared_cache(tmp_path_factory):
     os.environ.pop("EVORAG_CACHE_DIR", None)
 
 
+@pytest.fixture(scope="module")
+def tiny_demo(tmp_path_factory) -> Path:
+    """A tiny random 2-layer Llama whose tokenizer was trained on the first 20 demo questions (one per module)."""
+    import json
+
+    from tests.tiny_model import build_tiny_model
+
+    texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)
+
+
 @pytest.fixture(scope="session")
 def session_home(tmp_path_factory) -> Path:
     """One home folder per test session: indexes and the dequantized model are built once and reused."""

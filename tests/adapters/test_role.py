@@ -4,8 +4,6 @@ reads the answers only, the decisions on the base model. Real SQLite store, the 
 weights (every B matrix noisy, so that an adapter visibly changes what the model does)."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,30 +17,21 @@ from evorag_core.lm.loading import base_model_id
 from evorag_core.promotion.evaluate import Side, evaluate_side
 from evorag_core.store import NewPair, open_store
 from tests.lora_adapters import random_adapter
-from tests.paths import DEMO
 from training.worker import WorkerOptions, process_one
 
 PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from tests.tiny_model import build_tiny_model
-
-    texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)
-
-
 @pytest.fixture()
-def world(tmp_path, tiny):
+def world(tmp_path, tiny_demo):
     """(config, home, store, base id, the noisy adapter's folder registered twice: "as-policy" and "as-reader")."""
     torch.set_num_threads(1)
     cfg = apply_overrides(load_config(), {
-        "policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1, "train.max_length": 96,
+        "policy.model": str(tiny_demo), "policy.device": "cpu", "policy.threads": 1, "train.max_length": 96,
         "train.lr": 1e-3, "train.batch_size": 2, "promotion.questions": "0:8", "promotion.min_n": 5})
     store = open_store(f"sqlite:///{tmp_path / 'evorag.db'}")
-    base_id = base_model_id(str(tiny), tmp_path)
-    folder = random_adapter(tiny, tmp_path / "adapters" / "noisy", seed=3, base_id=base_id, scale=0.5)
+    base_id = base_model_id(str(tiny_demo), tmp_path)
+    folder = random_adapter(tiny_demo, tmp_path / "adapters" / "noisy", seed=3, base_id=base_id, scale=0.5)
     for name, role in (("as-policy", "policy"), ("as-reader", "reader")):
         register_verified(store, name, folder, base_model_id=base_id, checksum=read_adapter_meta(folder)["sha256"],
                           role=role)
@@ -98,7 +87,7 @@ def test_a_round_on_answer_pairs_registers_a_reader_and_other_rounds_a_policy_ad
     assert {rounds[rid]: role for rid, role in roles.items()} == {"answer": "reader", None: "policy"}
 
 
-def test_a_live_reader_adapter_is_hot_swapped_into_the_reader_not_the_policy(world, tiny):
+def test_a_live_reader_adapter_is_hot_swapped_into_the_reader_not_the_policy(world):
     """The watcher follows a live reader adapter: the backend's policy runs the base model, the episode's reader
     reads with the adapter; a policy adapter going live replaces it, and the base model again clears both."""
     from evorag_core.adapters.watcher import AdapterWatcher, PinnedPolicy

@@ -22,28 +22,19 @@ from evorag_core.lm.loading import base_model_id
 from evorag_core.promotion.gate import evaluate_candidate, promote
 from evorag_core.store import NewPair, open_store
 from tests.lora_adapters import random_adapter
-from tests.paths import DEMO
 from training.worker import WorkerOptions, process_one
 
 PROMPT = "<|im_start|>system\nYou answer.<|im_end|>\n<|im_start|>user\nQuestion: {}<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from tests.tiny_model import build_tiny_model
-
-    texts = [json.loads(line)["question"] for line in DEMO.open(encoding="utf-8")][:20]
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", texts)
-
-
 @pytest.fixture()
-def world(tmp_path, tiny):
+def world(tmp_path, tiny_demo):
     torch.set_num_threads(1)
     cfg = apply_overrides(load_config(), {
-        "policy.model": str(tiny), "policy.device": "cpu", "policy.threads": 1, "train.max_length": 96,
+        "policy.model": str(tiny_demo), "policy.device": "cpu", "policy.threads": 1, "train.max_length": 96,
         "train.lr": 1e-3, "train.batch_size": 2, "promotion.questions": "0:8", "promotion.min_n": 5})
     store = open_store(f"sqlite:///{tmp_path / 'evorag.db'}")
-    yield cfg, tmp_path, store, base_model_id(str(tiny), tmp_path)
+    yield cfg, tmp_path, store, base_model_id(str(tiny_demo), tmp_path)
     store.close()
 
 
