@@ -158,7 +158,9 @@ class PolicyProvider:
             raise ValueError(f"{choice!r} is not a language-model choice ({BASE}, {LIVE} or lm:<adapter>)")
         adapter = self._adapter_for(choice, adapter_lookup)
         backend = self._get_backend()
-        if adapter is not None and getattr(adapter, "role", None) == "reader":
+        from evorag_core.adapters.role import READER
+
+        if adapter is not None and getattr(adapter, "role", None) == READER:
             adapter = None
         if adapter is not None:
             self._ensure_adapter(backend, adapter)
