@@ -24,6 +24,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from evorag_core.adapters.role import READER
 from evorag_core.env.actions import Action
 from evorag_core.env.episode import step_info
 from evorag_core.env.state import AgentView
@@ -77,7 +78,7 @@ class AdapterWatcher:
             if row is None:
                 self._switch(None)
                 self.reader = self.reader_row = None
-            elif row.role == "reader":
+            elif row.role == READER:
                 self._follow_reader(row)
             elif row.name != self.current or self._loaded.get(row.name, row.path) != row.path:
                 self._follow(row)
