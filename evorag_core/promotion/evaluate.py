@@ -3,7 +3,8 @@
 An adapter runs in its role (`adapters.role`: the policy's, or the reader's only). Results go to
 `<home>/promotion/<key>.jsonl`, where the key hashes what decides them: the adapter's weights and role (the
 registry's sha256; the base model's id for the base), the data file's bytes, the slice, and every setting an
-episode reads (env, retrieval, policy, answer, reward, weights, judge). So the live adapter, evaluated when it was a
+episode reads (env, retrieval, policy, answer, reward, weights, judge; a setting naming a file, such as the ranker's
+weights, by the file's bytes). So the live adapter, evaluated when it was a
 candidate, is not evaluated again, and a killed evaluation resumes where it stopped (`evaluate(..., resume=True)`).
 Each question is also stored as an episode (`EvalRecorder`, run `promotion-<key>`), so a report links to traces;
 `<key>.episodes.json` keeps their ids for the next report that reuses the results.
@@ -89,9 +90,32 @@ def slice_questions(cfg: Config, dataset: Dataset) -> list:
     return questions
 
 
+def _content(value: Any) -> Any:
+    """A setting that names a file (a ranker's weights) or an adapter folder stands for its contents: a file refit
+    at the same path is another setting, the same file at another path is not."""
+    if not isinstance(value, str) or not value:
+        return value
+    path = Path(value).expanduser()
+    if path.is_file():
+        return f"file:{sha256_file(path)}"
+    if path.is_dir():
+        from evorag_core.adapters.files import META_FILE, read_adapter_meta
+
+        if (path / META_FILE).is_file():
+            return f"adapter:{read_adapter_meta(path).get('sha256')}"
+    return value
+
+
 def _key(cfg: Config, side: Side, data: Path) -> str:
-    setting = {name: asdict(getattr(cfg, name)) for name in SETTING_SECTIONS}
+    setting = {name: {k: _content(v) for k, v in asdict(getattr(cfg, name)).items()} for name in SETTING_SECTIONS}
     setting["policy"] = {k: v for k, v in setting["policy"].items() if k not in ("threads", "seed")}
+    if not cfg.answer.ranker_path:  # the packaged ranker: its bytes, which a new version may change
+        from importlib import resources
+
+        from evorag_core.reader.ranker import DEFAULT_RANKER
+
+        packaged = resources.files("evorag_core.reader").joinpath(DEFAULT_RANKER).read_bytes()
+        setting["answer"]["ranker_path"] = f"packaged:{hashlib.sha256(packaged).hexdigest()}"
     raw = json.dumps({"weights": side.weights_key, "data": sha256_file(data), "questions": cfg.promotion.questions,
                       "method": cfg.promotion.method, "setting": setting}, sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:20]

@@ -334,6 +334,8 @@ def test_errors_are_readable_and_the_app_keeps_running(page):
     assert "Error" not in page.locator("#evo-steps-box").inner_text()  # the outputs keep what they showed
     shot(page, "09_readable_error")
     choose(page, "evo-policy", "oracle (upper bound, reads gold)")
+    # the pick is committed before Reset reads it (a Reset that still read "script" would fail again, silently)
+    page.wait_for_function("document.querySelector('#evo-policy input').value.startsWith('oracle')")
     page.click("#evo-reset")
     page.wait_for_function("document.querySelector('#evo-status') && "
                            "document.querySelector('#evo-status').innerText.includes('oracle')")

@@ -195,3 +195,28 @@ def test_the_cli_evaluates_lists_promotes_with_a_reason_and_queues(world, capsys
     assert cli_main(["adapters", "evaluate", "b", "--queue", *args]) == 0
     [job] = store.list_rounds(status="queued")
     assert job.objective == "evaluate" and job.config["adapter"] == "b"
+
+
+def test_the_cache_key_reads_a_settings_file_by_its_bytes_not_its_path(tmp_path):
+    """A ranker refit at the same path is another setting (no stale live side); the same weights copied elsewhere
+    are not; an adapter's role is part of the key."""
+    from dataclasses import replace
+
+    from evorag_core.promotion.evaluate import Side, _key
+    from evorag_core.store.records import Adapter
+    from tests.paths import DEMO
+
+    first, copy = tmp_path / "ranker.json", tmp_path / "elsewhere" / "ranker.json"
+    copy.parent.mkdir()
+    for path in (first, copy):
+        path.write_text('{"weights": [1.0]}')
+    base = Side(None, "model")
+
+    def key(path: Path, side: Side = base) -> str:
+        return _key(apply_overrides(load_config(), {"answer.ranker_path": str(path)}), side, DEMO)
+
+    assert key(first) == key(copy)
+    first.write_text('{"weights": [2.0]}')
+    assert key(first) != key(copy)
+    row = Adapter(1, "r1", "/a/r1", "model", 1, "dpo", "f" * 64, {}, False, None)
+    assert key(copy, Side(row, "model")) != key(copy, Side(replace(row, role="reader"), "model")) != key(copy)
