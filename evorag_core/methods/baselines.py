@@ -53,7 +53,8 @@ class BaselineConfig:
 
 
 class PipelineMethod:
-    """One baseline; `run_question` returns a QuestionResult with the retrieval trace.
+    """One baseline; `run_question` returns a QuestionResult with the retrieval trace (each SEARCH with the pids
+    it found, so a stored evaluation episode shows them and its reader state can be replayed).
     `retriever_for(question)` gives (retriever, {pid: Passage}) for the question's corpus."""
 
     def __init__(self, name: str, backend: PolicyBackend,
@@ -132,16 +133,21 @@ class PipelineMethod:
         start = time.perf_counter()
         retriever, by_pid = self.retriever_for(question)
         retrieved: dict[str, Passage] = {}
+        found: list[list[str]] = []  # each search's pids, in the order the searches ran
 
         def retrieve(query: str) -> list[Passage]:
             out = [by_pid[h.pid] for h in retriever.search(query, self.cfg.k)]
             for p in out:
                 retrieved.setdefault(p.pid, p)
+            found.append([p.pid for p in out])
             return out
 
         pipeline = {"direct": self._direct, "fixed-k": self._fixed_k, "ircot": self._ircot,
                     "self-ask": self._self_ask}[self.name]
         answer, trace = pipeline(question, retrieve)
+        searches = [t for t in trace if t.get("action") == "SEARCH"]
+        if len(searches) == len(found):  # every pipeline logs one SEARCH per retrieval: each keeps what it found
+            trace = [{**t, "passages": found.pop(0)} if t.get("action") == "SEARCH" else t for t in trace]
         refused = not answer or answer.lower() in {"unknown", "i don't know", "none"}
         prediction = None if refused else answer
         em, f1 = score(question, prediction)

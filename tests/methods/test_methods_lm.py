@@ -64,6 +64,8 @@ def test_baselines_answer_with_the_shared_backend(free_runtime, name):
     assert res.question_id == q.id and res.trace[-1]["action"] == "ANSWER"
     searches = [t for t in res.trace if t["action"] == "SEARCH"]
     assert res.steps == len(searches)
+    assert [p for t in searches for p in t["passages"] if p not in res.passages] == []  # each search's finds
+    assert all(0 < len(t["passages"]) <= 3 for t in searches)
     if name == "direct":
         assert res.steps == 0 and res.passages == () and res.support_recall == 0.0
     else:

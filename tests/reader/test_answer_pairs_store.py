@@ -116,6 +116,32 @@ def test_a_stopped_run_keeps_its_pairs_and_a_rerun_goes_on(tiny_backend, tmp_pat
         assert {store.get_pair(i).metadata["episode_db_id"] for i in rest.pair_ids} == {second}
 
 
+def test_a_pipeline_methods_stored_evaluation_gives_the_pairs_of_its_reader_state(tiny_backend, tmp_path):
+    """A fixed-k evaluation's episode (stored by the evaluation recorder from the method's trace, each SEARCH with
+    the pids it found) is replayed to the state it answered from, so `--episodes ID` pairs it; a trace whose
+    searches record no passages (as before they did) gives that state without passages, so no pair."""
+    from evorag_core.evaluation.traces import record_result
+    from evorag_core.methods.base import QuestionResult
+
+    reader = SpanReader(tiny_backend, AnswerConfig(ranker="lm"))
+    data = str(_data_file(tmp_path))
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        def recorded(search: dict) -> int:
+            result = QuestionResult("q-file", "demo", QUESTIONS[0], "Sable River", ("Sable River",), 1.0, 1.0, 1,
+                                    (MIRROW.pid, TRAVINE.pid), 1.0, False,
+                                    trace=(search, {"action": "ANSWER", "answer": "Sable River"}))
+            return record_result(store, result, method="fixed-k", label="fixed-k", run="fixed-k on demo",
+                                 data_path=data, stage="refinement", schedule="time-dynamic")
+
+        with_passages = recorded({"action": "SEARCH", "query": QUESTIONS[0], "passages": [MIRROW.pid, TRAVINE.pid]})
+        without = recorded({"action": "SEARCH", "query": QUESTIONS[0]})
+        report = make_answer_pairs(store, reader, lambda v: reader_passages(v, 5), t_max=5, data=data, max_pairs=1,
+                                   episode_ids=[with_passages, without])
+        pairs = [store.get_pair(i) for i in report.pair_ids]
+        assert report.states == 2 and [p.metadata["episode_db_id"] for p in pairs] == [with_passages]
+        assert set(pairs[0].metadata["passages"]) == {MIRROW.pid, TRAVINE.pid}
+
+
 def test_the_cli_queues_answer_pairs_that_a_dpo_round_can_select(tiny_folder, tmp_path):
     home, db = tmp_path / "home", f"sqlite:///{tmp_path / 'store.db'}"
     with open_store(db) as store:
