@@ -240,7 +240,8 @@ def test_train_wait_follows_a_real_worker_and_adapters_cli(world, tiny, capsys):
         assert cli_main(["adapters", "list", "--json", *cli_args(home, url, tiny)]) == 0
         listed = json.loads(capsys.readouterr().out)
         assert [(a["name"], a["round"], a["objective"], a["active"]) for a in listed] == [("r1-dpo", 1, "dpo", False)]
-        assert set(listed[0]) == {"name", "round", "objective", "path", "active", "created", "metrics", "heldout"}
+        assert set(listed[0]) == {"name", "round", "objective", "role", "path", "active", "created", "metrics", "heldout"}
+        assert listed[0]["role"] == "policy"  # a round on every source: the policy's adapter
         assert listed[0]["heldout"]["report"] is None and listed[0]["heldout"]["score"] is None  # not evaluated
         assert cli_main(["adapters", "activate", "r1-dpo", *cli_args(home, url, tiny)]) == 0
         assert store.active_adapter().name == "r1-dpo"
