@@ -40,6 +40,7 @@ class AnswerPairsReport:
     states: int  # states read
     pair_ids: tuple[int, ...]  # the pairs stored (queued)
     stopped: bool = False  # `stop` was set: the episodes after the last one looked at are left for a rerun
+    no_passages: int = 0  # of the states read, those with no passage to read (nothing retrieved, or none stored)
 
 
 class _Gold:
@@ -93,13 +94,13 @@ def make_answer_pairs(store: Store, reader: SpanReader, passages_of: Callable[[o
     else:
         listed = [e for e in store.list_episodes(limit=limit) if e.status != "running" and e.source != "eval"]
     gold_of, resolve = _Gold(store, data), PassageResolver(data, store)
-    looked = already = no_gold = read = 0
+    looked = already = no_gold = read = empty = 0
     ids: list[int] = []
     if on_episode is not None:
         on_episode(0, len(listed))
     for i, listed_episode in enumerate(sorted(listed, key=lambda e: e.id)):
         if i and stop():  # asked after each episode: a run once started reads one, so a Stop never races its start
-            return AnswerPairsReport(looked, already, no_gold, read, tuple(ids), stopped=True)
+            return AnswerPairsReport(looked, already, no_gold, read, tuple(ids), stopped=True, no_passages=empty)
         looked += 1
         if listed_episode.id in done_before:
             already += 1
@@ -112,10 +113,11 @@ def make_answer_pairs(store: Store, reader: SpanReader, passages_of: Callable[[o
             if states == "final":  # the state the last step was taken at if it answered (or refused), else the last
                 views = views[-2:-1] if replay.terminated else views[-1:]
             read += len(views)
+            empty += sum(not passages_of(view) for _, view in views)
             with hold():
                 pairs = episode_reader_pairs(episode, views, reader, gold, passages_of, max_pairs=max_pairs,
                                              against=against)
             ids += store.add_pairs(pairs) if pairs else []
         if on_episode is not None:
             on_episode(i + 1, len(listed))
-    return AnswerPairsReport(looked, already, no_gold, read, tuple(ids))
+    return AnswerPairsReport(looked, already, no_gold, read, tuple(ids), no_passages=empty)

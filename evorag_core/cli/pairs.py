@@ -97,11 +97,12 @@ def _answers(args: argparse.Namespace) -> int:
     ids = report.pair_ids
     out = {"queued": len(ids), "first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None,
            "episodes": report.episodes, "already_paired": report.already, "no_gold": report.no_gold,
-           "states": report.states, "source": "answer"}
+           "states": report.states, "no_passages": report.no_passages, "source": "answer"}
     if args.json:
         print_json(out)
     else:
         print(f"queued {len(ids)} answer pair(s) from {report.states} state(s) of {report.episodes} episode(s) "
-              f"({report.already} already paired, {report.no_gold} without a gold answer); "
+              f"({report.already} already paired, {report.no_gold} without a gold answer, "
+              f"{report.no_passages} state(s) with no passage to read); "
               "train them with `evorag train --objective dpo --source answer`")
     return 0

@@ -138,7 +138,8 @@ def test_a_pipeline_methods_stored_evaluation_gives_the_pairs_of_its_reader_stat
         report = make_answer_pairs(store, reader, lambda v: reader_passages(v, 5), t_max=5, data=data, max_pairs=1,
                                    episode_ids=[with_passages, without])
         pairs = [store.get_pair(i) for i in report.pair_ids]
-        assert report.states == 2 and [p.metadata["episode_db_id"] for p in pairs] == [with_passages]
+        assert (report.states, report.no_passages) == (2, 1)
+        assert [p.metadata["episode_db_id"] for p in pairs] == [with_passages]
         assert set(pairs[0].metadata["passages"]) == {MIRROW.pid, TRAVINE.pid}
 
 

@@ -125,7 +125,8 @@ def answer_pairs(svc: Services, states: str = "final", on_episode: Callable[[int
         return "No stored episode to read: run episodes (Episode tab, or rollouts) first; evaluation runs are not used."
     return (f"Queued {_n(len(report.pair_ids), 'answer pair')} from {_n(report.states, 'state')} of "
             f"{_n(report.episodes, 'episode')} ({report.already} paired before, {report.no_gold} without a gold "
-            "answer). Train them with a DPO round whose pair source is 'answer'.")
+            f"answer, {report.no_passages} with no passage to read). Train them with a DPO round whose pair source "
+            "is 'answer'.")
 
 
 def _n(count: int, noun: str) -> str:
