@@ -55,15 +55,17 @@ def load_base(job: RoundJob) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, 
 def resolve_reference(store: Store, job: RoundJob, base_id: str) -> Adapter | None:
     """The store's Adapter row the round starts from and is regularised towards, or None for the base model.
 
-    previous: the live (active) adapter when it belongs to this base model, else None (the base model): the policy
-    that is running, not merely the newest registered one; active: the active one; base: None; anything else: the
-    adapter of that name, which must belong to this base model.
+    previous: the live (active) adapter when it belongs to this base model and has the role this round trains
+    (adapters/role.py: a round on answer pairs trains the reader), else None (the base model): what is running in
+    that role, not merely the newest registered one - a live reader adapter leaves the policy on the base model;
+    active: the active one; base: None; anything else: the adapter of that name, which must belong to this base model.
     """
     if job.reference == "base":
         return None
     if job.reference == "previous":
         live = store.active_adapter()
-        return live if live is not None and live.base_model == base_id and live.round_id != job.round_id else None
+        return live if (live is not None and live.base_model == base_id and live.round_id != job.round_id
+                        and live.role == role_for_source(job.source)) else None
     if job.reference == "active":
         found = store.active_adapter()
     else:

@@ -56,6 +56,13 @@ def test_previous_is_the_live_adapter_not_the_newest_registered(world):
     assert resolve_reference(store, job(cfg, home, 9, "grpo", reference="active"), base).name == "r1"
     store.mark_adapter_active("r3")
     assert resolve_reference(store, j, base) is None
+    # roles (adapters/role.py): previous is what runs in the round's role; a live reader leaves the policy on the base
+    store.register_adapter("reads", str(home / "reads"), base_model=base, checksum="0" * 64, role="reader")
+    store.mark_adapter_active("reads")
+    answer_round = job(cfg, home, 9, "dpo", source="answer")
+    assert resolve_reference(store, j, base) is None and resolve_reference(store, answer_round, base).name == "reads"
+    store.mark_adapter_active("r1")
+    assert resolve_reference(store, answer_round, base) is None and resolve_reference(store, j, base).name == "r1"
 
 
 # -- diverged rounds -----------------------------------------------------------------------------------------------
