@@ -171,7 +171,9 @@ def _live_model(live: Any) -> list[str]:
     """`evorag rollout` arguments that roll out with the live adapter in its role (adapters/role.py)."""
     if live is None:
         return []
-    if live.role == "reader":
+    from evorag_core.adapters.role import READER
+
+    if live.role == READER:
         return ["--set", f"answer.adapter={live.path}"]
     return ["--adapter", live.path]
 

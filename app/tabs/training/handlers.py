@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import plotly.graph_objects as go
 
+from evorag_core.adapters.role import POLICY
 from evorag_core.errors import EvoRagError
 from evorag_core.objectives import EVALUATE_JOB, OBJECTIVES as OBJECTIVES_ALL
 from evorag_core.store.records import ROUND_KL_KEYS
@@ -404,7 +405,7 @@ def header_status(svc: Services) -> str:
     else:
         active = store.active_adapter()
         name = active.name if active is not None else "base model"
-        if active is not None and active.role != "policy":
+        if active is not None and active.role != POLICY:
             name += f" ({active.role} only)"  # adapters/role.py: the decisions run on the base model
         why = store.last_activation()
         reason = promotion.live_reason(why, store.get_promotion(why.promotion_id) if why and why.promotion_id else None)
