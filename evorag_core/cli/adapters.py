@@ -1,5 +1,8 @@
-"""`evorag adapters list [--json] | evaluate NAME | promote NAME | activate NAME | deactivate`: the registry of
-trained LoRA adapters and gated promotion.
+"""`evorag adapters list [--json] | evaluate NAME | promote NAME | activate NAME | deactivate | soup A B --name NAME`:
+the registry of trained LoRA adapters and gated promotion.
+
+`soup` registers the mean of registered adapters of one role (evorag_core/adapters/soup.py) as a new staged adapter,
+which the gate then evaluates like any round's.
 
 `evaluate` runs the adapter against the live one (or `--against base|NAME`) on the `[promotion]` held-out slice and
 stores the report (`--queue`: the worker runs it, as after a round); `promote` activates an adapter whose newest report
@@ -30,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
                          ("evaluate", "evaluate an adapter against the live one on the [promotion] slice"),
                          ("promote", "activate an adapter whose evaluation passed (--force --reason: one that did not)"),
                          ("activate", "verify an adapter and make it the live one"),
+                         ("soup", "register the mean of several adapters (one role) as a new staged adapter"),
                          ("deactivate", "use the base model (no adapter active)")):
         q = actions.add_parser(action, help=text)
         add_common(q, data=False)
@@ -37,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
         q.add_argument("--model", default=None, help="policy model the adapter must fit (default [policy] model)")
         if action in ("evaluate", "promote", "activate"):
             q.add_argument("name", help="adapter name (see `evorag adapters list`)")
+        if action == "soup":
+            q.add_argument("names", nargs="+", metavar="NAME", help="the adapters to average (two or more)")
+            q.add_argument("--name", dest="soup_name", required=True, help="the new adapter's name")
         if action in ("promote", "activate", "deactivate"):
             q.add_argument("--reason", default=None, help="why (stored in the activation log and shown in the studio)")
         if action == "promote":
@@ -72,6 +79,14 @@ def main(args: argparse.Namespace) -> int:
         from evorag_core.promotion.gate import promote
 
         base_id = base_model_id(cfg.policy.model, home)
+        if args.adapters_action == "soup":
+            from evorag_core.adapters.soup import soup_registered
+
+            row = soup_registered(store, args.names, args.soup_name, home, base_id)
+            _say(args, {"adapter": row.name, "role": row.role, "path": row.path, "soup_of": list(args.names)},
+                 f"adapter {row.name} registered, staged ({row.role}): the mean of {', '.join(args.names)}; "
+                 f"evaluate it with `evorag adapters evaluate {row.name}`")
+            return 0
         try:
             if args.adapters_action == "promote":
                 if args.reason and not args.force:
