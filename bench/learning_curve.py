@@ -168,14 +168,8 @@ def _reports(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _live_model(live: Any) -> list[str]:
-    """`evorag rollout` arguments that roll out with the live adapter in its role (adapters/role.py)."""
-    if live is None:
-        return []
-    from evorag_core.adapters.role import READER
-
-    if live.role == READER:
-        return ["--set", f"answer.adapter={live.path}"]
-    return ["--adapter", live.path]
+    """`evorag rollout` arguments that roll out with the live adapter (by name: rollout applies it in its role)."""
+    return [] if live is None else ["--adapter", live.name]
 
 
 def run_round(args: argparse.Namespace, r: int, chunk: tuple[int, int]) -> dict[str, Any]:

@@ -24,13 +24,13 @@ class AdapterSource:
     role: str = "policy"  # the registry's role (adapters/role.py); a folder given by path is the policy's
 
 
-def resolve_adapter(spec: str, home: Path) -> AdapterSource:
-    """The LoRA adapter given as a folder path or as a name registered in the store (EVORAG_DB_URL, default
-    `home/evorag.db`)."""
+def resolve_adapter(spec: str, home: Path, db_url: str | None = None) -> AdapterSource:
+    """The LoRA adapter given as a folder path or as a name registered in the store (`db_url`, else EVORAG_DB_URL,
+    else `home/evorag.db`)."""
     folder = Path(spec).expanduser()
     if folder.is_dir():
         return AdapterSource(_SAFE_NAME.sub("-", folder.name).strip("-")[:64] or "adapter", folder)
-    url = os.environ.get("EVORAG_DB_URL")
+    url = db_url or os.environ.get("EVORAG_DB_URL")
     if url is None:
         db = Path(home) / "evorag.db"
         if not db.is_file():

@@ -38,7 +38,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentP
     p.add_argument("--max-states", type=int, default=None, help="branch states per episode (default rollout.max_states)")
     p.add_argument("--resume", action="store_true",
                    help="skip questions that already have a rollout episode of this policy in the database")
-    p.add_argument("--adapter", type=Path, default=None, help="LoRA adapter folder to roll out with (default: base model)")
+    p.add_argument("--adapter", default=None,
+                   help="LoRA adapter to roll out with, a folder or a registered name; a registered reader adapter "
+                        "reads the answers only (default: base model)")
     p.add_argument("--db", default=None, metavar="URL",
                    help="database URL (default $EVORAG_DB_URL or <home>/evorag.db)")
     p.add_argument("--executor", choices=list(EXECUTORS), default="local",
@@ -67,6 +69,8 @@ def deferred_interrupt() -> Iterator[None]:
 
 
 def main(args: argparse.Namespace) -> int:
+    from evorag_core.adapters.resolve import resolve_adapter
+    from evorag_core.adapters.role import POLICY, applied
     from evorag_core.data.datasets import load_dataset
     from evorag_core.evaluation.traces import run_name
     from evorag_core.lm.loading import base_model_id
@@ -82,14 +86,17 @@ def main(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
     home = home_from_args(args)
+    source = resolve_adapter(args.adapter, home, db_url_from_args(args, home)) if args.adapter else None
+    cfg, adapter = applied(cfg, source.folder if source else None, source.role if source else POLICY)
     dataset = load_dataset(args.data)
-    spec = WorkerSpec(cfg, str(home), str(dataset.path), tuple(str(p) for p in args.corpus_from),
-                      str(args.adapter) if args.adapter is not None else None, cfg.reward.stage, args.threads)
+    spec = WorkerSpec(cfg, str(home), str(dataset.path), tuple(str(p) for p in args.corpus_from), adapter,
+                      cfg.reward.stage, args.threads, adapter_checksum=source.checksum if adapter and source else None)
     indices = list(range(len(dataset.questions)))[args.offset:]
     indices = indices[: args.limit] if args.limit is not None else indices
     in_process = args.executor == "local" and args.workers == 1
     worker = RolloutWorker(spec) if in_process else None  # loaded here: the policy name comes from its backend
-    name = worker.policy_name if worker else policy_name(base_model_id(cfg.policy.model, home), spec.adapter)
+    name = worker.policy_name if worker else policy_name(base_model_id(cfg.policy.model, home), spec.adapter,
+                                                         cfg.answer.adapter)
     store = open_store(db_url_from_args(args, home))
     if args.resume:
         indices = [i for i in indices

@@ -55,6 +55,7 @@ class WorkerSpec:
     stage: str | None = None
     threads: int | None = None  # torch threads per worker (None: its share of the cores in a pool, else torch's
     # default; policy.threads wins if set)
+    adapter_checksum: str | None = None  # the registry's sha256 of a registered adapter's weights, checked at load
 
 
 class RolloutWorker:
@@ -78,10 +79,10 @@ class RolloutWorker:
         if spec.adapter is not None:
             from evorag_core.adapters.load import load_verified
 
-            load_verified(self.backend, "rollout", spec.adapter)
+            load_verified(self.backend, "rollout", spec.adapter, spec.adapter_checksum)
             self.backend.activate("rollout")
         self.policy = LMPolicy(self.backend, spec.cfg.policy, spec.cfg.answer)
-        self.policy_name = policy_name(self.backend.model_id, spec.adapter)
+        self.policy_name = policy_name(self.backend.model_id, spec.adapter, spec.cfg.answer.adapter)
 
     def rollout(self, index: int) -> tuple[int, EpisodeRollout]:
         from evorag_core.pairs.rollout import rollout_question
@@ -92,9 +93,11 @@ class RolloutWorker:
         return index, result
 
 
-def policy_name(model_id: str, adapter: str | None) -> str:
-    """The `policy` column of rollout episodes: `lm:<model id>[+<adapter folder name>]`."""
-    return f"lm:{model_id}" + (f"+{Path(adapter).name}" if adapter else "")
+def policy_name(model_id: str, adapter: str | None, reader: str | None = None) -> str:
+    """The `policy` column of rollout episodes: `lm:<model id>[+<adapter folder name>][+reader:<folder name>]`
+    (`reader`: the reader's own adapter, `answer.adapter`, which changes the answers and so the episodes)."""
+    return (f"lm:{model_id}" + (f"+{Path(adapter).name}" if adapter else "")
+            + (f"+reader:{Path(reader).name}" if reader else ""))
 
 
 # -- executors: each yields (index, rollout) as rollouts finish, in any order -------------------------------------

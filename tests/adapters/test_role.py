@@ -4,6 +4,7 @@ reads the answers only, the decisions on the base model. Real SQLite store, the 
 weights (every B matrix noisy, so that an adapter visibly changes what the model does)."""
 from __future__ import annotations
 
+import shutil
 
 import pytest
 import torch
@@ -141,3 +142,28 @@ def test_eval_adapter_by_name_runs_a_registered_reader_as_the_reader(world, monk
     assert applied_spec(cfg, "as-policy", home) == (cfg, "as-policy")
     assert applied_spec(cfg, str(folder), home) == (cfg, str(folder))  # a folder by path: the policy's
     assert applied_spec(cfg, None, home) == (cfg, None)
+
+
+def test_rollout_adapter_by_name_runs_it_in_its_role_and_checks_the_registry(world, capsys):
+    """`evorag rollout --adapter NAME`: a registered reader rolls out as the reader (its episodes' policy says so,
+    so `--resume` does not take the base model's episodes for its own); a policy adapter as the policy's, its
+    folder checked against the registry's checksum (replaced since registration: refused, nothing stored)."""
+    from evorag_core.cli.main import main as cli_main
+    from tests.paths import DEMO
+
+    cfg, home, store, base_id, folder = world
+    db = str(store.engine.url)
+    argv = ["rollout", "--data", str(DEMO), "--home", str(home), "--db", db, "--limit", "1", "--threads", "1",
+            "--json", "--set", f"policy.model={cfg.policy.model}", "--set", "policy.device=cpu",
+            "--set", "rollout.t_max=2", "--set", "rollout.siblings=2", "--set", "rollout.max_states=1",
+            "--set", "policy.max_query_tokens=4", "--set", "policy.max_answer_tokens=4"]
+    for adapter in (None, "as-reader", "as-policy"):
+        assert cli_main(argv + (["--adapter", adapter] if adapter else []) + ["--resume"]) == 0
+    policies = {e.policy for e in store.list_episodes(limit=None)}
+    assert policies == {f"lm:{base_id}", f"lm:{base_id}+reader:noisy", f"lm:{base_id}+noisy"}
+    capsys.readouterr()
+    other = random_adapter(cfg.policy.model, home / "other", seed=4, base_id=base_id)
+    shutil.copytree(other, folder, dirs_exist_ok=True)  # other weights in the registered folder
+    assert cli_main(argv + ["--adapter", "as-policy"]) == 2
+    assert "records other weights than the registry" in capsys.readouterr().err
+    assert {e.policy for e in store.list_episodes(limit=None)} == policies
