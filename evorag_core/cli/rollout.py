@@ -14,7 +14,6 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Iterator
 
 from evorag_core.cli.common import add_common, config_from_args, home_from_args, print_json
