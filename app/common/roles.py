@@ -28,7 +28,7 @@ ACTIONS: dict[str, str] = {
     "label": "label items of the annotation queue",
     "review": "resolve annotation disagreements",
     "train": "launch or cancel training rounds",
-    "adapters": "activate adapters",
+    "adapters": "evaluate, average and activate adapters",
     "queue": "manage the pairs and the annotation queue",
     "episodes": "run episodes, evaluations and comparisons",
     "upload": "upload data files",

@@ -1,13 +1,13 @@
 """Gated promotion in a real browser (Training tab, Adapters panel): `evorag studio` as a subprocess (the tiny
 2-layer Llama, no worker), its store shared with the test. Adapter "alpha" has a real promotion report (the agent
-on 6 demo questions against the base model, evaluated here with the studio's settings); "bravo", a reader adapter
-(role "reader": it reads the answers only), has none.
+on 6 demo questions against the base model, evaluated here with the studio's settings); "bravo" and "charlie",
+reader adapters (role "reader": they read the answers only), have none.
 
 The report view shows both sides, the verdict and the changed questions with links to their traces; Activate of
 an adapter that did not pass is refused in the tab until a reason is typed, and then the header says it was forced
 and why; Evaluate queues bravo's evaluation, which the table shows as evaluating; bravo then goes live, and the
-header says it reads only. Screenshots under
-artifacts/screenshots/promotion_*.png.
+header says it reads only. A soup of alpha and bravo is refused (two roles); one of bravo and charlie is registered
+as a staged reader and its evaluation queued. Screenshots under artifacts/screenshots/promotion_*.png.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def studio(session_home, tmp_path_factory):
     tiny = build_tiny_model(work / "tiny", texts)
     db_url = f"sqlite:///{work / 'studio.db'}"
     store = open_store(db_url)
-    for seed, (name, role) in enumerate((("alpha", "policy"), ("bravo", "reader"))):
+    for seed, (name, role) in enumerate((("alpha", "policy"), ("bravo", "reader"), ("charlie", "reader"))):
         folder = random_adapter(tiny, work / "adapters" / name, seed, base_id=str(tiny), scale=2.0)
         register_verified(store, name, folder, base_model_id=str(tiny), checksum=read_adapter_meta(folder)["sha256"],
                           role=role)
@@ -126,3 +126,30 @@ def test_the_report_view_a_forced_activation_with_its_reason_and_a_queued_evalua
     page.wait_for_function("document.querySelector('#evo-live-adapter').innerText === 'bravo (reader only)'")
     assert store.active_adapter().name == "bravo" and store.last_activation().kind == "activated"
     shot(page, "promotion_reader_live")
+
+
+def test_a_soup_of_two_readers_is_registered_staged_and_queued_for_evaluation(page, studio):
+    _, store, _ = studio
+    page.get_by_role("tab", name="Training").click()
+    page.locator("#evo-adapters").wait_for()
+    page.click("#evo-soup button, #evo-soup .label-wrap")  # open the accordion
+    for name in ("alpha", "bravo"):
+        choose(page, "evo-soup-pick", name)
+    page.locator("#evo-soup-name input, #evo-soup-name textarea").first.fill("mixed")
+    page.click("#evo-soup-make")
+    msg = page.locator("#evo-soup-msg")
+    msg.locator("text=one role").wait_for()
+    assert "alpha (policy), bravo (reader)" in msg.inner_text() and "mixed" not in {a.name for a in store.list_adapters()}
+
+    page.locator("#evo-soup-pick .token", has_text="alpha").locator(".token-remove").click()  # the chip's ×
+    choose(page, "evo-soup-pick", "charlie")
+    page.locator("#evo-soup-name input, #evo-soup-name textarea").first.fill("bc-soup")
+    page.click("#evo-soup-make")
+    msg.locator("text=registered, staged").wait_for()
+    row = store.get_adapter("bc-soup")
+    assert (row.role, row.active, row.objective) == ("reader", False, "soup: bravo + charlie")
+    [job] = [r for r in store.list_rounds(status="queued") if r.config.get("adapter") == "bc-soup"]
+    assert job.objective == "evaluate"
+    page.wait_for_function(f"document.querySelector('#evo-adapters').innerText.includes('evaluating (#{job.id})')")
+    assert "soup: bravo + charlie" in page.locator("#evo-adapters tr", has_text="bc-soup").inner_text()
+    shot(page, "promotion_soup")

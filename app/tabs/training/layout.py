@@ -85,7 +85,8 @@ def build_tab(svc: Services, policy_dd: gr.Dropdown, tab: gr.Tab, timers: PageTi
     _adapters_section(svc, c)
     c.source, c.stage, c.data = c.fields["source"], c.fields["stage"], c.fields["data"]
     c.outs = [c.progress, c.loss, c.kl_plot, *c.metric_plots, c.rounds, c.adapters, c.adapter_dd, c.live, c.names_state,
-              c.policy_dd, c.cancel_dd, c.cancel, c.available, c.log_box, c.log_pick, c.report, c.curve, c.activate]
+              c.policy_dd, c.cancel_dd, c.cancel, c.available, c.log_box, c.log_pick, c.report, c.curve, c.activate,
+              c.soup_pick]
     c.watched = [c.names_state, c.history, c.objective, c.source, c.stage, c.data, c.cancel_dd, c.log_pick,
                  c.adapter_dd]
     c.field_list = [c.fields[k] for k in tf.FIELD_KEYS]
@@ -154,6 +155,16 @@ def _adapters_section(svc: Services, c: SimpleNamespace) -> None:
     c.reason = gr.Textbox(label="Reason (needed to activate an adapter whose evaluation did not pass; logged)",
                           max_length=svc.cfg.studio.max_question_chars, elem_id="evo-activate-reason")
     c.act_msg = gr.HTML(elem_id="evo-activate-msg")
+    with gr.Accordion("Average adapters (soup)", open=False, elem_id="evo-soup"):
+        gr.HTML('<div class="evo-note">The mean of two or more adapters of one role (their LoRA weight updates '
+                'averaged: say, one round trained with two seeds), registered as a new staged adapter and evaluated '
+                'against the live model like a round\'s.</div>')
+        with gr.Row(equal_height=True):
+            c.soup_pick = gr.Dropdown(label="Adapters to average", choices=[], multiselect=True, scale=3,
+                                      elem_id="evo-soup-pick")
+            c.soup_name = gr.Textbox(label="New adapter's name", max_length=64, scale=2, elem_id="evo-soup-name")
+            c.soup = gr.Button("Make soup", scale=1, min_width=140, elem_id="evo-soup-make")
+        c.soup_msg = gr.HTML(elem_id="evo-soup-msg")
     c.report = gr.HTML(elem_id="evo-report-box")
     c.curve = gr.Plot(label="Held-out learning curve", elem_id="evo-learning-curve")
 
@@ -184,6 +195,7 @@ def _refresher(svc: Services) -> Callable[..., tuple[tuple, bool]]:
 
         names_changed = shown.get("names") != view.adapter_names
         pick = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()
+        pick_many = gr.Dropdown(choices=view.adapter_names) if names_changed else gr.skip()  # the soup's inputs
         pol = gr.Dropdown(choices=pickers.policy_options(svc)) if names_changed else gr.skip()
         loss_out = (gr.Plot(value=view.loss, visible=view.loss_visible) if shown.get("loss") != fresh["loss"]
                     else gr.skip())
@@ -204,7 +216,7 @@ def _refresher(svc: Services) -> Callable[..., tuple[tuple, bool]]:
         return (send("progress", view.progress), loss_out, kl_out, *chart_outs, send("rounds", view.rounds),
                 send("adapters", view.adapters), pick, send("live", live_html), fresh, pol, cancel_out, button_out,
                 send("available", fresh["available"]), log_out, log_pick_out, send("report", report_html),
-                curve_out, activate_out), bool(ids)
+                curve_out, activate_out, pick_many), bool(ids)
 
     return refresh
 
@@ -252,7 +264,7 @@ def _hurry(svc: Services, round_id: int | None) -> Any:
 
 
 def _wire_adapters(svc: Services, c: SimpleNamespace, refresh: Callable[..., tuple]) -> None:
-    """Activate (with a reason where the gate said no), Evaluate vs live, Use base model."""
+    """Activate (with a reason where the gate said no), Evaluate vs live, Use base model, Make soup."""
 
     def on_activate(name, why, shown, history, obj, src, stg, dat, picked, log_picked, request: gr.Request):
         roles.require(svc, request, "adapters")
@@ -279,7 +291,20 @@ def _wire_adapters(svc: Services, c: SimpleNamespace, refresh: Callable[..., tup
         return (views.message_html(msg, "ok"),
                 *refresh(shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter))
 
+    def on_soup(names, name, shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter,
+                request: gr.Request):
+        roles.require(svc, request, "adapters")
+        queued, clear = None, gr.skip()
+        try:
+            msg, evaluating = promotion.make_soup(svc, names, name)
+            kind, clear, queued = "ok", "", (name if evaluating else None)
+        except (ValueError, EvoRagError) as exc:  # refused (mixed roles, a taken name, a corrupt input): said here
+            msg, kind = str(exc), "error"
+        return (views.message_html(msg, kind), clear,
+                *refresh(shown, history, obj, src, stg, dat, picked, log_picked, picked_adapter), _hurry(svc, queued))
+
     on(c.activate.click, on_activate, [c.adapter_dd, c.reason, *c.watched[:-1]], [c.act_msg, c.reason, *c.outs])
+    on(c.soup.click, on_soup, [c.soup_pick, c.soup_name, *c.watched], [c.soup_msg, c.soup_name, *c.outs, c.timer])
     on(c.evaluate.click, on_evaluate, [c.adapter_dd, *c.watched[:-1]], [c.act_msg, *c.outs, c.timer])
     on(c.base.click, on_base, c.watched, [c.act_msg, *c.outs])
 

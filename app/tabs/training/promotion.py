@@ -1,6 +1,7 @@
 """Gated promotion in the studio (Training tab, Adapters panel): the adapters' held-out columns, one adapter's
 promotion report (both sides, the difference, the changed questions side by side with links to their traces), the
-learning curve over the reports, queueing an evaluation, activating with a reason, and why the live model is live.
+learning curve over the reports, queueing an evaluation, activating with a reason, averaging adapters into a soup,
+and why the live model is live.
 
 Every value comes from the store (`promotions`, `activations`); evaluation itself runs in the worker as a queued job
 (training/evaluate_round.py), so its progress, log and Cancel are the Training tab's round views.
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
     from app.common.services import Services
 
-__all__ = ["HELDOUT_HEADERS", "heldout_cells", "report_html", "queue_evaluation", "activate_adapter",
+__all__ = ["HELDOUT_HEADERS", "heldout_cells", "report_html", "queue_evaluation", "activate_adapter", "make_soup",
            "live_reason", "learning_curve", "evaluating"]
 
 HELDOUT_HEADERS = ("held-out F1", "Δ vs", "p", "gate")
@@ -142,6 +143,22 @@ def activate_adapter(svc: Services, name: str | None, reason: str | None = None,
     why = svc.store().last_activation()
     forced = " (forced: its evaluation did not pass; your reason is logged)" if why and why.kind == "forced" else ""
     return f"Adapter {a.name} is live{forced}: new episodes with the 'LM · live adapter' policy use it."
+
+
+def make_soup(svc: Services, names: Sequence[str] | None, name: str | None) -> tuple[str, bool]:
+    """Register adapter `name`, the mean of the adapters `names` (evorag_core/adapters/soup.py), staged, and queue its
+    evaluation as the worker does for a round's adapter (when `promotion.evaluate`). Returns (message, queued).
+    ConfigError / AdapterError (the page shows them) when it cannot be made; nothing is registered then."""
+    from evorag_core.adapters.soup import soup_registered
+    from evorag_core.lm.loading import base_model_id
+
+    names = list(names or [])
+    row = soup_registered(svc.store(), names, (name or "").strip(), svc.home,
+                          base_model_id(svc.cfg.policy.model, svc.home))
+    made = f"Adapter {row.name} registered, staged ({row.role}): the mean of {', '.join(names)}."
+    if not svc.cfg.promotion.evaluate:
+        return made + " Evaluate it before activating it.", False
+    return f"{made} {queue_evaluation(svc, row.name)}", True
 
 
 def live_reason(activation: Activation | None, report: Promotion | None = None) -> str:
