@@ -24,14 +24,16 @@ exception: its Trainer prepares the model with accelerate (DDP or the DeepSpeed 
 """
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Sequence, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Processes", "SINGLE", "launched_world_size", "round_processes"]
+__all__ = ["Processes", "SINGLE", "launched_world_size", "round_processes", "exit_launched_process"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -141,6 +143,22 @@ class Processes:
 
 
 SINGLE = Processes()
+
+
+def exit_launched_process(code: int) -> NoReturn:
+    """End one process of a multi-process launch with `code`, skipping the interpreter's teardown (logging and the
+    standard streams flushed first). Why: after a launch's rounds all succeeded and `Processes.close` destroyed the
+    process group, rank 0 still aborted at exit now and then under load (SIGABRT, "terminate called without an
+    active exception": a native thread of torch.distributed, likely the TCP store's server on rank 0, still joinable
+    when the interpreter tears down), so the launcher reported a failure for finished work. Everything a round writes
+    is committed before this point."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing left to flush
+            pass
+    os._exit(code)
 
 
 def _portable(exc: Exception) -> Exception:

@@ -52,7 +52,7 @@ from evorag_core.objectives import OBJECTIVES
 from evorag_core.store.records import ROUND_KL_KEYS
 
 from training.job import AdapterRef, ProgressFn, ReportRef, RoundCancelled, RoundJob, RoundLost, RoundResult
-from training.processes import SINGLE, Processes, round_processes
+from training.processes import SINGLE, Processes, exit_launched_process, launched_world_size, round_processes
 from training.round_log import RoundLogHandler, capture_round_log
 
 if TYPE_CHECKING:
@@ -539,4 +539,7 @@ def quiet_progress_bars() -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    if launched_world_size() > 1:  # one process of `accelerate launch --num_processes N`: see exit_launched_process
+        exit_launched_process(code)
+    raise SystemExit(code)
