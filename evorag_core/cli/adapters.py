@@ -169,9 +169,9 @@ def _list(store: Store, as_json: bool) -> int:
     if not rows:
         print("no adapters registered yet: a finished training round registers one")
         return 0
-    print(f"{'':2}{'name':<20} {'round':>5} {'objective':<9} {'role':<6} {'created':<20} {'held-out F1':>11} {'Δ':>7} "
-          f"{'p':>7} "
-          f"{'verdict':<17} metrics")
+    width = max(9, *(len(r["objective"] or "") for r in rows))  # a soup's objective names its inputs
+    print(f"{'':2}{'name':<20} {'round':>5} {'objective':<{width}} {'role':<6} {'created':<20} {'held-out F1':>11} "
+          f"{'Δ':>7} {'p':>7} {'verdict':<17} metrics")
     for r in rows:
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in r["metrics"].items() if k in _SHOWN)
@@ -179,7 +179,7 @@ def _list(store: Store, as_json: bool) -> int:
         f1 = f"{h['score']:.3f}" if h["score"] is not None else "-"
         diff = f"{h['diff']:+.3f}" if h["diff"] is not None else "-"
         p = f"{h['p']:.3g}" if h["p"] is not None else "-"
-        print(f"{'* ' if r['active'] else '  '}{r['name']:<20} {r['round'] or '':>5} {r['objective'] or '':<9} "
+        print(f"{'* ' if r['active'] else '  '}{r['name']:<20} {r['round'] or '':>5} {r['objective'] or '':<{width}} "
               f"{r['role']:<6} {r['created'][:19]:<20} {f1:>11} {diff:>7} {p:>7} {h['state']:<17} {shown}")
     return 0
 
