@@ -89,6 +89,10 @@ def test_the_cli_registers_a_staged_soup_in_its_inputs_role(registry, tiny, caps
     for name in ds:
         torch.testing.assert_close(ds[name], (d1[name] + d2[name]) / 2, atol=1e-6, rtol=1e-5)
     assert activate(store, "r12", base_id).active  # verified like any adapter (no evaluation yet: no reason needed)
+    assert cli_main(["adapters", "list", *args[:-1]]) == 0  # the text table: columns line up past the soup's objective
+    header, *lines = capsys.readouterr().out.splitlines()
+    soup_line = next(line for line in lines if "r12" in line)
+    assert "soup: r1 + r2" in soup_line and soup_line.index("reader") == header.index("role")
 
 
 def test_a_soup_that_cannot_be_made_registers_nothing(registry, capsys):
