@@ -97,7 +97,7 @@ def soup_registered(store: Store, names: Sequence[str], name: str, home: Path, b
     if not re.fullmatch(NAME_PATTERN, name or ""):
         raise ConfigError(f"soup name {name!r}: letters, digits, '.', '_' or '-', at most 64, starting with a "
                           "letter or digit")
-    if len(set(names)) < 2 or len(set(names)) != len(names):
+    if len(names) < 2 or len(set(names)) != len(names):
         raise ConfigError("a soup needs at least two different adapters")
     if name in {a.name for a in store.list_adapters()}:
         raise ConfigError(f"an adapter named {name!r} is registered already; choose another name")
